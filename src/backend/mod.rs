@@ -1,0 +1,93 @@
+//! Where bytes go: the [`StorageBackend`] trait and its implementations.
+//!
+//! A backend is a flat, byte-addressed file. It does no caching of its own;
+//! [`PagedCachedFile`](crate::PagedCachedFile) sits above it. All methods take
+//! `&self` and may be called from many threads at once.
+
+use std::io::{self, IoSlice};
+
+mod file;
+mod memory;
+
+pub use file::{DEFAULT_MAX_WRITE_BYTES, FileBackend, IOV_MAX, SyscallCounts};
+pub use memory::MemoryBackend;
+
+/// A flat file of bytes that pages are read from and written to.
+///
+/// Implementations must be `Send + Sync`: the write buffer calls them from
+/// whichever thread flushes, while readers call `read_exact_at` from theirs.
+///
+/// Errors are plain [`io::Error`]s; the cached file wraps them with the
+/// operation and offset. A write method returns `Ok` only when every byte was
+/// handed to the OS: short writes are continued, never reported as success.
+pub trait StorageBackend: Send + Sync + std::fmt::Debug {
+    /// Current length of the file in bytes.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Sets the length in bytes, truncating or extending with zeros.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+
+    /// Fills `buf` from byte `offset`. Reading past the end is
+    /// `io::ErrorKind::UnexpectedEof`.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// Writes all of `buf` at byte `offset`, extending the file if needed.
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
+
+    /// Writes `bufs` back to back starting at byte `offset`, as if they were
+    /// one buffer. `bufs` may be modified (advanced past written bytes).
+    ///
+    /// The default is a loop of [`write_all_at`](Self::write_all_at), one call
+    /// per slice; [`FileBackend`] overrides it with `pwritev`.
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        let mut at = offset;
+        for buf in bufs.iter() {
+            self.write_all_at(at, buf)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Makes every completed write durable (`fdatasync`).
+    ///
+    /// An error here is treated by the cached file as fatal (poison), since
+    /// the OS may have dropped the pages it failed to write back.
+    fn sync_data(&self) -> io::Result<()>;
+
+    /// The raw file descriptor, for engines that submit I/O themselves
+    /// (io_uring). `None` for backends without one.
+    #[cfg(unix)]
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
+    fn len(&self) -> io::Result<u64> {
+        (**self).len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        (**self).set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        (**self).read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        (**self).write_all_at(offset, buf)
+    }
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        (**self).write_vectored_all_at(offset, bufs)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        (**self).sync_data()
+    }
+    #[cfg(unix)]
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        (**self).raw_fd()
+    }
+}

@@ -1,0 +1,196 @@
+//! `pagewriter`: benchmarks of the page writer. Thin: parse, call the
+//! library, print.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use pagewriter::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
+
+#[derive(Parser)]
+#[command(
+    name = "pagewriter",
+    version,
+    about = "Page writer for storage engines: benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Commit throughput across thread counts: redb-style transactions of
+    /// fresh and rewritten pages, each flush engine against one file per
+    /// thread.
+    Scale(ScaleArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CommitArg {
+    /// Durable commit (fdatasync, group commit).
+    Sync,
+    /// Flush to the OS only.
+    Flush,
+}
+
+#[derive(clap::Args)]
+struct ScaleArgs {
+    /// Writer thread counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    threads: Vec<usize>,
+    /// Modes, comma separated: per-page, concat, vectored, separate-files.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "per-page,concat,vectored,separate-files"
+    )]
+    modes: Vec<String>,
+    /// Pages per transaction.
+    #[arg(long, default_value_t = 16)]
+    pages: usize,
+    /// Page size in bytes.
+    #[arg(long, default_value_t = 4096)]
+    page_size: usize,
+    /// Fraction of each transaction's pages that rewrite earlier pages.
+    #[arg(long, default_value_t = 0.125)]
+    rewrite: f64,
+    /// How each transaction ends.
+    #[arg(long, value_enum, default_value = "sync")]
+    commit: CommitArg,
+    /// Seconds each cell runs.
+    #[arg(long, default_value_t = 2.0)]
+    duration: f64,
+    /// Rounds over all cells (rows show medians).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Directory for the temporary files (removed afterwards).
+    #[arg(long, default_value = ".")]
+    path: PathBuf,
+    /// Write buffer bound in MiB.
+    #[arg(long, default_value_t = 64)]
+    buffer_mib: usize,
+    /// Seed of page contents and rewrite choices.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Print the report as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Scale(args) => cmd_scale(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pagewriter: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let modes = a
+        .modes
+        .iter()
+        .map(|m| {
+            Mode::parse(m).ok_or_else(|| {
+                format!("unknown mode {m:?} (per-page, concat, vectored, separate-files)")
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !a.duration.is_finite() || a.duration <= 0.0 || a.duration > 3600.0 {
+        return Err(format!("--duration {} is not in (0, 3600] seconds", a.duration).into());
+    }
+    if !a.path.is_dir() {
+        return Err(format!("--path {} is not a directory", a.path.display()).into());
+    }
+    let config = ScaleConfig {
+        threads: a.threads,
+        modes,
+        pages_per_txn: a.pages,
+        page_size: a.page_size,
+        rewrite_fraction: a.rewrite,
+        commit: match a.commit {
+            CommitArg::Sync => CommitKind::Sync,
+            CommitArg::Flush => CommitKind::Flush,
+        },
+        cell_duration: Duration::from_secs_f64(a.duration),
+        repeats: a.repeats,
+        dir: a.path,
+        seed: a.seed,
+        max_write_buffer_bytes: a
+            .buffer_mib
+            .checked_mul(1 << 20)
+            .ok_or("--buffer-mib too large")?,
+    };
+    config.validate()?;
+    let total = config.threads.len() * config.modes.len() * config.repeats;
+    let mut done = 0;
+    let report = scale::run(&config, |c| {
+        done += 1;
+        eprintln!(
+            "[{done}/{total}] repeat {} {:>2} threads {:<15} {:>10.0} pages/s",
+            c.repeat + 1,
+            c.threads,
+            c.mode.name(),
+            c.page_writes_per_s()
+        );
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_scale(&report);
+    }
+    Ok(())
+}
+
+fn print_scale(r: &ScaleReport) {
+    let c = &r.config;
+    println!(
+        "I/O: {}; commit: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
+        r.io_mode,
+        match c.commit {
+            CommitKind::Sync => "sync (fdatasync, group commit)",
+            CommitKind::Flush => "flush (no fdatasync)",
+        },
+        c.pages_per_txn,
+        c.page_size,
+        c.rewrites_per_txn(),
+        c.cell_duration.as_secs_f64(),
+        c.repeats
+    );
+    println!(
+        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>8} {:>8} {:>11}",
+        "threads",
+        "mode",
+        "pages/s",
+        "commits/s",
+        "MB/s",
+        "writes/commit",
+        "syncs/commit",
+        "p50 us",
+        "p99 us",
+        "vs per-page"
+    );
+    for row in &r.rows {
+        println!(
+            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>8} {:>8} {:>11}",
+            row.threads,
+            row.mode.name(),
+            row.page_writes_per_s,
+            row.commits_per_s,
+            row.mb_per_s,
+            row.write_calls_per_commit,
+            row.syncs_per_commit,
+            row.p50_us,
+            row.p99_us,
+            row.vs_per_page
+                .map_or("-".to_string(), |v| format!("{v:.2}x")),
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! Configuration of a [`PagedCachedFile`](super::PagedCachedFile).
+
+use crate::backend::{DEFAULT_MAX_WRITE_BYTES, IOV_MAX};
+use crate::buffer::DEFAULT_ALIGN;
+use crate::error::{Error, Result};
+
+/// How a flush turns runs of contiguous dirty pages into write calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FlushEngine {
+    /// One `pwrite` per page, in offset order. The baseline that collapses
+    /// under concurrent writers; kept to measure against.
+    PerPage,
+    /// Each run is copied into one buffer and written with one `pwrite`.
+    /// Few system calls, but every byte is copied once more.
+    Concat,
+    /// Each run is written with one `pwritev` straight from the page
+    /// buffers (zero copy). The default.
+    #[default]
+    Vectored,
+}
+
+impl FlushEngine {
+    /// Short lower-case name used by the CLI and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushEngine::PerPage => "per-page",
+            FlushEngine::Concat => "concat",
+            FlushEngine::Vectored => "vectored",
+        }
+    }
+
+    /// The system call each write of this engine makes.
+    pub fn syscall(self) -> &'static str {
+        match self {
+            FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
+            FlushEngine::Vectored => "pwritev",
+        }
+    }
+}
+
+impl serde::Serialize for FlushEngine {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Settings of a [`PagedCachedFile`](super::PagedCachedFile). Start from
+/// `Config::default()` and change what you need with the setters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Page size in bytes; a non-zero power of two. Default 4096.
+    pub page_size: usize,
+    /// Bound on buffered dirty and in-flight bytes. A writer that finds the
+    /// buffer at or over it flushes (or waits for the running flush) first.
+    /// At least one page. Default 64 MiB.
+    pub max_write_buffer_bytes: usize,
+    /// Byte budget of the read cache of clean pages; 0 turns it off.
+    /// Default 0.
+    pub read_cache_bytes: usize,
+    /// How runs are written. Default [`FlushEngine::Vectored`].
+    pub engine: FlushEngine,
+    /// Most bytes one write call carries (a run is cut there). Default 1 MiB.
+    pub max_write_bytes: usize,
+    /// Most pages (iovecs) in one write call; 1..=1024 (`IOV_MAX`).
+    /// Default 1024.
+    pub max_run_pages: usize,
+    /// Number of lock stripes of the write buffer and read cache; a power of
+    /// two in 1..=4096. Default 64.
+    pub stripes: usize,
+    /// Alignment of page memory in bytes; a power of two. Default 4096
+    /// (enough for `O_DIRECT` on any common device).
+    pub page_align: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            page_size: 4096,
+            max_write_buffer_bytes: 64 << 20,
+            read_cache_bytes: 0,
+            engine: FlushEngine::Vectored,
+            max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
+            max_run_pages: IOV_MAX,
+            stripes: 64,
+            page_align: DEFAULT_ALIGN,
+        }
+    }
+}
+
+impl Config {
+    /// Sets [`page_size`](Self::page_size).
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.page_size = bytes;
+        self
+    }
+    /// Sets [`max_write_buffer_bytes`](Self::max_write_buffer_bytes).
+    pub fn max_write_buffer_bytes(mut self, bytes: usize) -> Self {
+        self.max_write_buffer_bytes = bytes;
+        self
+    }
+    /// Sets [`read_cache_bytes`](Self::read_cache_bytes).
+    pub fn read_cache_bytes(mut self, bytes: usize) -> Self {
+        self.read_cache_bytes = bytes;
+        self
+    }
+    /// Sets [`engine`](Self::engine).
+    pub fn engine(mut self, engine: FlushEngine) -> Self {
+        self.engine = engine;
+        self
+    }
+    /// Sets [`max_write_bytes`](Self::max_write_bytes).
+    pub fn max_write_bytes(mut self, bytes: usize) -> Self {
+        self.max_write_bytes = bytes;
+        self
+    }
+    /// Sets [`max_run_pages`](Self::max_run_pages).
+    pub fn max_run_pages(mut self, pages: usize) -> Self {
+        self.max_run_pages = pages;
+        self
+    }
+    /// Sets [`stripes`](Self::stripes).
+    pub fn stripes(mut self, stripes: usize) -> Self {
+        self.stripes = stripes;
+        self
+    }
+    /// Sets [`page_align`](Self::page_align).
+    pub fn page_align(mut self, bytes: usize) -> Self {
+        self.page_align = bytes;
+        self
+    }
+
+    /// Checks every field. Errors: [`Error::InvalidPageSize`] for the page
+    /// size, [`Error::InvalidConfig`] naming the first bad field otherwise.
+    pub fn validate(&self) -> Result<()> {
+        if self.page_size == 0 || !self.page_size.is_power_of_two() {
+            return Err(Error::InvalidPageSize(self.page_size));
+        }
+        let bad = |msg: String| Err(Error::InvalidConfig(msg));
+        if self.max_write_buffer_bytes < self.page_size {
+            return bad(format!(
+                "max_write_buffer_bytes {} is less than one page ({})",
+                self.max_write_buffer_bytes, self.page_size
+            ));
+        }
+        if self.max_write_bytes == 0 {
+            return bad("max_write_bytes is 0".into());
+        }
+        if !(1..=IOV_MAX).contains(&self.max_run_pages) {
+            return bad(format!(
+                "max_run_pages {} is not in 1..={IOV_MAX}",
+                self.max_run_pages
+            ));
+        }
+        if !(1..=4096).contains(&self.stripes) || !self.stripes.is_power_of_two() {
+            return bad(format!(
+                "stripes {} is not a power of two in 1..=4096",
+                self.stripes
+            ));
+        }
+        if self.page_align == 0 || !self.page_align.is_power_of_two() {
+            return bad(format!(
+                "page_align {} is not a power of two",
+                self.page_align
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,596 @@
+//! [`PagedCachedFile`]: a write buffer of dirty pages over a
+//! [`StorageBackend`], with coalesced flushes and group commit.
+//!
+//! # Where a page lives
+//!
+//! The newest version of a page is in exactly one of these places, searched
+//! in this order by [`PagedCachedFile::read`]:
+//!
+//! 1. the write buffer: `Stripe::dirty`, written by writers;
+//! 2. the in-flight set: `Stripe::flushing`, what the running flush drained
+//!    and is writing;
+//! 3. the read cache of clean pages (optional);
+//! 4. the backend.
+//!
+//! A page moves 1 -> 2 under its stripe lock (one `mem::take`, no I/O), so a
+//! reader holding that lock sees it in one of the two. It leaves 2 only
+//! after its write completed (and, for a commit, after the `fdatasync`), and
+//! after the read cache was updated, so a reader that misses 1 and 2 finds
+//! it in 3 or 4.
+//!
+//! # Lock order
+//!
+//! `flusher` -> stripe -> cache stripe; `commit` is never held with another.
+//! No I/O happens under a stripe or cache lock. Flushes are serialized by
+//! `flusher`, so at most one version of a page is in flight and a newer
+//! version (in `dirty`) is always written by a later flush: newest wins.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::backend::{FileBackend, StorageBackend};
+use crate::buffer::AlignedBuf;
+use crate::error::{Error, Result};
+
+mod commit;
+mod config;
+mod flush;
+mod stats;
+
+pub use config::{Config, FlushEngine};
+pub use stats::Stats;
+
+use commit::CommitState;
+use flush::Flusher;
+use stats::{Counters, add};
+
+/// A page (or a range of pages) as returned by [`PagedCachedFile::read`]:
+/// shared, immutable, aligned to [`Config::page_align`]. Derefs to `[u8]`.
+pub type PageRef = Arc<AlignedBuf>;
+
+/// Hash for page numbers: Fibonacci multiply, enough for keys that are
+/// dense integers (the default SipHash costs more than it buys here).
+#[derive(Default)]
+pub(crate) struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+
+pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
+
+/// One lock stripe of the write buffer. Page number `n` lives in stripe
+/// `n & (stripes - 1)`.
+#[derive(Default)]
+pub(crate) struct Stripe {
+    /// Newest versions written since the last drain.
+    dirty: PageMap,
+    /// What the running flush drained from this stripe, until its writes
+    /// (and for a commit, its fdatasync) completed.
+    flushing: Option<Arc<PageMap>>,
+}
+
+/// One lock stripe of the read cache.
+#[derive(Default)]
+struct CacheStripe {
+    pages: PageMap,
+    bytes: usize,
+    /// Bumped whenever a flush updates this stripe; a reader that read the
+    /// backend inserts its page only if `seq` has not moved meanwhile, so a
+    /// slow reader never caches bytes older than a completed write.
+    seq: u64,
+}
+
+/// A file of fixed-size pages with a bounded, striped write buffer.
+///
+/// Many threads write pages ([`write_page`](Self::write_page),
+/// [`write`](Self::write), [`overwrite`](Self::overwrite)) and read them
+/// back ([`read`](Self::read)) concurrently. [`flush`](Self::flush) hands
+/// the buffered pages to the OS, sorted and coalesced into runs, one write
+/// call per run; [`sync`](Self::sync) makes them durable with group commit.
+///
+/// `Send + Sync`: share it with `Arc` or scoped threads.
+///
+/// # Drop
+///
+/// Dropping the file without [`close`](Self::close) makes a best-effort
+/// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
+/// successful `sync` or `close` covered is promised durable.
+pub struct PagedCachedFile {
+    backend: Box<dyn StorageBackend>,
+    config: Config,
+    page_shift: u32,
+    stripe_mask: u64,
+    stripes: Box<[Mutex<Stripe>]>,
+    cache: Box<[Mutex<CacheStripe>]>,
+    cache_budget_per_stripe: usize,
+    /// Dirty plus in-flight bytes.
+    buffered: AtomicUsize,
+    /// Logical length in bytes: the larger of the backend's length at open
+    /// and the end of every page written since.
+    logical_len: AtomicU64,
+    /// What the backend holds (its length at open, grown by every completed
+    /// write). Pages past it that are in no buffer read as zeros.
+    disk_len: AtomicU64,
+    flusher: Mutex<Flusher>,
+    commit: Mutex<CommitState>,
+    commit_done: Condvar,
+    poisoned: AtomicBool,
+    closed: AtomicBool,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for PagedCachedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedCachedFile")
+            .field("backend", &self.backend)
+            .field("config", &self.config)
+            .field("logical_len", &self.logical_len.load(Ordering::Relaxed))
+            .field("poisoned", &self.poisoned.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl PagedCachedFile {
+    /// Opens (creating if missing, never truncating) the file at `path` with
+    /// a [`FileBackend`] whose write cap is `config.max_write_bytes`.
+    ///
+    /// Errors: a bad `config` (see [`Config::validate`]); `Error::Io` with op
+    /// "open" if the file cannot be opened read-write (a directory, a
+    /// read-only file, a missing parent directory).
+    pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Self> {
+        config.validate()?;
+        let backend = FileBackend::open(path)
+            .map_err(|e| Error::io("open", None, e))?
+            .with_max_write_bytes(config.max_write_bytes);
+        Self::new(backend, config)
+    }
+
+    /// Puts a write buffer over `backend`.
+    ///
+    /// Errors: a bad `config`; `Error::Io` with op "fstat" if the backend's
+    /// length cannot be read.
+    pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
+        config.validate()?;
+        let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
+        let stripes = config.stripes;
+        let cache_stripes = if config.read_cache_bytes > 0 {
+            stripes
+        } else {
+            0
+        };
+        Ok(Self {
+            backend: Box::new(backend),
+            page_shift: config.page_size.trailing_zeros(),
+            stripe_mask: stripes as u64 - 1,
+            stripes: (0..stripes)
+                .map(|_| Mutex::new(Stripe::default()))
+                .collect(),
+            cache: (0..cache_stripes)
+                .map(|_| Mutex::new(CacheStripe::default()))
+                .collect(),
+            cache_budget_per_stripe: config.read_cache_bytes / stripes,
+            buffered: AtomicUsize::new(0),
+            logical_len: AtomicU64::new(len),
+            disk_len: AtomicU64::new(len),
+            flusher: Mutex::new(Flusher::default()),
+            commit: Mutex::new(CommitState::default()),
+            commit_done: Condvar::new(),
+            poisoned: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            counters: Counters::default(),
+            config,
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.config.page_size
+    }
+
+    /// The backend (for its own counters, say).
+    pub fn backend(&self) -> &dyn StorageBackend {
+        &*self.backend
+    }
+
+    /// Logical length in bytes: the backend's length at open or the end of
+    /// the highest page written since, whichever is larger.
+    pub fn len(&self) -> u64 {
+        self.logical_len.load(Ordering::Acquire)
+    }
+
+    /// Whether [`len`](Self::len) is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether an earlier `fdatasync` failed (see [`Error::Poisoned`]).
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.counters
+            .snapshot(self.buffered.load(Ordering::Relaxed) as u64)
+    }
+
+    /// Writes `data` at byte `offset`. Both must be multiples of the page
+    /// size; `data` may span several pages. The bytes are copied into the
+    /// write buffer; they reach the OS at the next flush and are durable
+    /// after the next successful [`sync`](Self::sync).
+    ///
+    /// If the buffer holds `max_write_buffer_bytes` or more, this call first
+    /// flushes (or waits for the flush in progress).
+    ///
+    /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
+    /// [`Error::Overflow`], [`Error::Closed`], [`Error::Poisoned`], or the
+    /// error of the flush that backpressure ran (then nothing was written).
+    pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        self.check_range(offset, data.len())?;
+        self.wait_for_room()?;
+        let align = self.config.page_align;
+        for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
+            let page = AlignedBuf::copy_from(chunk, align).expect("alignment validated");
+            self.insert(self.page_no(offset) + i as u64, Arc::new(page));
+        }
+        Ok(())
+    }
+
+    /// A guard over `len` bytes at `offset` holding the newest contents of
+    /// those pages (zeros past the end of the file). Change them through
+    /// `&mut [u8]`; dropping the guard puts them in the write buffer.
+    ///
+    /// Errors: as [`write_page`](Self::write_page), plus an `Error::Io` from
+    /// reading the current contents.
+    pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.check_writable()?;
+        self.check_range(offset, len)?;
+        self.wait_for_room()?;
+        let mut buf = self.alloc(len);
+        let ps = self.config.page_size;
+        let readable = self.readable_len();
+        for (i, chunk) in buf.chunks_mut(ps).enumerate() {
+            let at = offset + (i * ps) as u64;
+            if at < readable {
+                chunk.copy_from_slice(&self.read_page(self.page_no(at))?);
+            }
+        }
+        Ok(WritablePage {
+            file: self,
+            offset,
+            buf: Some(buf),
+        })
+    }
+
+    /// Like [`write`](Self::write) for pages the caller will fill entirely:
+    /// the guard starts zeroed and nothing is read.
+    pub fn overwrite(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.check_writable()?;
+        self.check_range(offset, len)?;
+        self.wait_for_room()?;
+        Ok(WritablePage {
+            file: self,
+            offset,
+            buf: Some(self.alloc(len)),
+        })
+    }
+
+    /// The newest bytes of `len` bytes at `offset`: from the write buffer,
+    /// the in-flight set, the read cache or the backend. Bytes never written
+    /// inside the file read as zeros. A one-page read of a buffered page
+    /// returns the buffered page itself (no copy).
+    ///
+    /// Works on a poisoned file (buffered pages stay readable).
+    ///
+    /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
+    /// [`Error::Overflow`], [`Error::OutOfBounds`] past the logical length
+    /// (rounded up to a page), [`Error::Closed`], `Error::Io` from `pread`
+    /// (`UnexpectedEof` if the file was truncated by someone else).
+    pub fn read(&self, offset: u64, len: usize) -> Result<PageRef> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let end = self.check_range(offset, len)?;
+        let file_len = self.readable_len();
+        if end > file_len {
+            return Err(Error::OutOfBounds {
+                offset,
+                len,
+                file_len,
+            });
+        }
+        let ps = self.config.page_size;
+        if len == ps {
+            return self.read_page(self.page_no(offset));
+        }
+        let mut out = self.alloc(len);
+        for (i, chunk) in out.chunks_mut(ps).enumerate() {
+            chunk.copy_from_slice(&self.read_page(self.page_no(offset) + i as u64)?);
+        }
+        Ok(Arc::new(out))
+    }
+
+    /// Hands every buffered page to the OS: drain, sort, coalesce, one write
+    /// call per run. Not durable; see [`sync`](Self::sync).
+    ///
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`], `Error::Io` from a
+    /// write. On a write error the pages that were not written stay dirty
+    /// (unless a newer version was written meanwhile) and a later flush
+    /// retries them.
+    pub fn flush(&self) -> Result<()> {
+        self.check_writable()?;
+        self.flush_to_os()
+    }
+
+    /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
+    /// page written before the call (by any thread) survives a crash.
+    ///
+    /// Group commit: concurrent callers share one flush and one
+    /// `fdatasync`. One caller leads a round; the others wait for it and
+    /// return with its result. If nothing was written since the last
+    /// `fdatasync`, none is issued.
+    ///
+    /// Errors: [`Error::Closed`]; [`Error::Poisoned`] if an earlier
+    /// `fdatasync` failed; `Error::Io` from a write (pages stay dirty, a later
+    /// `sync` retries) or from `fdatasync` (the file is poisoned from then
+    /// on; the pages of that round stay in memory and readable).
+    pub fn sync(&self) -> Result<()> {
+        self.check_writable()?;
+        self.group_commit()
+    }
+
+    /// Syncs and closes. Afterwards every call but [`stats`](Self::stats)
+    /// returns [`Error::Closed`]. Writers must not race with `close`.
+    ///
+    /// Errors: as [`sync`](Self::sync); on error the file stays open so the
+    /// caller can retry or read its pages back.
+    pub fn close(&self) -> Result<()> {
+        self.check_writable()?;
+        self.group_commit()?;
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    // ---- internals ----
+
+    fn page_no(&self, offset: u64) -> u64 {
+        offset >> self.page_shift
+    }
+
+    fn stripe(&self, page_no: u64) -> &Mutex<Stripe> {
+        &self.stripes[(page_no & self.stripe_mask) as usize]
+    }
+
+    fn alloc(&self, len: usize) -> AlignedBuf {
+        AlignedBuf::zeroed(len, self.config.page_align).expect("alignment validated")
+    }
+
+    /// The length reads may reach: the logical length rounded up to a page.
+    fn readable_len(&self) -> u64 {
+        let mask = self.config.page_size as u64 - 1;
+        self.len().checked_add(mask).map_or(!mask, |n| n & !mask)
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    /// Validates a page range; returns its end offset.
+    fn check_range(&self, offset: u64, len: usize) -> Result<u64> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let ps = self.config.page_size;
+        if offset % ps as u64 != 0 || len % ps != 0 {
+            return Err(Error::Unaligned {
+                offset,
+                len,
+                page_size: ps,
+            });
+        }
+        offset
+            .checked_add(len as u64)
+            .ok_or(Error::Overflow { offset, len })
+    }
+
+    /// Backpressure: while the buffer is at or over its bound, flush (or
+    /// wait for the running flush, by queueing on the flusher lock). Checked
+    /// before a writer's pages exist, so a writer holding a guard never
+    /// waits on memory its own guard holds; the bound is therefore exceeded
+    /// by at most the pages of writers between this check and their insert.
+    fn wait_for_room(&self) -> Result<()> {
+        let max = self.config.max_write_buffer_bytes;
+        if self.buffered.load(Ordering::Acquire) < max {
+            return Ok(());
+        }
+        add(&self.counters.backpressure_waits, 1);
+        while self.buffered.load(Ordering::Acquire) >= max {
+            self.check_writable()?;
+            self.flush_to_os()?;
+        }
+        Ok(())
+    }
+
+    /// Puts one page into the write buffer.
+    fn insert(&self, page_no: u64, page: PageRef) {
+        let bytes = page.len();
+        debug_assert_eq!(bytes, self.config.page_size);
+        let mut stripe = self.stripe(page_no).lock();
+        if stripe.dirty.insert(page_no, page).is_none() {
+            // Counted under the stripe lock: a drain (which takes this lock)
+            // must never see, and later subtract, a page not yet counted.
+            let now = self.buffered.fetch_add(bytes, Ordering::AcqRel) + bytes;
+            self.counters
+                .peak_buffered_bytes
+                .fetch_max(now as u64, Ordering::Relaxed);
+        }
+        drop(stripe);
+        let end = (page_no + 1) << self.page_shift;
+        self.logical_len.fetch_max(end, Ordering::AcqRel);
+        add(&self.counters.pages_dirtied, 1);
+    }
+
+    fn insert_range(&self, offset: u64, buf: AlignedBuf) {
+        let ps = self.config.page_size;
+        if buf.len() == ps {
+            self.insert(self.page_no(offset), Arc::new(buf));
+            return;
+        }
+        for (i, chunk) in buf.chunks(ps).enumerate() {
+            let page =
+                AlignedBuf::copy_from(chunk, self.config.page_align).expect("alignment validated");
+            self.insert(self.page_no(offset) + i as u64, Arc::new(page));
+        }
+    }
+
+    /// The newest version of one page (see the module docs for the order).
+    fn read_page(&self, page_no: u64) -> Result<PageRef> {
+        {
+            let stripe = self.stripe(page_no).lock();
+            let hit = stripe
+                .dirty
+                .get(&page_no)
+                .or_else(|| stripe.flushing.as_ref().and_then(|f| f.get(&page_no)));
+            if let Some(page) = hit {
+                add(&self.counters.buffer_hits, 1);
+                return Ok(page.clone());
+            }
+        }
+        let cache = self.cache_stripe(page_no);
+        let seq = match cache {
+            Some(c) => {
+                let c = c.lock();
+                if let Some(page) = c.pages.get(&page_no) {
+                    add(&self.counters.cache_hits, 1);
+                    return Ok(page.clone());
+                }
+                Some(c.seq)
+            }
+            None => None,
+        };
+        let ps = self.config.page_size;
+        let offset = page_no << self.page_shift;
+        let disk_len = self.disk_len.load(Ordering::Acquire);
+        let mut buf = self.alloc(ps);
+        if offset < disk_len {
+            let n = (disk_len - offset).min(ps as u64) as usize;
+            self.backend
+                .read_exact_at(offset, &mut buf[..n])
+                .map_err(|e| Error::io("pread", Some(offset), e))?;
+            add(&self.counters.disk_reads, 1);
+        }
+        let page = Arc::new(buf);
+        if let (Some(c), Some(seq)) = (cache, seq) {
+            let mut c = c.lock();
+            if c.seq == seq {
+                self.cache_insert(&mut c, page_no, page.clone());
+            }
+        }
+        Ok(page)
+    }
+
+    fn cache_stripe(&self, page_no: u64) -> Option<&Mutex<CacheStripe>> {
+        self.cache.get((page_no & self.stripe_mask) as usize)
+    }
+
+    /// Inserts a clean page, evicting arbitrary pages (hash order, which is
+    /// close to random) until the stripe is within its budget.
+    fn cache_insert(&self, c: &mut CacheStripe, page_no: u64, page: PageRef) {
+        let bytes = page.len();
+        if bytes > self.cache_budget_per_stripe {
+            if let Some(old) = c.pages.remove(&page_no) {
+                c.bytes -= old.len();
+            }
+            return;
+        }
+        match c.pages.insert(page_no, page) {
+            Some(old) => c.bytes = c.bytes - old.len() + bytes,
+            None => c.bytes += bytes,
+        }
+        while c.bytes > self.cache_budget_per_stripe {
+            let victim = c.pages.keys().copied().find(|&k| k != page_no);
+            let Some(victim) = victim else { break };
+            if let Some(old) = c.pages.remove(&victim) {
+                c.bytes -= old.len();
+            }
+        }
+    }
+}
+
+impl Drop for PagedCachedFile {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() {
+            let _ = self.flush_to_os();
+        }
+    }
+}
+
+/// Write access to one or more pages, from [`PagedCachedFile::write`] or
+/// [`PagedCachedFile::overwrite`]. Derefs to the page bytes; dropping it
+/// puts them into the write buffer (newest wins over anything written to
+/// those pages before the drop).
+pub struct WritablePage<'a> {
+    file: &'a PagedCachedFile,
+    offset: u64,
+    buf: Option<AlignedBuf>,
+}
+
+impl WritablePage<'_> {
+    /// Byte offset of the first page.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl Deref for WritablePage<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.as_deref().unwrap_or(&[])
+    }
+}
+
+impl DerefMut for WritablePage<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.buf.as_deref_mut().unwrap_or(&mut [])
+    }
+}
+
+impl Drop for WritablePage<'_> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.file.insert_range(self.offset, buf);
+        }
+    }
+}

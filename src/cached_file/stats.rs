@@ -1,0 +1,115 @@
+//! Counters of a [`PagedCachedFile`](super::PagedCachedFile).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A snapshot of a file's counters, all since it was opened.
+///
+/// Counters are read one by one without a lock, so a snapshot taken while
+/// other threads work can be off by the operations in progress.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Pages handed to the file by writers (`write_page`, `WritablePage`).
+    pub pages_dirtied: u64,
+    /// Pages written to the backend by flushes (a page rewritten before a
+    /// flush is written once).
+    pub pages_written: u64,
+    /// Runs (contiguous ranges) written.
+    pub runs: u64,
+    /// Write calls made to the backend (`pwrite` / `pwritev`); a backend may
+    /// split one call on a short write.
+    pub write_calls: u64,
+    /// Bytes written to the backend.
+    pub bytes_written: u64,
+    /// Flushes that wrote at least one page.
+    pub flushes: u64,
+    /// `fdatasync` calls.
+    pub syncs: u64,
+    /// Time spent in backend write calls by flushes, µs.
+    pub write_us: u64,
+    /// Time spent in `fdatasync`, µs.
+    pub sync_us: u64,
+    /// `sync()` calls that returned `Ok`.
+    pub commits: u64,
+    /// Group-commit rounds: one flush + `fdatasync` each.
+    pub commit_rounds: u64,
+    /// Largest number of `sync()` callers served by one round.
+    pub max_commit_group: u64,
+    /// Writers that found the write buffer full and flushed or waited.
+    pub backpressure_waits: u64,
+    /// Reads served from the write buffer or the in-flight set.
+    pub buffer_hits: u64,
+    /// Reads served from the read cache.
+    pub cache_hits: u64,
+    /// Pages read from the backend.
+    pub disk_reads: u64,
+    /// Dirty and in-flight bytes held now.
+    pub buffered_bytes: u64,
+    /// Highest `buffered_bytes` seen.
+    pub peak_buffered_bytes: u64,
+}
+
+impl Stats {
+    /// Average number of `sync()` callers per group-commit round.
+    pub fn avg_commit_group(&self) -> f64 {
+        if self.commit_rounds == 0 {
+            0.0
+        } else {
+            self.commits as f64 / self.commit_rounds as f64
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub pages_dirtied: AtomicU64,
+    pub pages_written: AtomicU64,
+    pub runs: AtomicU64,
+    pub write_calls: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub flushes: AtomicU64,
+    pub syncs: AtomicU64,
+    pub write_ns: AtomicU64,
+    pub sync_ns: AtomicU64,
+    pub commits: AtomicU64,
+    pub commit_rounds: AtomicU64,
+    pub max_commit_group: AtomicU64,
+    pub backpressure_waits: AtomicU64,
+    pub buffer_hits: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub disk_reads: AtomicU64,
+    pub peak_buffered_bytes: AtomicU64,
+}
+
+impl Counters {
+    pub fn snapshot(&self, buffered_bytes: u64) -> Stats {
+        Stats {
+            pages_dirtied: self.pages_dirtied.load(Relaxed),
+            pages_written: self.pages_written.load(Relaxed),
+            runs: self.runs.load(Relaxed),
+            write_calls: self.write_calls.load(Relaxed),
+            bytes_written: self.bytes_written.load(Relaxed),
+            flushes: self.flushes.load(Relaxed),
+            syncs: self.syncs.load(Relaxed),
+            write_us: self.write_ns.load(Relaxed) / 1000,
+            sync_us: self.sync_ns.load(Relaxed) / 1000,
+            commits: self.commits.load(Relaxed),
+            commit_rounds: self.commit_rounds.load(Relaxed),
+            max_commit_group: self.max_commit_group.load(Relaxed),
+            backpressure_waits: self.backpressure_waits.load(Relaxed),
+            buffer_hits: self.buffer_hits.load(Relaxed),
+            cache_hits: self.cache_hits.load(Relaxed),
+            disk_reads: self.disk_reads.load(Relaxed),
+            buffered_bytes,
+            peak_buffered_bytes: self.peak_buffered_bytes.load(Relaxed),
+        }
+    }
+}
+
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Relaxed);
+}
+
+/// Adds the time since `start` to a nanosecond counter.
+pub(crate) fn add_elapsed(counter: &AtomicU64, start: std::time::Instant) {
+    counter.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+}

@@ -1,0 +1,199 @@
+//! Backends for testing code built on this crate: [`FaultyBackend`] fails
+//! chosen calls. Public so engine authors can test their own error paths.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::backend::StorageBackend;
+
+/// What a scheduled fault does to one write call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteFault {
+    /// Pass the call through unchanged.
+    Pass,
+    /// Fail with this OS error (`libc::EIO`, `libc::ENOSPC`, ...) before
+    /// writing anything.
+    Errno(i32),
+    /// Write the first `n` bytes, then fail with `EIO` (a torn write).
+    TornThenEio(usize),
+}
+
+/// Wraps a backend and fails the calls its schedule says to.
+///
+/// Write calls (`write_all_at` and `write_vectored_all_at`, one entry per
+/// call) take the next [`WriteFault`] from the write schedule; `sync_data`
+/// calls take the next `Option<i32>` errno from the sync schedule. An empty
+/// schedule passes calls through.
+#[derive(Debug)]
+pub struct FaultyBackend<B> {
+    inner: B,
+    write_faults: Mutex<VecDeque<WriteFault>>,
+    sync_faults: Mutex<VecDeque<Option<i32>>>,
+    writes: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl<B: StorageBackend> FaultyBackend<B> {
+    /// Wraps `inner` with empty schedules.
+    pub fn new(inner: B) -> Self {
+        Self {
+            inner,
+            write_faults: Mutex::new(VecDeque::new()),
+            sync_faults: Mutex::new(VecDeque::new()),
+            writes: AtomicU64::new(0),
+            syncs: AtomicU64::new(0),
+        }
+    }
+
+    /// Appends faults for the next write calls, in order.
+    pub fn schedule_writes(&self, faults: impl IntoIterator<Item = WriteFault>) {
+        self.write_faults.lock().extend(faults);
+    }
+
+    /// Appends outcomes for the next `sync_data` calls: `Some(errno)` fails,
+    /// `None` passes.
+    pub fn schedule_syncs(&self, faults: impl IntoIterator<Item = Option<i32>>) {
+        self.sync_faults.lock().extend(faults);
+    }
+
+    /// Write calls seen so far (failed ones included).
+    pub fn write_calls(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// `sync_data` calls seen so far (failed ones included).
+    pub fn sync_calls(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    fn next_write_fault(&self) -> WriteFault {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_faults
+            .lock()
+            .pop_front()
+            .unwrap_or(WriteFault::Pass)
+    }
+}
+
+impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.inner.read_exact_at(offset, buf)
+    }
+
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        match self.next_write_fault() {
+            WriteFault::Pass => self.inner.write_all_at(offset, buf),
+            WriteFault::Errno(code) => Err(io::Error::from_raw_os_error(code)),
+            WriteFault::TornThenEio(n) => {
+                self.inner.write_all_at(offset, &buf[..n.min(buf.len())])?;
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+        }
+    }
+
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        match self.next_write_fault() {
+            WriteFault::Pass => self.inner.write_vectored_all_at(offset, bufs),
+            WriteFault::Errno(code) => Err(io::Error::from_raw_os_error(code)),
+            WriteFault::TornThenEio(n) => {
+                let mut left = n;
+                let mut at = offset;
+                for buf in bufs.iter() {
+                    let k = left.min(buf.len());
+                    self.inner.write_all_at(at, &buf[..k])?;
+                    at += k as u64;
+                    left -= k;
+                }
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+        }
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        match self.sync_faults.lock().pop_front().flatten() {
+            Some(code) => Err(io::Error::from_raw_os_error(code)),
+            None => self.inner.sync_data(),
+        }
+    }
+
+    #[cfg(unix)]
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.raw_fd()
+    }
+}
+
+/// A file that remembers what was durable: the live image takes every
+/// write; `sync_data` copies it to the durable image. [`crash`](Self::crash)
+/// gives a new backend holding only the durable image, as a power cut
+/// would leave the file if the OS wrote back nothing unsynced.
+#[derive(Debug, Default)]
+pub struct CrashBackend {
+    live: crate::backend::MemoryBackend,
+    durable: Mutex<Vec<u8>>,
+}
+
+impl CrashBackend {
+    /// An empty file.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The bytes a crash now would leave.
+    pub fn durable_image(&self) -> Vec<u8> {
+        self.durable.lock().clone()
+    }
+
+    /// The bytes the OS holds now (synced or not).
+    pub fn live_image(&self) -> Vec<u8> {
+        self.live.contents()
+    }
+
+    /// A new backend with the durable image only; unsynced writes are lost.
+    pub fn crash(&self) -> crate::backend::MemoryBackend {
+        let be = crate::backend::MemoryBackend::new();
+        let image = self.durable_image();
+        be.write_all_at(0, &image).expect("memory backend write");
+        be.set_len(image.len() as u64)
+            .expect("memory backend set_len");
+        be
+    }
+}
+
+impl StorageBackend for CrashBackend {
+    fn len(&self) -> io::Result<u64> {
+        self.live.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.live.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.live.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.live.write_all_at(offset, buf)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        // Hold the durable lock while copying so a concurrent crash() sees
+        // either the old or the new durable image, never a torn one.
+        let mut durable = self.durable.lock();
+        *durable = self.live.contents();
+        Ok(())
+    }
+}

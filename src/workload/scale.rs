@@ -1,0 +1,486 @@
+//! The redb-style commit workload behind `pagewriter scale`.
+//!
+//! `T` writer threads each run transactions of `K` pages: mostly fresh
+//! pages taken from a shared page allocator (contiguous within a
+//! transaction), plus a fraction rewriting random earlier pages (the
+//! B-tree's root path), filled with pseudo-random bytes; then a commit
+//! (`sync`, or `flush` only). Each (mode, thread count) cell runs for a
+//! fixed time; cells are interleaved and repeated, and rows report medians,
+//! so that a slow moment of a shared machine hits every mode alike.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::WyRand;
+use crate::cached_file::{Config, FlushEngine, PagedCachedFile, Stats};
+use crate::error::{Error, Result};
+
+/// What a cell measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// All threads share one [`PagedCachedFile`] using this engine.
+    Engine(FlushEngine),
+    /// One file per thread, each with the [`FlushEngine::PerPage`] engine:
+    /// the old way around a per-page flush that collapses on a shared file.
+    SeparateFiles,
+}
+
+impl Mode {
+    /// The modes `scale` runs by default, baseline first.
+    pub const DEFAULT: [Mode; 4] = [
+        Mode::Engine(FlushEngine::PerPage),
+        Mode::Engine(FlushEngine::Concat),
+        Mode::Engine(FlushEngine::Vectored),
+        Mode::SeparateFiles,
+    ];
+
+    /// Name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Engine(e) => e.name(),
+            Mode::SeparateFiles => "separate-files",
+        }
+    }
+
+    /// Parses a [`name`](Self::name).
+    pub fn parse(s: &str) -> Option<Mode> {
+        Self::DEFAULT.into_iter().find(|m| m.name() == s)
+    }
+}
+
+impl Serialize for Mode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// How each transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CommitKind {
+    /// `sync()`: durable, group commit. The default.
+    #[default]
+    Sync,
+    /// `flush()`: pages reach the OS, no `fdatasync`.
+    Flush,
+}
+
+/// Settings of a scale run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleConfig {
+    /// Writer thread counts, one cell each. Default 1, 2, 4, 8.
+    pub threads: Vec<usize>,
+    /// Modes, one cell each per thread count. Default [`Mode::DEFAULT`].
+    pub modes: Vec<Mode>,
+    /// Pages per transaction. Default 16.
+    pub pages_per_txn: usize,
+    /// Page size in bytes. Default 4096.
+    pub page_size: usize,
+    /// Fraction of each transaction's pages that rewrite random earlier
+    /// pages, in `[0, 1]`. Default 0.125 (2 of 16).
+    pub rewrite_fraction: f64,
+    /// How transactions end. Default [`CommitKind::Sync`].
+    pub commit: CommitKind,
+    /// Time each cell runs. Default 2 s.
+    pub cell_duration: Duration,
+    /// Rounds over all cells; rows report the median. Default 3.
+    pub repeats: usize,
+    /// Directory for the temporary files. Default: the current directory.
+    pub dir: PathBuf,
+    /// Seed of the page contents and rewrite choices.
+    pub seed: u64,
+    /// Write buffer bound in bytes. Default 64 MiB.
+    pub max_write_buffer_bytes: usize,
+}
+
+impl Default for ScaleConfig {
+    fn default() -> Self {
+        Self {
+            threads: vec![1, 2, 4, 8],
+            modes: Mode::DEFAULT.to_vec(),
+            pages_per_txn: 16,
+            page_size: 4096,
+            rewrite_fraction: 0.125,
+            commit: CommitKind::Sync,
+            cell_duration: Duration::from_secs(2),
+            repeats: 3,
+            dir: PathBuf::from("."),
+            seed: 0x5eed,
+            max_write_buffer_bytes: 64 << 20,
+        }
+    }
+}
+
+impl ScaleConfig {
+    /// Pages of each transaction that are rewrites.
+    pub fn rewrites_per_txn(&self) -> usize {
+        ((self.pages_per_txn as f64) * self.rewrite_fraction).round() as usize
+    }
+
+    /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
+    /// first bad one, [`Error::InvalidPageSize`].
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
+        if self.threads.is_empty() || self.threads.contains(&0) {
+            return bad("thread counts must be at least 1");
+        }
+        if self.threads.iter().any(|&t| t > 4096) {
+            return bad("thread counts above 4096 are not supported");
+        }
+        if self.modes.is_empty() {
+            return bad("no modes to run");
+        }
+        if self.pages_per_txn == 0 {
+            return bad("pages per transaction must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.rewrite_fraction) {
+            return bad("rewrite fraction must be in [0, 1]");
+        }
+        if self.repeats == 0 {
+            return bad("repeats must be at least 1");
+        }
+        if self.cell_duration.is_zero() {
+            return bad("cell duration must be above 0");
+        }
+        Config::default()
+            .page_size(self.page_size)
+            .max_write_buffer_bytes(self.max_write_buffer_bytes)
+            .validate()
+    }
+}
+
+/// One measured cell: a mode at a thread count, one repeat.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// Mode measured.
+    pub mode: Mode,
+    /// Writer threads.
+    pub threads: usize,
+    /// Which repeat (0-based).
+    pub repeat: usize,
+    /// Wall time from start to the last thread's end, seconds.
+    pub seconds: f64,
+    /// Pages written by transactions (rewrites included).
+    pub page_writes: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// File counters at the end (summed over files in separate-files mode).
+    pub stats: Stats,
+    /// Commit latency percentiles in µs: p50, p99.
+    pub p50_us: u64,
+    /// See `p50_us`.
+    pub p99_us: u64,
+    #[serde(skip)]
+    latency: Histogram<u64>,
+}
+
+impl Cell {
+    /// Page writes per second.
+    pub fn page_writes_per_s(&self) -> f64 {
+        self.page_writes as f64 / self.seconds
+    }
+}
+
+/// The median of the repeats of one (mode, threads) cell.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Mode.
+    pub mode: Mode,
+    /// Writer threads.
+    pub threads: usize,
+    /// Median page writes per second.
+    pub page_writes_per_s: f64,
+    /// Median commits per second.
+    pub commits_per_s: f64,
+    /// Median MB/s of page bytes written by transactions (10^6 bytes).
+    pub mb_per_s: f64,
+    /// Median write system calls per commit.
+    pub write_calls_per_commit: f64,
+    /// Median `fdatasync` calls per commit.
+    pub syncs_per_commit: f64,
+    /// Commit latency over all repeats, µs.
+    pub p50_us: u64,
+    /// See `p50_us`.
+    pub p99_us: u64,
+    /// `page_writes_per_s` over the per-page engine's at the same thread
+    /// count (`None` when per-page was not run).
+    pub vs_per_page: Option<f64>,
+}
+
+/// Everything a scale run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleReport {
+    /// The settings.
+    pub config: ScaleConfig,
+    /// How I/O was done, e.g. "pwritev/pwrite, buffered".
+    pub io_mode: String,
+    /// Medians, in the order of `config.threads` x `config.modes`.
+    pub rows: Vec<Row>,
+    /// Every cell measured.
+    pub cells: Vec<Cell>,
+}
+
+impl ScaleReport {
+    /// The row of `mode` at `threads`, if it was measured.
+    pub fn row(&self, mode: Mode, threads: usize) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.mode == mode && r.threads == threads)
+    }
+}
+
+/// Runs every cell `config.repeats` times, interleaved, calling `progress`
+/// after each, and returns the report.
+///
+/// Errors: a bad config; any I/O error of a cell (its temporary files are
+/// removed).
+pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<ScaleReport> {
+    config.validate()?;
+    let mut cells = Vec::new();
+    for repeat in 0..config.repeats {
+        for &threads in &config.threads {
+            for &mode in &config.modes {
+                let cell = run_cell(config, mode, threads, repeat)?;
+                progress(&cell);
+                cells.push(cell);
+            }
+        }
+    }
+    let rows = summarize(config, &cells);
+    Ok(ScaleReport {
+        config: config.clone(),
+        io_mode: "pwrite/pwritev, buffered (page cache)".to_string(),
+        rows,
+        cells,
+    })
+}
+
+/// A temporary file in `dir`, removed on drop.
+fn temp_file(dir: &Path) -> Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".pagewriter-scale-")
+        .suffix(".pwtmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("create temporary file", None, e))
+}
+
+fn open_cached(
+    file: &tempfile::NamedTempFile,
+    config: &ScaleConfig,
+    engine: FlushEngine,
+) -> Result<PagedCachedFile> {
+    let f = file
+        .as_file()
+        .try_clone()
+        .map_err(|e| Error::io("dup", None, e))?;
+    let cfg = Config::default()
+        .page_size(config.page_size)
+        .max_write_buffer_bytes(config.max_write_buffer_bytes)
+        .engine(engine);
+    PagedCachedFile::new(
+        crate::backend::FileBackend::from_file(f).with_max_write_bytes(cfg.max_write_bytes),
+        cfg,
+    )
+}
+
+/// Runs one cell.
+pub fn run_cell(config: &ScaleConfig, mode: Mode, threads: usize, repeat: usize) -> Result<Cell> {
+    let (temps, files): (Vec<_>, Vec<_>) = match mode {
+        Mode::Engine(engine) => {
+            let t = temp_file(&config.dir)?;
+            let f = Arc::new(open_cached(&t, config, engine)?);
+            (vec![t], vec![f])
+        }
+        Mode::SeparateFiles => {
+            let mut temps = Vec::new();
+            let mut files = Vec::new();
+            for _ in 0..threads {
+                let t = temp_file(&config.dir)?;
+                files.push(Arc::new(open_cached(&t, config, FlushEngine::PerPage)?));
+                temps.push(t);
+            }
+            (temps, files)
+        }
+    };
+    let allocators: Vec<AtomicU64> = files.iter().map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let results: Vec<Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let which = t % files.len();
+                let file = &files[which];
+                let alloc = &allocators[which];
+                let stop = &stop;
+                let seed = config.seed
+                    ^ ((repeat as u64) << 32)
+                    ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9);
+                s.spawn(move || writer(config, file, alloc, stop, seed))
+            })
+            .collect();
+        std::thread::sleep(config.cell_duration);
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::InvalidConfig("writer thread panicked".into())))
+            })
+            .collect()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let mut latency = new_histogram();
+    let (mut page_writes, mut commits) = (0, 0);
+    for r in results {
+        let (p, c, h) = r?;
+        page_writes += p;
+        commits += c;
+        latency.add(&h).expect("same histogram bounds");
+    }
+    let mut stats = Stats::default();
+    for f in &files {
+        let s = f.stats();
+        stats.pages_written += s.pages_written;
+        stats.runs += s.runs;
+        stats.write_calls += s.write_calls;
+        stats.bytes_written += s.bytes_written;
+        stats.syncs += s.syncs;
+        stats.write_us += s.write_us;
+        stats.sync_us += s.sync_us;
+        stats.commits += s.commits;
+        stats.commit_rounds += s.commit_rounds;
+        stats.flushes += s.flushes;
+        stats.max_commit_group = stats.max_commit_group.max(s.max_commit_group);
+        stats.backpressure_waits += s.backpressure_waits;
+    }
+    drop(files);
+    drop(temps);
+    Ok(Cell {
+        mode,
+        threads,
+        repeat,
+        seconds,
+        page_writes,
+        commits,
+        stats,
+        p50_us: latency.value_at_quantile(0.50),
+        p99_us: latency.value_at_quantile(0.99),
+        latency,
+    })
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 µs .. 100 s at 3 significant digits.
+    Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
+}
+
+/// One writer thread: transactions until `stop`. Returns (page writes,
+/// commits, commit latency in µs).
+fn writer(
+    config: &ScaleConfig,
+    file: &PagedCachedFile,
+    alloc: &AtomicU64,
+    stop: &AtomicBool,
+    seed: u64,
+) -> Result<(u64, u64, Histogram<u64>)> {
+    let ps = config.page_size as u64;
+    let rewrites = config.rewrites_per_txn() as u64;
+    let fresh = config.pages_per_txn as u64 - rewrites;
+    let mut rng = WyRand::new(seed);
+    let mut latency = new_histogram();
+    let (mut pages, mut commits) = (0u64, 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        let first = alloc.fetch_add(fresh, Ordering::Relaxed);
+        for p in first..first + fresh {
+            let mut page = file.overwrite(p * ps, ps as usize)?;
+            rng.fill(&mut page);
+        }
+        for _ in 0..rewrites {
+            let high = alloc.load(Ordering::Relaxed);
+            let p = if high == 0 { first } else { rng.below(high) };
+            let mut page = file.overwrite(p * ps, ps as usize)?;
+            rng.fill(&mut page);
+        }
+        pages += fresh + rewrites;
+        let t0 = Instant::now();
+        match config.commit {
+            CommitKind::Sync => file.sync()?,
+            CommitKind::Flush => file.flush()?,
+        }
+        latency.saturating_record(t0.elapsed().as_micros().max(1) as u64);
+        commits += 1;
+    }
+    Ok((pages, commits, latency))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Medians per (mode, threads), and each mode's ratio to per-page.
+pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for &threads in &config.threads {
+        for &mode in &config.modes {
+            let these: Vec<&Cell> = cells
+                .iter()
+                .filter(|c| c.mode == mode && c.threads == threads)
+                .collect();
+            if these.is_empty() {
+                continue;
+            }
+            let per = |f: &dyn Fn(&Cell) -> f64| median(these.iter().map(|c| f(c)).collect());
+            let mut latency = new_histogram();
+            for c in &these {
+                latency.add(&c.latency).expect("same histogram bounds");
+            }
+            let per_commit = |n: u64, c: &Cell| {
+                if c.commits == 0 {
+                    0.0
+                } else {
+                    n as f64 / c.commits as f64
+                }
+            };
+            rows.push(Row {
+                mode,
+                threads,
+                page_writes_per_s: per(&|c| c.page_writes_per_s()),
+                commits_per_s: per(&|c| c.commits as f64 / c.seconds),
+                mb_per_s: per(&|c| {
+                    c.page_writes as f64 * config.page_size as f64 / c.seconds / 1e6
+                }),
+                write_calls_per_commit: per(&|c| per_commit(c.stats.write_calls, c)),
+                syncs_per_commit: per(&|c| per_commit(c.stats.syncs, c)),
+                p50_us: latency.value_at_quantile(0.50),
+                p99_us: latency.value_at_quantile(0.99),
+                vs_per_page: None,
+            });
+        }
+    }
+    let base: Vec<(usize, f64)> = rows
+        .iter()
+        .filter(|r| r.mode == Mode::Engine(FlushEngine::PerPage))
+        .map(|r| (r.threads, r.page_writes_per_s))
+        .collect();
+    for r in &mut rows {
+        if let Some(&(_, b)) = base.iter().find(|(t, _)| *t == r.threads) {
+            if b > 0.0 {
+                r.vs_per_page = Some(r.page_writes_per_s / b);
+            }
+        }
+    }
+    rows
+}

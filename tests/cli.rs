@@ -1,0 +1,73 @@
+//! The `pagewriter` binary: a short scale run and its argument errors.
+
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+}
+
+#[test]
+fn scale_json_reports_every_cell_and_removes_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args([
+            "scale",
+            "--threads",
+            "1,2",
+            "--duration",
+            "0.2",
+            "--repeats",
+            "1",
+            "--json",
+            "--rewrite",
+            "0",
+        ])
+        .arg("--path")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 4);
+    for r in rows {
+        assert!(r["page_writes_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["p99_us"].as_u64().unwrap() >= r["p50_us"].as_u64().unwrap());
+    }
+    // Fresh pages only, one thread, vectored: one pwritev and one fdatasync per commit.
+    let vec1 = rows
+        .iter()
+        .find(|r| r["mode"] == "vectored" && r["threads"] == 1)
+        .unwrap();
+    assert_eq!(vec1["write_calls_per_commit"].as_f64().unwrap(), 1.0);
+    assert_eq!(vec1["syncs_per_commit"].as_f64().unwrap(), 1.0);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "temporary files left behind"
+    );
+}
+
+#[test]
+fn bad_arguments_fail_with_a_message() {
+    for args in [
+        &["scale", "--modes", "nope"][..],
+        &["scale", "--threads", "0"],
+        &["scale", "--page-size", "1000"],
+        &["scale", "--rewrite", "1.5"],
+        &["scale", "--duration", "0"],
+        &["scale", "--path", "/nonexistent/dir"],
+    ] {
+        let out = bin().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("pagewriter:") || err.contains("error:"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use pagewriter::FlushEngine;
+
+/// Every flush engine: tests that take an engine run for each of these.
+pub const ENGINES: [FlushEngine; 3] = [
+    FlushEngine::PerPage,
+    FlushEngine::Concat,
+    FlushEngine::Vectored,
+];
+
+/// A page of `size` bytes whose contents encode (page number, version), so
+/// a wrong or stale page is told apart from the right one.
+pub fn page(size: usize, page_no: u64, version: u64) -> Vec<u8> {
+    let mut v = vec![0u8; size];
+    let tag =
+        page_no.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    for (i, chunk) in v.chunks_mut(8).enumerate() {
+        let w = (tag ^ i as u64).to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+    v[..8].copy_from_slice(&page_no.to_le_bytes());
+    v[8..16].copy_from_slice(&version.to_le_bytes());
+    v
+}
+
+/// (page number, version) stored by [`page`].
+pub fn tag_of(bytes: &[u8]) -> (u64, u64) {
+    (
+        u64::from_le_bytes(bytes[..8].try_into().unwrap()),
+        u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
+    )
+}
