@@ -7,23 +7,26 @@
 //! in this order by [`PagedCachedFile::read`]:
 //!
 //! 1. the write buffer: `Stripe::dirty`, written by writers;
-//! 2. the in-flight set: `Stripe::flushing`, what the running flush drained
-//!    and is writing;
+//! 2. the in-flight generations: `Stripe::flushing`, what each running flush
+//!    or commit round drained and is writing or syncing, youngest last;
 //! 3. the read cache of clean pages (optional);
 //! 4. the backend.
 //!
 //! A page moves 1 -> 2 under its stripe lock (one `mem::take`, no I/O), so a
 //! reader holding that lock sees it in one of the two. It leaves 2 only
-//! after its write completed (and, for a commit, after the `fdatasync`), and
-//! after the read cache was updated, so a reader that misses 1 and 2 finds
-//! it in 3 or 4.
+//! after its write completed (and, for a commit round, after the round's
+//! `fdatasync`), and after the read cache was updated, so a reader that
+//! misses 1 and 2 finds it in 3 or 4. Generations retire in drain order, so
+//! a younger version of a page in flight always shadows an older one.
 //!
 //! # Lock order
 //!
-//! `flusher` -> stripe -> cache stripe; `commit` is never held with another.
-//! No I/O happens under a stripe or cache lock. Flushes are serialized by
-//! `flusher`, so at most one version of a page is in flight and a newer
-//! version (in `dirty`) is always written by a later flush: newest wins.
+//! `flusher` -> `generations` -> stripe -> cache stripe; `commit` and
+//! `room` are never held with another. No I/O happens under a stripe or cache lock. Writes are
+//! serialized by `flusher`: a younger generation is always written after an
+//! older one, so the newest version of a page is the last to reach the OS
+//! (newest wins), even while older generations still wait for their
+//! `fdatasync`.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -82,9 +85,11 @@ pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
 pub(crate) struct Stripe {
     /// Newest versions written since the last drain.
     dirty: PageMap,
-    /// What the running flush drained from this stripe, until its writes
-    /// (and for a commit, its fdatasync) completed.
-    flushing: Option<Arc<PageMap>>,
+    /// What each flush in progress drained from this stripe, oldest first,
+    /// until its writes (and for a commit round, its fdatasync) completed.
+    /// At most a few: the generation being written, one waiting to sync and
+    /// one syncing.
+    flushing: Vec<Arc<PageMap>>,
 }
 
 /// One lock stripe of the read cache.
@@ -130,6 +135,17 @@ pub struct PagedCachedFile {
     /// write). Pages past it that are in no buffer read as zeros.
     disk_len: AtomicU64,
     flusher: Mutex<Flusher>,
+    /// Bumped after every batch that reached the OS (under `flusher`); a
+    /// commit round needs an `fdatasync` only if this moved past what the
+    /// last one covered.
+    write_seq: AtomicU64,
+    /// In-flight generations in drain order; they retire in this order.
+    generations: Mutex<std::collections::VecDeque<flush::Generation>>,
+    next_generation: AtomicU64,
+    /// Writers that find the buffer full of in-flight pages (which no flush
+    /// can release before their `fdatasync`) wait here for a settle.
+    room: Mutex<()>,
+    room_freed: Condvar,
     commit: Mutex<CommitState>,
     commit_done: Condvar,
     poisoned: AtomicBool,
@@ -191,6 +207,11 @@ impl PagedCachedFile {
             logical_len: AtomicU64::new(len),
             disk_len: AtomicU64::new(len),
             flusher: Mutex::new(Flusher::default()),
+            write_seq: AtomicU64::new(0),
+            generations: Mutex::new(std::collections::VecDeque::new()),
+            next_generation: AtomicU64::new(0),
+            room: Mutex::new(()),
+            room_freed: Condvar::new(),
             commit: Mutex::new(CommitState::default()),
             commit_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
@@ -343,7 +364,7 @@ impl PagedCachedFile {
     /// retries them.
     pub fn flush(&self) -> Result<()> {
         self.check_writable()?;
-        self.flush_to_os()
+        self.flush_to_os().map(|_| ())
     }
 
     /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
@@ -426,10 +447,12 @@ impl PagedCachedFile {
     }
 
     /// Backpressure: while the buffer is at or over its bound, flush (or
-    /// wait for the running flush, by queueing on the flusher lock). Checked
-    /// before a writer's pages exist, so a writer holding a guard never
-    /// waits on memory its own guard holds; the bound is therefore exceeded
-    /// by at most the pages of writers between this check and their insert.
+    /// wait for the running flush, by queueing on the flusher lock); if
+    /// nothing was left to flush, the bytes are in flight in commit rounds
+    /// waiting for their `fdatasync`: wait until one settles. Checked before
+    /// a writer's pages exist, so a writer holding a guard never waits on
+    /// memory its own guard holds; the bound is therefore exceeded by at
+    /// most the pages of writers between this check and their insert.
     fn wait_for_room(&self) -> Result<()> {
         let max = self.config.max_write_buffer_bytes;
         if self.buffered.load(Ordering::Acquire) < max {
@@ -438,7 +461,16 @@ impl PagedCachedFile {
         add(&self.counters.backpressure_waits, 1);
         while self.buffered.load(Ordering::Acquire) >= max {
             self.check_writable()?;
-            self.flush_to_os()?;
+            if !self.flush_to_os()? {
+                let mut room = self.room.lock();
+                if self.buffered.load(Ordering::Acquire) >= max {
+                    // Settle notifies under `room` after lowering `buffered`,
+                    // so this cannot miss it; the timeout only bounds a wait
+                    // on a round whose fdatasync hangs.
+                    self.room_freed
+                        .wait_for(&mut room, std::time::Duration::from_millis(100));
+                }
+            }
         }
         Ok(())
     }
@@ -482,7 +514,7 @@ impl PagedCachedFile {
             let hit = stripe
                 .dirty
                 .get(&page_no)
-                .or_else(|| stripe.flushing.as_ref().and_then(|f| f.get(&page_no)));
+                .or_else(|| stripe.flushing.iter().rev().find_map(|g| g.get(&page_no)));
             if let Some(page) = hit {
                 add(&self.counters.buffer_hits, 1);
                 return Ok(page.clone());
