@@ -126,10 +126,18 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        self.sync_data_on(0)
+    }
+
+    fn sync_lanes(&self) -> usize {
+        self.inner.sync_lanes()
+    }
+
+    fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         match self.sync_faults.lock().pop_front().flatten() {
             Some(code) => Err(io::Error::from_raw_os_error(code)),
-            None => self.inner.sync_data(),
+            None => self.inner.sync_data_on(lane),
         }
     }
 
@@ -139,14 +147,39 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
     }
 }
 
-/// A file that remembers what was durable: the live image takes every
-/// write; `sync_data` copies it to the durable image. [`crash`](Self::crash)
-/// gives a new backend holding only the durable image, as a power cut
-/// would leave the file if the OS wrote back nothing unsynced.
+/// A file that remembers what was durable. The live image takes every
+/// write and also logs it; a successful `sync_data` applies the log to the
+/// durable image. [`crash`](Self::crash) gives a new backend holding only
+/// the durable image, as a power cut would leave the file if the OS wrote
+/// back nothing unsynced.
+///
+/// A sync scheduled to fail ([`schedule_syncs`](Self::schedule_syncs))
+/// returns `EIO` and drops the log, as Linux does after failed writeback:
+/// the pages are marked clean, stay readable from the page cache, and a
+/// later successful `fdatasync` does not write them.
 #[derive(Debug, Default)]
 pub struct CrashBackend {
-    live: crate::backend::MemoryBackend,
-    durable: Mutex<Vec<u8>>,
+    state: Mutex<CrashState>,
+}
+
+#[derive(Debug, Default)]
+struct CrashState {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+    /// Writes since the last sync, in order: (offset, bytes).
+    log: Vec<(u64, Vec<u8>)>,
+    /// Length set by `set_len` since the last sync.
+    len_changed: bool,
+    sync_faults: VecDeque<bool>,
+}
+
+fn apply(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
+    let start = offset as usize;
+    let end = start + bytes.len();
+    if image.len() < end {
+        image.resize(end, 0);
+    }
+    image[start..end].copy_from_slice(bytes);
 }
 
 impl CrashBackend {
@@ -155,14 +188,21 @@ impl CrashBackend {
         Self::default()
     }
 
+    /// Appends outcomes for the next syncs: `true` fails with `EIO` and
+    /// drops every write since the last successful sync from the durable
+    /// path.
+    pub fn schedule_syncs(&self, failures: impl IntoIterator<Item = bool>) {
+        self.state.lock().sync_faults.extend(failures);
+    }
+
     /// The bytes a crash now would leave.
     pub fn durable_image(&self) -> Vec<u8> {
-        self.durable.lock().clone()
+        self.state.lock().durable.clone()
     }
 
     /// The bytes the OS holds now (synced or not).
     pub fn live_image(&self) -> Vec<u8> {
-        self.live.contents()
+        self.state.lock().live.clone()
     }
 
     /// A new backend with the durable image only; unsynced writes are lost.
@@ -178,22 +218,47 @@ impl CrashBackend {
 
 impl StorageBackend for CrashBackend {
     fn len(&self) -> io::Result<u64> {
-        self.live.len()
+        Ok(self.state.lock().live.len() as u64)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.live.set_len(len)
+        let mut st = self.state.lock();
+        st.live.resize(len as usize, 0);
+        st.len_changed = true;
+        Ok(())
     }
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.live.read_exact_at(offset, buf)
+        let st = self.state.lock();
+        let start = offset as usize;
+        let end = start
+            .checked_add(buf.len())
+            .filter(|&e| e <= st.live.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(&st.live[start..end]);
+        Ok(())
     }
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.live.write_all_at(offset, buf)
+        let mut st = self.state.lock();
+        apply(&mut st.live, offset, buf);
+        st.log.push((offset, buf.to_vec()));
+        Ok(())
+    }
+    /// Any number: a sync is one atomic step under the state lock.
+    fn sync_lanes(&self) -> usize {
+        8
     }
     fn sync_data(&self) -> io::Result<()> {
-        // Hold the durable lock while copying so a concurrent crash() sees
-        // either the old or the new durable image, never a torn one.
-        let mut durable = self.durable.lock();
-        *durable = self.live.contents();
+        let mut st = self.state.lock();
+        let log = std::mem::take(&mut st.log);
+        if st.sync_faults.pop_front().unwrap_or(false) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        for (offset, bytes) in &log {
+            apply(&mut st.durable, *offset, bytes);
+        }
+        if std::mem::take(&mut st.len_changed) {
+            let len = st.live.len();
+            st.durable.resize(len, 0);
+        }
         Ok(())
     }
 }

@@ -41,6 +41,12 @@ impl<B: StorageBackend> StorageBackend for Shared<B> {
     fn sync_data(&self) -> std::io::Result<()> {
         self.0.sync_data()
     }
+    fn sync_lanes(&self) -> usize {
+        self.0.sync_lanes()
+    }
+    fn sync_data_on(&self, lane: usize) -> std::io::Result<()> {
+        self.0.sync_data_on(lane)
+    }
 }
 
 fn shared<B: StorageBackend>(b: B) -> (Arc<B>, Shared<B>) {
@@ -293,9 +299,14 @@ fn sync_makes_every_earlier_write_durable() {
     }
 }
 
-/// Slow fdatasync, so concurrent committers pile up behind a round.
+/// Slow fdatasync, so concurrent committers pile up behind a round; counts
+/// how many syncs overlapped at most.
 #[derive(Debug, Default)]
-struct SlowSync(CrashBackend);
+struct SlowSync(
+    CrashBackend,
+    std::sync::atomic::AtomicUsize,
+    std::sync::atomic::AtomicUsize,
+);
 
 impl StorageBackend for SlowSync {
     fn len(&self) -> std::io::Result<u64> {
@@ -311,8 +322,15 @@ impl StorageBackend for SlowSync {
         self.0.write_all_at(offset, buf)
     }
     fn sync_data(&self) -> std::io::Result<()> {
+        let now = self.1.fetch_add(1, Ordering::SeqCst) + 1;
+        self.2.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(5));
-        self.0.sync_data()
+        let r = self.0.sync_data();
+        self.1.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+    fn sync_lanes(&self) -> usize {
+        self.0.sync_lanes()
     }
 }
 
@@ -341,6 +359,14 @@ fn group_commit_shares_rounds_and_each_caller_is_durable() {
         }
     });
     let s = f.stats();
+    assert!(
+        be.2.load(Ordering::SeqCst) >= 2,
+        "rounds never overlapped in fdatasync"
+    );
+    assert!(
+        be.2.load(Ordering::SeqCst) <= 4,
+        "more syncs at once than sync_lanes"
+    );
     assert_eq!(s.commits, THREADS * TXNS);
     assert!(s.commit_rounds < THREADS * TXNS, "no sharing: {s:?}");
     assert!(s.max_commit_group >= 2, "{s:?}");
@@ -726,6 +752,66 @@ fn concurrent_readers_never_go_back_in_time() {
         for p in 0..PAGES {
             let v = versions[p as usize].load(Ordering::SeqCst);
             assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, v));
+        }
+    }
+}
+
+#[test]
+fn a_failed_fdatasync_among_concurrent_rounds_fails_everything_after_it() {
+    const THREADS: u64 = 8;
+    for lanes in [1usize, 4] {
+        for fail_at in [1usize, 3, 7] {
+            let (be, sh) = shared(SlowSync::default());
+            be.0.schedule_syncs((0..fail_at).map(|i| i + 1 == fail_at));
+            let f = PagedCachedFile::new(sh, Config::default().sync_lanes(lanes)).unwrap();
+            let results: Vec<Vec<(u64, bool)>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        let f = &f;
+                        s.spawn(move || {
+                            let mut out = Vec::new();
+                            for i in 0..10u64 {
+                                let p = t * 100 + i;
+                                if f.write_page(p * PS as u64, &page(PS, p, 1)).is_err() {
+                                    break;
+                                }
+                                out.push((p, f.sync().is_ok()));
+                            }
+                            out
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(f.is_poisoned(), "lanes {lanes} fail_at {fail_at}");
+            let img = be.0.durable_image();
+            let mut oks = 0;
+            for (p, ok) in results.iter().flatten() {
+                if *ok {
+                    oks += 1;
+                    let at = (*p as usize) * PS;
+                    assert!(img.len() >= at + PS, "acknowledged page {p} not durable");
+                    assert_eq!(
+                        img[at..at + PS],
+                        page(PS, *p, 1)[..],
+                        "acknowledged page {p}"
+                    );
+                }
+                // Every page stays readable, acknowledged or not.
+                assert_eq!(f.read(p * PS as u64, PS).unwrap()[..], page(PS, *p, 1)[..]);
+            }
+            assert!(oks < THREADS * 10, "the failure reached nobody");
+            for thread in &results {
+                let first_err = thread
+                    .iter()
+                    .position(|(_, ok)| !ok)
+                    .unwrap_or(thread.len());
+                assert!(
+                    thread[first_err..].iter().all(|(_, ok)| !ok),
+                    "a sync succeeded after the file was poisoned: {thread:?}"
+                );
+            }
+            assert!(matches!(f.sync(), Err(Error::Poisoned)));
         }
     }
 }

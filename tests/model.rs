@@ -51,6 +51,9 @@ impl StorageBackend for Shared {
     fn sync_data(&self) -> std::io::Result<()> {
         self.0.sync_data()
     }
+    fn sync_lanes(&self) -> usize {
+        self.0.sync_lanes()
+    }
 }
 
 proptest! {

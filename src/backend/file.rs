@@ -39,6 +39,9 @@ pub struct SyscallCounts {
 #[derive(Debug)]
 pub struct FileBackend {
     file: File,
+    /// Extra open file descriptions of the same file, one per sync lane
+    /// past the first (lane 0 is `file`).
+    lanes: Vec<File>,
     max_write_bytes: usize,
     write_calls: AtomicU64,
     sync_calls: AtomicU64,
@@ -64,6 +67,7 @@ impl FileBackend {
     pub fn from_file(file: File) -> Self {
         Self {
             file,
+            lanes: Vec::new(),
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             write_calls: AtomicU64::new(0),
             sync_calls: AtomicU64::new(0),
@@ -75,6 +79,23 @@ impl FileBackend {
     pub fn with_max_write_bytes(mut self, max_write_bytes: usize) -> Self {
         self.max_write_bytes = max_write_bytes.max(1);
         self
+    }
+
+    /// Opens `lanes - 1` more file descriptions of the same file (through
+    /// `/proc/self/fd`), so that up to `lanes` `fdatasync`s can run at once,
+    /// each seeing every writeback error on its own (see
+    /// [`StorageBackend::sync_data_on`]). 0 is taken as 1.
+    ///
+    /// Errors: the reopen's error (`ENOENT` where `/proc` is not mounted);
+    /// use 1 lane there.
+    pub fn with_sync_lanes(mut self, lanes: usize) -> io::Result<Self> {
+        let proc_path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        self.lanes.clear();
+        for _ in 1..lanes.max(1) {
+            self.lanes
+                .push(OpenOptions::new().write(true).open(&proc_path)?);
+        }
+        Ok(self)
     }
 
     /// The cap on bytes per write call.
@@ -215,6 +236,21 @@ impl StorageBackend for FileBackend {
         self.sync_calls.fetch_add(1, Ordering::Relaxed);
         // std's sync_data retries EINTR and calls fdatasync on Linux.
         self.file.sync_data()
+    }
+
+    fn sync_lanes(&self) -> usize {
+        1 + self.lanes.len()
+    }
+
+    fn sync_data_on(&self, lane: usize) -> io::Result<()> {
+        match lane {
+            0 => self.sync_data(),
+            n => {
+                let file = self.lanes.get(n - 1).ok_or(io::ErrorKind::InvalidInput)?;
+                self.sync_calls.fetch_add(1, Ordering::Relaxed);
+                file.sync_data()
+            }
+        }
     }
 
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {

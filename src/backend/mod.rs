@@ -59,6 +59,24 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// the OS may have dropped the pages it failed to write back.
     fn sync_data(&self) -> io::Result<()>;
 
+    /// How many `fdatasync`s may run at once, each on its own lane (see
+    /// [`sync_data_on`](Self::sync_data_on)). Default 1.
+    fn sync_lanes(&self) -> usize {
+        1
+    }
+
+    /// `fdatasync` on lane `lane` (`< sync_lanes()`). Calls on different
+    /// lanes may overlap; calls on one lane never do. Each lane must see
+    /// every writeback error that happens after its previous call, so a
+    /// file backend gives each lane its own open file description (Linux
+    /// reports a writeback error once per open file description, so two
+    /// concurrent calls on one description could hide an error from one of
+    /// them). Default: [`sync_data`](Self::sync_data).
+    fn sync_data_on(&self, lane: usize) -> io::Result<()> {
+        let _ = lane;
+        self.sync_data()
+    }
+
     /// The raw file descriptor, for engines that submit I/O themselves
     /// (io_uring). `None` for backends without one.
     #[cfg(unix)]
@@ -85,6 +103,12 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn sync_data(&self) -> io::Result<()> {
         (**self).sync_data()
+    }
+    fn sync_lanes(&self) -> usize {
+        (**self).sync_lanes()
+    }
+    fn sync_data_on(&self, lane: usize) -> io::Result<()> {
+        (**self).sync_data_on(lane)
     }
     #[cfg(unix)]
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {

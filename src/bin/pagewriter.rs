@@ -71,6 +71,9 @@ struct ScaleArgs {
     /// Write buffer bound in MiB.
     #[arg(long, default_value_t = 64)]
     buffer_mib: usize,
+    /// Commit rounds allowed in fdatasync at once (1 = strictly serial).
+    #[arg(long, default_value_t = 4)]
+    sync_lanes: usize,
     /// Seed of page contents and rewrite choices.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -123,6 +126,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         repeats: a.repeats,
         dir: a.path,
         seed: a.seed,
+        sync_lanes: a.sync_lanes,
         max_write_buffer_bytes: a
             .buffer_mib
             .checked_mul(1 << 20)

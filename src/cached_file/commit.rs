@@ -1,26 +1,29 @@
 //! Group commit: many `sync()` callers, one flush and one `fdatasync` per
-//! round, with rounds pipelined in two stages.
+//! round, rounds pipelined.
 //!
 //! Each caller takes a ticket under the commit lock; whatever it wrote
 //! before that moment is in the write buffer, in flight, or on the OS. A
 //! round covers every ticket taken before it started: its drain begins
-//! after those tickets, so it writes their pages, and its `fdatasync`
-//! covers what earlier flushes put on the OS.
+//! after those tickets, so it writes their pages, and its `fdatasync` starts
+//! after every earlier flush's writes completed, so it covers those too.
 //!
 //! Stages (as in a binlog group commit):
 //!
-//! 1. **write**: drain, coalesce, write (one round at a time);
-//! 2. **sync**: `fdatasync` (one round at a time, in round order).
+//! 1. **write**: drain, coalesce, write. One round at a time; a round
+//!    leaves this stage only when it has a sync lane.
+//! 2. **sync**: `fdatasync` on the round's own lane. Up to `sync_lanes`
+//!    rounds at once, which lets the file system batch their journal
+//!    commits; each lane is its own open file description, so every round
+//!    sees every writeback error that happened after its lane's previous
+//!    sync (Linux reports such an error once per description).
+//! 3. **publish**: in round order. `durable` moves to a round's last ticket
+//!    only when every earlier round succeeded; a failed `fdatasync` poisons
+//!    the file, and every round published after it fails too.
 //!
-//! A round leaves the write stage only when it enters the sync stage, so
-//! while round N waits in `fdatasync`, round N+1 drains and writes what
-//! arrived meanwhile, and its group is larger for it. Because syncs run one
-//! at a time on one file description, an error `fdatasync` reports can only
-//! be reported to the round that made the call, never lost to a concurrent
-//! one (Linux reports a writeback error once per open file description).
-//! Rounds publish in order: `durable` only moves forward, and a round after
-//! a failed `fdatasync` fails too (the file is poisoned).
+//! While round N waits in `fdatasync`, round N+1 drains and writes what
+//! arrived meanwhile.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use parking_lot::MutexGuard;
@@ -40,12 +43,31 @@ pub(crate) struct CommitState {
     started: u64,
     /// A round holds the write stage.
     writing: bool,
-    /// A round holds the sync stage.
-    syncing: bool,
-    /// `write_seq` covered by the last successful `fdatasync`.
+    /// Sync lanes not in use.
+    free_lanes: Vec<usize>,
+    /// Rounds past the write stage, in round order, with their outcome once
+    /// their `fdatasync` returned: `Ok(covered write_seq)` or the error.
+    syncing: VecDeque<SyncingRound>,
+    /// `write_seq` covered by the last published `fdatasync`.
     synced_seq: u64,
     /// The latest failed round: tickets in `(lo, hi]` get its error.
     failure: Option<(u64, u64, Error)>,
+}
+
+#[derive(Debug)]
+struct SyncingRound {
+    lo: u64,
+    hi: u64,
+    outcome: Option<Result<Option<u64>>>,
+}
+
+impl CommitState {
+    pub(crate) fn new(lanes: usize) -> Self {
+        Self {
+            free_lanes: (0..lanes.max(1)).rev().collect(),
+            ..Self::default()
+        }
+    }
 }
 
 impl PagedCachedFile {
@@ -71,62 +93,89 @@ impl PagedCachedFile {
                 self.commit_done.wait(&mut st);
                 continue;
             }
-            return self.lead_round(st);
+            self.lead_round(&mut st)?;
         }
     }
 
-    /// Runs one round for every ticket not yet covered, as its leader.
-    fn lead_round(&self, mut st: MutexGuard<'_, CommitState>) -> Result<()> {
+    /// Runs one round, as its leader, for every ticket not yet covered.
+    /// Returns once the round's outcome is recorded (published or queued
+    /// behind an earlier round); a write-stage error is returned directly.
+    fn lead_round(&self, st: &mut MutexGuard<'_, CommitState>) -> Result<()> {
         st.writing = true;
         let (lo, hi) = (st.started, st.next_ticket);
         st.started = hi;
-        let written = MutexGuard::unlocked(&mut st, || -> Result<(Option<Batch>, u64)> {
+        let written = MutexGuard::unlocked(st, || -> Result<(Option<Batch>, u64)> {
             let mut f = self.flusher.lock();
             let batch = self.write_batch(&mut f)?;
             Ok((batch, self.write_seq.load(Ordering::Acquire)))
         });
-        let result = match written {
+        let (batch, seq) = match written {
+            Ok(w) => w,
             Err(e) => {
+                // The unwritten pages are dirty again; a later round retries.
                 st.writing = false;
-                Err(e)
-            }
-            Ok((batch, seq)) => {
-                while st.syncing {
-                    self.commit_done.wait(&mut st);
-                }
-                st.syncing = true;
-                st.writing = false;
-                // The next round may start writing now.
+                add(&self.counters.commit_rounds, 1);
+                st.failure = Some((lo, hi, e.duplicate()));
                 self.commit_done.notify_all();
-                let needed = seq > st.synced_seq;
-                let synced = MutexGuard::unlocked(&mut st, || self.sync_batch(batch, needed));
-                st.syncing = false;
-                if let Ok(Some(covered)) = synced {
-                    st.synced_seq = st.synced_seq.max(covered);
-                }
-                synced.map(|_| ())
+                return Err(e);
             }
         };
-        add(&self.counters.commit_rounds, 1);
-        self.counters
-            .max_commit_group
-            .fetch_max(hi - lo, Ordering::Relaxed);
-        match &result {
-            Ok(()) => {
-                st.durable = st.durable.max(hi);
-                add(&self.counters.commits, 1);
-            }
-            Err(e) => st.failure = Some((lo, hi, e.duplicate())),
+        while st.free_lanes.is_empty() {
+            self.commit_done.wait(st);
         }
+        let lane = st.free_lanes.pop().expect("checked");
+        st.writing = false;
+        st.syncing.push_back(SyncingRound {
+            lo,
+            hi,
+            outcome: None,
+        });
+        // The next round may start writing now.
         self.commit_done.notify_all();
-        result
+        let needed = seq > st.synced_seq;
+        let outcome = MutexGuard::unlocked(st, || self.sync_batch(batch, needed, lane));
+        st.free_lanes.push(lane);
+        let me = st
+            .syncing
+            .iter_mut()
+            .find(|r| r.hi == hi)
+            .expect("round queued above");
+        me.outcome = Some(outcome);
+        self.publish(st);
+        self.commit_done.notify_all();
+        Ok(())
     }
 
-    /// The sync stage: `fdatasync` if `needed`, then settle the round's
-    /// batch. Returns the `write_seq` the `fdatasync` covered (`None` if
-    /// none was issued). On failure the file is poisoned and the batch's
-    /// pages go back to the write buffer, where they stay readable.
-    fn sync_batch(&self, batch: Option<Batch>, needed: bool) -> Result<Option<u64>> {
+    /// Publishes finished rounds in round order.
+    fn publish(&self, st: &mut CommitState) {
+        while st.syncing.front().is_some_and(|r| r.outcome.is_some()) {
+            let round = st.syncing.pop_front().expect("checked");
+            add(&self.counters.commit_rounds, 1);
+            self.counters
+                .max_commit_group
+                .fetch_max(round.hi - round.lo, Ordering::Relaxed);
+            match round.outcome.expect("checked") {
+                // A success after a failed fdatasync proves nothing about
+                // the pages that one lost.
+                Ok(_) if self.is_poisoned() => {
+                    st.failure = Some((round.lo, round.hi, Error::Poisoned))
+                }
+                Ok(covered) => {
+                    st.durable = st.durable.max(round.hi);
+                    if let Some(c) = covered {
+                        st.synced_seq = st.synced_seq.max(c);
+                    }
+                }
+                Err(e) => st.failure = Some((round.lo, round.hi, e)),
+            }
+        }
+    }
+
+    /// The sync stage: `fdatasync` on `lane` if `needed`, then settle the
+    /// round's batch. Returns the `write_seq` the `fdatasync` covered
+    /// (`None` if none was issued). On failure the file is poisoned and the
+    /// batch's pages go back to the write buffer, where they stay readable.
+    fn sync_batch(&self, batch: Option<Batch>, needed: bool, lane: usize) -> Result<Option<u64>> {
         if self.is_poisoned() {
             // An earlier round's fdatasync failed while this one was writing.
             if let Some(b) = batch {
@@ -145,7 +194,7 @@ impl PagedCachedFile {
         let covers = self.write_seq.load(Ordering::Acquire);
         add(&self.counters.syncs, 1);
         let started = std::time::Instant::now();
-        let synced = self.backend.sync_data();
+        let synced = self.backend.sync_data_on(lane);
         add_elapsed(&self.counters.sync_ns, started);
         match synced {
             Ok(()) => {

@@ -170,12 +170,16 @@ impl PagedCachedFile {
     ///
     /// Errors: a bad `config` (see [`Config::validate`]); `Error::Io` with op
     /// "open" if the file cannot be opened read-write (a directory, a
-    /// read-only file, a missing parent directory).
+    /// read-only file, a missing parent directory); op "reopen for sync
+    /// lanes" if the extra descriptions for `config.sync_lanes` cannot be
+    /// opened (use `sync_lanes(1)` where `/proc` is missing).
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Self> {
         config.validate()?;
         let backend = FileBackend::open(path)
             .map_err(|e| Error::io("open", None, e))?
-            .with_max_write_bytes(config.max_write_bytes);
+            .with_max_write_bytes(config.max_write_bytes)
+            .with_sync_lanes(config.sync_lanes)
+            .map_err(|e| Error::io("reopen for sync lanes", None, e))?;
         Self::new(backend, config)
     }
 
@@ -186,6 +190,7 @@ impl PagedCachedFile {
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
         let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
+        let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {
             stripes
@@ -212,7 +217,7 @@ impl PagedCachedFile {
             next_generation: AtomicU64::new(0),
             room: Mutex::new(()),
             room_freed: Condvar::new(),
-            commit: Mutex::new(CommitState::default()),
+            commit: Mutex::new(CommitState::new(lanes)),
             commit_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),

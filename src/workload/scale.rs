@@ -96,6 +96,9 @@ pub struct ScaleConfig {
     pub seed: u64,
     /// Write buffer bound in bytes. Default 64 MiB.
     pub max_write_buffer_bytes: usize,
+    /// Commit rounds in `fdatasync` at once ([`Config::sync_lanes`]).
+    /// Default 4.
+    pub sync_lanes: usize,
 }
 
 impl Default for ScaleConfig {
@@ -112,6 +115,7 @@ impl Default for ScaleConfig {
             dir: PathBuf::from("."),
             seed: 0x5eed,
             max_write_buffer_bytes: 64 << 20,
+            sync_lanes: Config::default().sync_lanes,
         }
     }
 }
@@ -150,6 +154,7 @@ impl ScaleConfig {
         Config::default()
             .page_size(self.page_size)
             .max_write_buffer_bytes(self.max_write_buffer_bytes)
+            .sync_lanes(self.sync_lanes)
             .validate()
     }
 }
@@ -281,11 +286,13 @@ fn open_cached(
     let cfg = Config::default()
         .page_size(config.page_size)
         .max_write_buffer_bytes(config.max_write_buffer_bytes)
+        .sync_lanes(config.sync_lanes)
         .engine(engine);
-    PagedCachedFile::new(
-        crate::backend::FileBackend::from_file(f).with_max_write_bytes(cfg.max_write_bytes),
-        cfg,
-    )
+    let backend = crate::backend::FileBackend::from_file(f)
+        .with_max_write_bytes(cfg.max_write_bytes)
+        .with_sync_lanes(cfg.sync_lanes)
+        .map_err(|e| Error::io("reopen for sync lanes", None, e))?;
+    PagedCachedFile::new(backend, cfg)
 }
 
 /// Runs one cell.
