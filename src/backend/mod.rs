@@ -8,6 +8,8 @@ use std::io::{self, IoSlice};
 
 mod file;
 mod memory;
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+pub mod uring;
 
 pub use file::{DEFAULT_MAX_WRITE_BYTES, FileBackend, IOV_MAX, SyscallCounts};
 pub use memory::MemoryBackend;

@@ -1,0 +1,287 @@
+//! io_uring submission of flush runs (Linux, cargo feature `io-uring`).
+//!
+//! One [`UringWriter`] per file: a ring with the file registered
+//! (`IORING_REGISTER_FILES`, addressed as `types::Fixed(0)`), runs submitted
+//! as `IORING_OP_WRITEV` SQEs, up to `queue_depth` in flight, one
+//! `io_uring_enter` per batch of submissions, completions reaped as they
+//! come while the queue is kept full.
+
+use std::io::{self, IoSlice};
+use std::os::fd::RawFd;
+
+use io_uring::{IoUring, opcode, types};
+
+use super::IOV_MAX;
+
+/// Most SQEs in flight: 4096 (the kernel's cap on SQ entries is 32768;
+/// beyond a few hundred a single NVMe queue gains nothing).
+pub const MAX_QUEUE_DEPTH: u32 = 4096;
+
+/// Resubmissions of one run after `EAGAIN` before it counts as failed.
+const MAX_EAGAIN: u32 = 1000;
+
+/// One run to write: bytes `iov` at byte `offset`. `iov` is advanced past
+/// what was written; on return `error` holds the run's error, if any.
+#[derive(Debug)]
+pub struct UringRun<'a, 'b> {
+    /// Byte offset of the run's first byte.
+    pub offset: u64,
+    /// The run's buffers; advanced in place as bytes are written.
+    pub iov: &'a mut [IoSlice<'b>],
+    /// Set if the run failed; its bytes may be partly written.
+    pub error: Option<io::Error>,
+    eagain: u32,
+}
+
+impl<'a, 'b> UringRun<'a, 'b> {
+    /// A run of `iov` at `offset`.
+    pub fn new(offset: u64, iov: &'a mut [IoSlice<'b>]) -> Self {
+        Self {
+            offset,
+            iov,
+            error: None,
+            eagain: 0,
+        }
+    }
+}
+
+/// A ring bound to one file.
+pub struct UringWriter {
+    ring: IoUring,
+    queue_depth: u32,
+    submit_calls: u64,
+}
+
+impl std::fmt::Debug for UringWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringWriter")
+            .field("queue_depth", &self.queue_depth)
+            .field("submit_calls", &self.submit_calls)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UringWriter {
+    /// Sets up a ring of `queue_depth` SQ entries (1..=[`MAX_QUEUE_DEPTH`])
+    /// and registers `fd`, which must stay open for the writer's lifetime.
+    ///
+    /// Errors: `EINVAL` for a bad queue depth; `ENOSYS` (no io_uring),
+    /// `EPERM` (seccomp, or `kernel.io_uring_disabled`), `ENOMEM`
+    /// (`RLIMIT_MEMLOCK` on old kernels) from the setup.
+    pub fn new(fd: RawFd, queue_depth: u32) -> io::Result<Self> {
+        if !(1..=MAX_QUEUE_DEPTH).contains(&queue_depth) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("queue depth {queue_depth} is not in 1..={MAX_QUEUE_DEPTH}"),
+            ));
+        }
+        // CQ is twice the SQ by default, so `queue_depth` in flight never
+        // overflows it.
+        let ring = IoUring::new(queue_depth)?;
+        ring.submitter().register_files(&[fd])?;
+        Ok(Self {
+            ring,
+            queue_depth,
+            submit_calls: 0,
+        })
+    }
+
+    /// Queue depth: most SQEs in flight.
+    pub fn queue_depth(&self) -> u32 {
+        self.queue_depth
+    }
+
+    /// `io_uring_enter` calls made so far.
+    pub fn submit_calls(&self) -> u64 {
+        self.submit_calls
+    }
+
+    /// Writes every run, up to `queue_depth` at once, and returns only when
+    /// no SQE is in flight. A short write is resubmitted for its remainder,
+    /// `EAGAIN` and `EINTR` completions are resubmitted, and a run of more
+    /// than `IOV_MAX` iovecs goes in several SQEs one after another. Any
+    /// other negative result is stored in the run's `error` and the other
+    /// runs go on. Returns the number of runs that failed.
+    ///
+    /// Errors (`Err`): `io_uring_enter` failing other than with `EINTR`,
+    /// `EBUSY` or `EAGAIN`; then every run not completed carries an error
+    /// too, and the call still waited for every SQE in flight to complete.
+    pub fn write_runs(&mut self, runs: &mut [UringRun<'_, '_>]) -> io::Result<usize> {
+        let mut next = 0usize;
+        let mut retry: Vec<usize> = Vec::new();
+        let mut in_flight = 0u32;
+        let mut fatal: Option<io::Error> = None;
+        loop {
+            // Fill the submission queue up to the queue depth.
+            while fatal.is_none() && in_flight < self.queue_depth {
+                let idx = match retry.pop() {
+                    Some(i) => i,
+                    None if next < runs.len() => {
+                        next += 1;
+                        next - 1
+                    }
+                    None => break,
+                };
+                let run = &runs[idx];
+                if run.iov.is_empty() {
+                    continue;
+                }
+                let n = run.iov.len().min(IOV_MAX) as u32;
+                let sqe = opcode::Writev::new(types::Fixed(0), run.iov.as_ptr().cast::<libc::iovec>(), n)
+                    .offset(run.offset)
+                    .build()
+                    .user_data(idx as u64);
+                // SAFETY: the SQE points at `run.iov` (IoSlice is
+                // ABI-compatible with iovec) and at the buffers it borrows.
+                // Both are borrowed from `runs` for this whole call, and this
+                // call does not return while any SQE is in flight (the loop
+                // below waits until `in_flight == 0`), so the memory outlives
+                // the kernel's use of it. A run is never in flight twice.
+                let pushed = unsafe { self.ring.submission().push(&sqe) };
+                if pushed.is_err() {
+                    // SQ full (cannot happen: in_flight < entries); retry later.
+                    retry.push(idx);
+                    break;
+                }
+                in_flight += 1;
+            }
+            if in_flight == 0 {
+                break;
+            }
+            self.submit_calls += 1;
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                    ) =>
+                {
+                    // Interrupted or CQ busy: reap what is there, then retry.
+                }
+                Err(e) => {
+                    // Keep reaping until nothing is in flight; submit
+                    // nothing more. Sleeping lets task work post the CQEs.
+                    if fatal.is_none() {
+                        fatal = Some(e);
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            }
+            let mut cq = self.ring.completion();
+            cq.sync();
+            for cqe in &mut cq {
+                in_flight -= 1;
+                let idx = cqe.user_data() as usize;
+                let run = &mut runs[idx];
+                let res = cqe.result();
+                if res > 0 {
+                    let n = res as usize;
+                    run.offset += n as u64;
+                    let mut rest: &mut [IoSlice<'_>] = std::mem::take(&mut run.iov);
+                    IoSlice::advance_slices(&mut rest, n);
+                    run.iov = rest;
+                    if !run.iov.is_empty() {
+                        // Short write, or more than IOV_MAX iovecs: go on.
+                        retry.push(idx);
+                    }
+                } else if res == 0 {
+                    run.error = Some(io::ErrorKind::WriteZero.into());
+                } else if (res == -libc::EAGAIN || res == -libc::EINTR) && run.eagain < MAX_EAGAIN {
+                    run.eagain += 1;
+                    retry.push(idx);
+                } else {
+                    run.error = Some(io::Error::from_raw_os_error(-res));
+                }
+            }
+        }
+        if let Some(e) = fatal {
+            for run in runs.iter_mut() {
+                if !run.iov.is_empty() && run.error.is_none() {
+                    run.error = Some(io::Error::new(e.kind(), format!("io_uring_enter: {e}")));
+                }
+            }
+            return Err(e);
+        }
+        Ok(runs.iter().filter(|r| r.error.is_some()).count())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+
+    #[test]
+    fn writes_runs_at_queue_depth_and_beyond_iov_max() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("u"))
+            .unwrap();
+        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 4) else {
+            eprintln!("io_uring unavailable here; skipped");
+            return;
+        };
+        // 10 runs of 3 pages with gaps, and one run of 1500 512-byte iovecs
+        // (more than IOV_MAX, so it takes two SQEs).
+        let pages: Vec<Vec<u8>> = (0..30u8).map(|i| vec![i + 1; 4096]).collect();
+        let small: Vec<Vec<u8>> = (0..1500u32).map(|i| vec![(i % 200) as u8 + 1; 512]).collect();
+        let mut iovs: Vec<Vec<IoSlice<'_>>> = pages
+            .chunks(3)
+            .map(|c| c.iter().map(|p| IoSlice::new(p)).collect())
+            .collect();
+        let mut big: Vec<IoSlice<'_>> = small.iter().map(|p| IoSlice::new(p)).collect();
+        let mut runs: Vec<UringRun<'_, '_>> = iovs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, v)| UringRun::new(i as u64 * 4 * 4096, v))
+            .collect();
+        runs.push(UringRun::new(1 << 20, &mut big));
+        assert_eq!(w.write_runs(&mut runs).unwrap(), 0);
+        assert!(runs.iter().all(|r| r.iov.is_empty() && r.error.is_none()));
+        for (i, p) in pages.iter().enumerate() {
+            let at = (i / 3) * 4 * 4096 + (i % 3) * 4096;
+            let mut back = vec![0u8; 4096];
+            file.read_exact_at(&mut back, at as u64).unwrap();
+            assert_eq!(&back, p, "page {i}");
+        }
+        let mut back = vec![0u8; 1500 * 512];
+        file.read_exact_at(&mut back, 1 << 20).unwrap();
+        assert_eq!(back, small.concat());
+    }
+
+    #[test]
+    fn bad_queue_depth_and_fd_are_errors() {
+        assert!(UringWriter::new(0, 0).is_err());
+        assert!(UringWriter::new(0, MAX_QUEUE_DEPTH + 1).is_err());
+        if IoUring::new(4).is_ok() {
+            // Registering a closed descriptor fails with EBADF.
+            assert!(UringWriter::new(1_000_000, 4).is_err());
+        }
+    }
+
+    #[test]
+    fn a_failed_run_does_not_stop_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        // Opened read-only: every write fails with EBADF.
+        let path = dir.path().join("ro");
+        std::fs::write(&path, b"x").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 2) else {
+            eprintln!("io_uring unavailable here; skipped");
+            return;
+        };
+        let page = vec![1u8; 4096];
+        let mut a = [IoSlice::new(&page)];
+        let mut b = [IoSlice::new(&page)];
+        let mut c = [IoSlice::new(&page)];
+        let mut runs = vec![UringRun::new(0, &mut a), UringRun::new(8192, &mut b), UringRun::new(16384, &mut c)];
+        assert_eq!(w.write_runs(&mut runs).unwrap(), 3);
+        assert!(runs.iter().all(|r| r.error.as_ref().and_then(|e| e.raw_os_error()) == Some(libc::EBADF)));
+    }
+}
