@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::backend::StorageBackend;
+use crate::backend::{StorageBackend, UringFault};
 
 /// What a scheduled fault does to one write call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,12 +19,18 @@ pub enum WriteFault {
     Errno(i32),
     /// Write the first `n` bytes, then fail with `EIO` (a torn write).
     TornThenEio(usize),
+    /// A short write of `n` bytes that the writer must continue: the rest
+    /// follows in a second write. For io_uring the kernel really writes
+    /// only `n` bytes and the engine must resubmit the remainder.
+    Short(usize),
 }
 
 /// Wraps a backend and fails the calls its schedule says to.
 ///
 /// Write calls (`write_all_at` and `write_vectored_all_at`, one entry per
-/// call) take the next [`WriteFault`] from the write schedule; `sync_data`
+/// call, and each io_uring write SQE through
+/// [`uring_fault`](StorageBackend::uring_fault)) take the next
+/// [`WriteFault`] from the write schedule; `sync_data`
 /// calls take the next `Option<i32>` errno from the sync schedule. An empty
 /// schedule passes calls through.
 #[derive(Debug)]
@@ -104,6 +110,11 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
                 self.inner.write_all_at(offset, &buf[..n.min(buf.len())])?;
                 Err(io::Error::from_raw_os_error(libc::EIO))
             }
+            WriteFault::Short(n) => {
+                let n = n.min(buf.len());
+                self.inner.write_all_at(offset, &buf[..n])?;
+                self.inner.write_all_at(offset + n as u64, &buf[n..])
+            }
         }
     }
 
@@ -122,7 +133,28 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
                 }
                 Err(io::Error::from_raw_os_error(libc::EIO))
             }
+            WriteFault::Short(n) => {
+                let joined: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+                let n = n.min(joined.len());
+                self.inner.write_all_at(offset, &joined[..n])?;
+                self.inner.write_all_at(offset + n as u64, &joined[n..])
+            }
         }
+    }
+
+    fn uring_fault(&self, _offset: u64, _len: usize) -> Option<UringFault> {
+        match self.next_write_fault() {
+            WriteFault::Pass => None,
+            WriteFault::Errno(e) => Some(UringFault::Errno(e)),
+            // The SQE wrote everything, but reports EIO: the pages must stay
+            // dirty all the same.
+            WriteFault::TornThenEio(_) => Some(UringFault::Errno(libc::EIO)),
+            WriteFault::Short(n) => Some(UringFault::Short(n)),
+        }
+    }
+
+    fn dio_align(&self) -> Option<crate::backend::DioAlign> {
+        self.inner.dio_align()
     }
 
     fn sync_data(&self) -> io::Result<()> {

@@ -11,7 +11,18 @@ mod memory;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod uring;
 
-pub use file::{DEFAULT_MAX_WRITE_BYTES, FileBackend, IOV_MAX, SyscallCounts};
+pub use file::{DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, SyscallCounts};
+
+/// A fault a test backend asks an io_uring flush to act out for one write
+/// (see [`StorageBackend::uring_fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UringFault {
+    /// Submit only the first `n` bytes: the kernel makes a real short write
+    /// and the engine must resubmit the rest.
+    Short(usize),
+    /// Complete the SQE with `-errno` instead of its real result.
+    Errno(i32),
+}
 pub use memory::MemoryBackend;
 
 /// A flat file of bytes that pages are read from and written to.
@@ -79,6 +90,21 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         self.sync_data()
     }
 
+    /// The `O_DIRECT` alignment when every I/O of this backend bypasses the
+    /// page cache and must be aligned; `None` for buffered I/O (default).
+    fn dio_align(&self) -> Option<DioAlign> {
+        None
+    }
+
+    /// For test backends: the fault an io_uring flush should act out for
+    /// its next write of `len` bytes at `offset` (io_uring writes go to
+    /// [`raw_fd`](Self::raw_fd) directly, past this trait's write methods).
+    /// Default: none.
+    fn uring_fault(&self, offset: u64, len: usize) -> Option<UringFault> {
+        let _ = (offset, len);
+        None
+    }
+
     /// The raw file descriptor, for engines that submit I/O themselves
     /// (io_uring). `None` for backends without one.
     #[cfg(unix)]
@@ -111,6 +137,12 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         (**self).sync_data_on(lane)
+    }
+    fn dio_align(&self) -> Option<DioAlign> {
+        (**self).dio_align()
+    }
+    fn uring_fault(&self, offset: u64, len: usize) -> Option<UringFault> {
+        (**self).uring_fault(offset, len)
     }
     #[cfg(unix)]
     fn raw_fd(&self) -> Option<std::os::fd::RawFd> {

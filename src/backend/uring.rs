@@ -11,7 +11,7 @@ use std::os::fd::RawFd;
 
 use io_uring::{IoUring, opcode, types};
 
-use super::IOV_MAX;
+use super::{IOV_MAX, UringFault};
 
 /// Most SQEs in flight: 4096 (the kernel's cap on SQ entries is 32768;
 /// beyond a few hundred a single NVMe queue gains nothing).
@@ -31,6 +31,10 @@ pub struct UringRun<'a, 'b> {
     /// Set if the run failed; its bytes may be partly written.
     pub error: Option<io::Error>,
     eagain: u32,
+    /// Truncated iovecs of an injected short write, alive until its CQE.
+    truncated: Vec<libc::iovec>,
+    /// Injected error to report at the next CQE.
+    forced_errno: Option<i32>,
 }
 
 impl<'a, 'b> UringRun<'a, 'b> {
@@ -41,6 +45,8 @@ impl<'a, 'b> UringRun<'a, 'b> {
             iov,
             error: None,
             eagain: 0,
+            truncated: Vec::new(),
+            forced_errno: None,
         }
     }
 }
@@ -106,7 +112,14 @@ impl UringWriter {
     /// Errors (`Err`): `io_uring_enter` failing other than with `EINTR`,
     /// `EBUSY` or `EAGAIN`; then every run not completed carries an error
     /// too, and the call still waited for every SQE in flight to complete.
-    pub fn write_runs(&mut self, runs: &mut [UringRun<'_, '_>]) -> io::Result<usize> {
+    ///
+    /// `fault` is asked before each SQE (offset, bytes left) and may make it
+    /// a short write or a failure; pass `&|_, _| None` outside tests.
+    pub fn write_runs(
+        &mut self,
+        runs: &mut [UringRun<'_, '_>],
+        fault: &dyn Fn(u64, usize) -> Option<UringFault>,
+    ) -> io::Result<usize> {
         let mut next = 0usize;
         let mut retry: Vec<usize> = Vec::new();
         let mut in_flight = 0u32;
@@ -122,21 +135,47 @@ impl UringWriter {
                     }
                     None => break,
                 };
-                let run = &runs[idx];
+                let run = &mut runs[idx];
                 if run.iov.is_empty() {
                     continue;
                 }
-                let n = run.iov.len().min(IOV_MAX) as u32;
-                let sqe = opcode::Writev::new(types::Fixed(0), run.iov.as_ptr().cast::<libc::iovec>(), n)
+                let n = run.iov.len().min(IOV_MAX);
+                let mut iov_ptr = run.iov.as_ptr().cast::<libc::iovec>();
+                let mut iov_len = n as u32;
+                let bytes: usize = run.iov[..n].iter().map(|b| b.len()).sum();
+                match fault(run.offset, bytes) {
+                    Some(UringFault::Short(k)) if k > 0 && k < bytes => {
+                        run.truncated.clear();
+                        let mut left = k;
+                        for b in run.iov[..n].iter() {
+                            if left == 0 {
+                                break;
+                            }
+                            let take = left.min(b.len());
+                            run.truncated.push(libc::iovec {
+                                iov_base: b.as_ptr() as *mut libc::c_void,
+                                iov_len: take,
+                            });
+                            left -= take;
+                        }
+                        iov_ptr = run.truncated.as_ptr();
+                        iov_len = run.truncated.len() as u32;
+                    }
+                    Some(UringFault::Errno(e)) => run.forced_errno = Some(e),
+                    _ => {}
+                }
+                let sqe = opcode::Writev::new(types::Fixed(0), iov_ptr, iov_len)
                     .offset(run.offset)
                     .build()
                     .user_data(idx as u64);
                 // SAFETY: the SQE points at `run.iov` (IoSlice is
-                // ABI-compatible with iovec) and at the buffers it borrows.
-                // Both are borrowed from `runs` for this whole call, and this
-                // call does not return while any SQE is in flight (the loop
-                // below waits until `in_flight == 0`), so the memory outlives
-                // the kernel's use of it. A run is never in flight twice.
+                // ABI-compatible with iovec) or at `run.truncated`, and at the
+                // buffers they borrow. All are owned by or borrowed from
+                // `runs` for this whole call and left untouched until this
+                // run's CQE, and this call does not return while any SQE is
+                // in flight (the loop below waits until `in_flight == 0`), so
+                // the memory outlives the kernel's use of it. A run is never
+                // in flight twice.
                 let pushed = unsafe { self.ring.submission().push(&sqe) };
                 if pushed.is_err() {
                     // SQ full (cannot happen: in_flight < entries); retry later.
@@ -174,7 +213,10 @@ impl UringWriter {
                 in_flight -= 1;
                 let idx = cqe.user_data() as usize;
                 let run = &mut runs[idx];
-                let res = cqe.result();
+                let res = match run.forced_errno.take() {
+                    Some(e) => -e,
+                    None => cqe.result(),
+                };
                 if res > 0 {
                     let n = res as usize;
                     run.offset += n as u64;
@@ -230,7 +272,9 @@ mod tests {
         // 10 runs of 3 pages with gaps, and one run of 1500 512-byte iovecs
         // (more than IOV_MAX, so it takes two SQEs).
         let pages: Vec<Vec<u8>> = (0..30u8).map(|i| vec![i + 1; 4096]).collect();
-        let small: Vec<Vec<u8>> = (0..1500u32).map(|i| vec![(i % 200) as u8 + 1; 512]).collect();
+        let small: Vec<Vec<u8>> = (0..1500u32)
+            .map(|i| vec![(i % 200) as u8 + 1; 512])
+            .collect();
         let mut iovs: Vec<Vec<IoSlice<'_>>> = pages
             .chunks(3)
             .map(|c| c.iter().map(|p| IoSlice::new(p)).collect())
@@ -242,7 +286,7 @@ mod tests {
             .map(|(i, v)| UringRun::new(i as u64 * 4 * 4096, v))
             .collect();
         runs.push(UringRun::new(1 << 20, &mut big));
-        assert_eq!(w.write_runs(&mut runs).unwrap(), 0);
+        assert_eq!(w.write_runs(&mut runs, &|_, _| None).unwrap(), 0);
         assert!(runs.iter().all(|r| r.iov.is_empty() && r.error.is_none()));
         for (i, p) in pages.iter().enumerate() {
             let at = (i / 3) * 4 * 4096 + (i % 3) * 4096;
@@ -253,6 +297,49 @@ mod tests {
         let mut back = vec![0u8; 1500 * 512];
         file.read_exact_at(&mut back, 1 << 20).unwrap();
         assert_eq!(back, small.concat());
+    }
+
+    #[test]
+    fn injected_short_writes_are_continued_and_errors_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.path().join("s"))
+            .unwrap();
+        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 8) else {
+            eprintln!("io_uring unavailable here; skipped");
+            return;
+        };
+        let pages: Vec<Vec<u8>> = (0..8u8).map(|i| vec![i + 1; 4096]).collect();
+        let mut a: Vec<IoSlice<'_>> = pages[..4].iter().map(|p| IoSlice::new(p)).collect();
+        let mut b: Vec<IoSlice<'_>> = pages[4..].iter().map(|p| IoSlice::new(p)).collect();
+        let mut runs = vec![UringRun::new(0, &mut a), UringRun::new(65536, &mut b)];
+        // Run a: 1000 bytes, then 5000 more, then the rest (two short
+        // writes, one crossing a page). Run b: EIO.
+        let plan = std::cell::RefCell::new(vec![
+            Some(UringFault::Short(5000)),
+            Some(UringFault::Short(1000)),
+        ]);
+        let fault = |off: u64, _len: usize| {
+            if off >= 65536 {
+                Some(UringFault::Errno(libc::EIO))
+            } else {
+                plan.borrow_mut().pop().flatten()
+            }
+        };
+        assert_eq!(w.write_runs(&mut runs, &fault).unwrap(), 1);
+        assert!(runs[0].error.is_none() && runs[0].iov.is_empty());
+        assert_eq!(
+            runs[1].error.as_ref().unwrap().raw_os_error(),
+            Some(libc::EIO)
+        );
+        let mut back = vec![0u8; 4 * 4096];
+        file.read_exact_at(&mut back, 0).unwrap();
+        assert_eq!(back, pages[..4].concat());
+        assert!(plan.borrow().is_empty(), "both short writes were acted out");
     }
 
     #[test]
@@ -280,8 +367,15 @@ mod tests {
         let mut a = [IoSlice::new(&page)];
         let mut b = [IoSlice::new(&page)];
         let mut c = [IoSlice::new(&page)];
-        let mut runs = vec![UringRun::new(0, &mut a), UringRun::new(8192, &mut b), UringRun::new(16384, &mut c)];
-        assert_eq!(w.write_runs(&mut runs).unwrap(), 3);
-        assert!(runs.iter().all(|r| r.error.as_ref().and_then(|e| e.raw_os_error()) == Some(libc::EBADF)));
+        let mut runs = vec![
+            UringRun::new(0, &mut a),
+            UringRun::new(8192, &mut b),
+            UringRun::new(16384, &mut c),
+        ];
+        assert_eq!(w.write_runs(&mut runs, &|_, _| None).unwrap(), 3);
+        assert!(
+            runs.iter()
+                .all(|r| r.error.as_ref().and_then(|e| e.raw_os_error()) == Some(libc::EBADF))
+        );
     }
 }

@@ -179,13 +179,13 @@ impl PagedCachedFile {
         if self.is_poisoned() {
             // An earlier round's fdatasync failed while this one was writing.
             if let Some(b) = batch {
-                self.settle(b, Some(0));
+                self.settle_failed(b);
             }
             return Err(Error::Poisoned);
         }
         if !needed {
             if let Some(b) = batch {
-                self.settle(b, None);
+                self.settle(b, &[]);
             }
             return Ok(None);
         }
@@ -199,14 +199,14 @@ impl PagedCachedFile {
         match synced {
             Ok(()) => {
                 if let Some(b) = batch {
-                    self.settle(b, None);
+                    self.settle(b, &[]);
                 }
                 Ok(Some(covers))
             }
             Err(e) => {
                 self.poisoned.store(true, Ordering::Release);
                 if let Some(b) = batch {
-                    self.settle(b, Some(0));
+                    self.settle_failed(b);
                 }
                 Err(Error::io("fdatasync", None, e))
             }

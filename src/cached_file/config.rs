@@ -18,6 +18,19 @@ pub enum FlushEngine {
     /// buffers (zero copy). The default.
     #[default]
     Vectored,
+    /// Each run is one `IORING_OP_WRITEV` SQE on a ring per file, up to
+    /// `queue_depth` (1..=4096) in flight (Linux, cargo feature `io-uring`).
+    /// Opening fails if the ring cannot be set up.
+    IoUring {
+        /// Most SQEs in flight.
+        queue_depth: u32,
+    },
+    /// `IoUring` where a ring can be set up, else `Vectored`; the file's
+    /// [`IoMode`](super::IoMode) says which and why.
+    Auto {
+        /// Queue depth if io_uring is used.
+        queue_depth: u32,
+    },
 }
 
 impl FlushEngine {
@@ -27,6 +40,8 @@ impl FlushEngine {
             FlushEngine::PerPage => "per-page",
             FlushEngine::Concat => "concat",
             FlushEngine::Vectored => "vectored",
+            FlushEngine::IoUring { .. } => "io-uring",
+            FlushEngine::Auto { .. } => "auto",
         }
     }
 
@@ -35,8 +50,25 @@ impl FlushEngine {
         match self {
             FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
             FlushEngine::Vectored => "pwritev",
+            FlushEngine::IoUring { .. } => "io_uring writev",
+            FlushEngine::Auto { .. } => "io_uring writev or pwritev",
         }
     }
+}
+
+/// Whether the file is opened with `O_DIRECT` (bypassing the page cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirectIo {
+    /// Buffered I/O through the page cache. The default.
+    #[default]
+    Off,
+    /// `O_DIRECT`; opening fails where the file system refuses it or the
+    /// page size / page alignment do not meet its alignment.
+    On,
+    /// `O_DIRECT` where possible, else buffered; the file's
+    /// [`IoMode`](super::IoMode) says which and why.
+    Auto,
 }
 
 impl serde::Serialize for FlushEngine {
@@ -72,6 +104,8 @@ pub struct Config {
     /// Alignment of page memory in bytes; a power of two. Default 4096
     /// (enough for `O_DIRECT` on any common device).
     pub page_align: usize,
+    /// `O_DIRECT` or buffered. Default [`DirectIo::Off`].
+    pub direct: DirectIo,
     /// Most commit rounds in `fdatasync` at once, 1..=64 (capped by the
     /// backend's [`sync_lanes`](crate::StorageBackend::sync_lanes)).
     /// Overlapping `fdatasync`s let the file system batch their journal
@@ -92,6 +126,7 @@ impl Default for Config {
             stripes: 64,
             page_align: DEFAULT_ALIGN,
             sync_lanes: 4,
+            direct: DirectIo::Off,
         }
     }
 }
@@ -138,6 +173,12 @@ impl Config {
         self
     }
 
+    /// Sets [`direct`](Self::direct).
+    pub fn direct(mut self, direct: DirectIo) -> Self {
+        self.direct = direct;
+        self
+    }
+
     /// Sets [`sync_lanes`](Self::sync_lanes).
     pub fn sync_lanes(mut self, lanes: usize) -> Self {
         self.sync_lanes = lanes;
@@ -177,6 +218,13 @@ impl Config {
                 "page_align {} is not a power of two",
                 self.page_align
             ));
+        }
+        if let FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } =
+            self.engine
+        {
+            if !(1..=4096).contains(&queue_depth) {
+                return bad(format!("queue depth {queue_depth} is not in 1..=4096"));
+            }
         }
         if !(1..=64).contains(&self.sync_lanes) {
             return bad(format!("sync_lanes {} is not in 1..=64", self.sync_lanes));

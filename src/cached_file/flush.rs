@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use super::stats::{add, add_elapsed};
 use super::{FlushEngine, PageMap, PageRef, PagedCachedFile};
+use crate::buffer::AlignedBuf;
 use crate::coalesce::{Run, RunLimits, coalesce};
 use crate::error::{Error, Result};
 
@@ -20,8 +21,37 @@ use crate::error::{Error, Result};
 #[derive(Default)]
 pub(crate) struct Flusher {
     runs: Vec<Run>,
-    /// Copy buffer of the `Concat` engine.
-    scratch: Vec<u8>,
+    /// Copy buffer of the `Concat` engine, aligned like the pages (so it
+    /// also works with O_DIRECT); grown to the largest run.
+    scratch: Option<AlignedBuf>,
+    /// The ring of the `IoUring` engine.
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    pub(crate) uring: Option<crate::backend::uring::UringWriter>,
+}
+
+impl Flusher {
+    /// A flusher that writes through `ring` when the engine is io_uring.
+    pub(crate) fn new(ring: Option<super::io_mode::Ring>) -> Self {
+        #[cfg(all(target_os = "linux", feature = "io-uring"))]
+        return Self {
+            uring: ring,
+            ..Self::default()
+        };
+        #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
+        {
+            let _ = ring;
+            Self::default()
+        }
+    }
+}
+
+/// What a failed write left behind: the entry ranges (of the sorted batch)
+/// that did not reach the OS, whether any run did, and the first error in
+/// offset order.
+struct WriteFailure {
+    failed: Vec<std::ops::Range<usize>>,
+    some_written: bool,
+    error: Error,
 }
 
 /// The pages one flush drained: one in-flight generation.
@@ -41,7 +71,7 @@ impl PagedCachedFile {
         let mut f = self.flusher.lock();
         match self.write_batch(&mut f)? {
             Some(batch) => {
-                self.settle(batch, None);
+                self.settle(batch, &[]);
                 Ok(true)
             }
             None => Ok(false),
@@ -67,7 +97,8 @@ impl PagedCachedFile {
         if let Err(e) = coalesce(&mut batch.entries, limits, &mut f.runs) {
             // Cannot happen: drained pages have distinct page numbers.
             debug_assert!(false, "coalesce failed on drained pages: {e}");
-            self.settle(batch, Some(0));
+            let all = 0..batch.entries.len();
+            self.settle(batch, &[all]);
             return Err(e);
         }
         let started = std::time::Instant::now();
@@ -79,14 +110,13 @@ impl PagedCachedFile {
                 add(&self.counters.flushes, 1);
                 Ok(Some(batch))
             }
-            Err((failed_run, e)) => {
-                if failed_run > 0 {
-                    // Some runs did reach the OS: a later sync must cover them.
+            Err(w) => {
+                if w.some_written {
+                    // Those runs reached the OS: a later sync must cover them.
                     self.write_seq.fetch_add(1, Ordering::AcqRel);
                 }
-                let first_failed = f.runs[failed_run].start;
-                self.settle(batch, Some(first_failed));
-                Err(e)
+                self.settle(batch, &w.failed);
+                Err(w.error)
             }
         }
     }
@@ -127,23 +157,28 @@ impl PagedCachedFile {
         })
     }
 
-    /// Writes the runs in order with the configured engine. On error,
-    /// returns the index of the run that failed; runs before it are on the
-    /// OS, it and the runs after it are not.
-    fn write_runs(
-        &self,
-        f: &mut Flusher,
-        entries: &[(u64, PageRef)],
-    ) -> Result<(), (usize, Error)> {
-        let Flusher { runs, scratch } = f;
+    /// Writes the runs with the configured engine: in offset order, one at
+    /// a time, or for io_uring up to the queue depth at once. On error,
+    /// reports which entries did not reach the OS.
+    fn write_runs(&self, f: &mut Flusher, entries: &[(u64, PageRef)]) -> Result<(), WriteFailure> {
         let be = &*self.backend;
         let c = &self.counters;
+        let count = |run: &Run| {
+            add(&c.runs, 1);
+            add(&c.pages_written, run.count as u64);
+            add(&c.bytes_written, run.len as u64);
+        };
+        let engine = self.io_mode.engine;
+        #[cfg(all(target_os = "linux", feature = "io-uring"))]
+        if let (FlushEngine::IoUring { .. }, Some(ring)) = (engine, f.uring.as_mut()) {
+            return write_runs_uring(self, ring, &f.runs, entries);
+        }
         let mut vectors: Vec<IoSlice<'_>> = Vec::new();
-        if self.config.engine == FlushEngine::Vectored {
+        if engine == FlushEngine::Vectored {
             vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
         }
-        for (ri, run) in runs.iter().enumerate() {
-            let result = match self.config.engine {
+        for (ri, run) in f.runs.iter().enumerate() {
+            let result = match engine {
                 FlushEngine::PerPage => {
                     entries[run.entries()].iter().try_for_each(|(off, page)| {
                         add(&c.write_calls, 1);
@@ -152,40 +187,56 @@ impl PagedCachedFile {
                     })
                 }
                 FlushEngine::Concat => {
-                    scratch.clear();
+                    let align = self.config.page_align;
+                    if f.scratch.as_ref().is_none_or(|b| b.len() < run.len) {
+                        f.scratch = AlignedBuf::zeroed(run.len, align);
+                    }
+                    let scratch = f.scratch.as_mut().expect("alignment validated");
+                    let mut at = 0;
                     for (_, page) in &entries[run.entries()] {
-                        scratch.extend_from_slice(page);
+                        scratch[at..at + page.len()].copy_from_slice(page);
+                        at += page.len();
                     }
                     add(&c.write_calls, 1);
-                    be.write_all_at(run.offset, scratch)
+                    be.write_all_at(run.offset, &scratch[..run.len])
                         .map_err(|e| Error::io("pwrite", Some(run.offset), e))
                 }
-                FlushEngine::Vectored => {
+                _ => {
                     add(&c.write_calls, 1);
                     be.write_vectored_all_at(run.offset, &mut vectors[run.entries()])
                         .map_err(|e| Error::io("pwritev", Some(run.offset), e))
                 }
             };
-            result.map_err(|e| (ri, e))?;
-            add(&c.runs, 1);
-            add(&c.pages_written, run.count as u64);
-            add(&c.bytes_written, run.len as u64);
+            if let Err(error) = result {
+                return Err(WriteFailure {
+                    failed: std::iter::once(run.start..entries.len()).collect(),
+                    some_written: ri > 0,
+                    error,
+                });
+            }
+            count(run);
         }
         Ok(())
     }
 
-    /// Ends a batch: `entries[..failed_from]` reached the OS (and, for a
-    /// commit, were synced), the rest did not (`None`: all did).
+    /// Ends a batch: the entries in `failed` (ranges of the sorted batch)
+    /// did not reach the OS (for a commit: or were not synced); the rest did.
     ///
     /// Failed pages go back to the write buffer at once, unless a newer
     /// version exists (dirty, or in a younger in-flight generation). The
     /// generation then retires, but only after every older generation did:
     /// a younger generation shadows an older one for readers, so removing
     /// it first would let a reader find the older version of a page.
-    pub(super) fn settle(&self, batch: Batch, failed_from: Option<usize>) {
-        let split = failed_from.unwrap_or(batch.entries.len());
+    pub(super) fn settle(&self, batch: Batch, failed: &[std::ops::Range<usize>]) {
+        let mut is_failed = vec![false; batch.entries.len()];
+        for r in failed {
+            is_failed[r.clone()].fill(true);
+        }
         let mut kept = 0usize;
-        for (off, page) in &batch.entries[split..] {
+        for (i, (off, page)) in batch.entries.iter().enumerate() {
+            if !is_failed[i] {
+                continue;
+            }
             let n = off >> self.page_shift;
             let stripe_no = (n & self.stripe_mask) as usize;
             let map = &batch
@@ -212,11 +263,17 @@ impl PagedCachedFile {
             .iter_mut()
             .find(|g| g.id == batch.id)
             .expect("generation registered at drain");
-        slot.done = Some((batch, split, kept));
+        slot.done = Some((batch, is_failed, kept));
         while queue.front().is_some_and(|g| g.done.is_some()) {
-            let (batch, split, kept) = queue.pop_front().and_then(|g| g.done).expect("checked");
-            self.retire(batch, split, kept);
+            let (batch, is_failed, kept) = queue.pop_front().and_then(|g| g.done).expect("checked");
+            self.retire(batch, &is_failed, kept);
         }
+    }
+
+    /// Settles a batch all of whose pages failed.
+    pub(super) fn settle_failed(&self, batch: Batch) {
+        let all = 0..batch.entries.len();
+        self.settle(batch, &[all]);
     }
 
     /// Removes a finished generation (the oldest): written pages update the
@@ -224,15 +281,22 @@ impl PagedCachedFile {
     /// stripes and the memory of released pages leaves the buffer bound.
     /// Every page is thus in `dirty`, or in the cache / on disk, before its
     /// in-flight entry goes.
-    fn retire(&self, batch: Batch, split: usize, kept: usize) {
-        let written = &batch.entries[..split];
-        if let Some((off, page)) = written.last() {
+    fn retire(&self, batch: Batch, is_failed: &[bool], kept: usize) {
+        let written = || {
+            batch
+                .entries
+                .iter()
+                .zip(is_failed)
+                .filter(|(_, f)| !**f)
+                .map(|(e, _)| e)
+        };
+        if let Some((off, page)) = written().next_back() {
             // Sorted: the last written page ends highest.
             self.disk_len
                 .fetch_max(off + page.len() as u64, Ordering::AcqRel);
         }
         if !self.cache.is_empty() {
-            for (off, page) in written {
+            for (off, page) in written() {
                 let n = off >> self.page_shift;
                 if let Some(c) = self.cache_stripe(n) {
                     let mut c = c.lock();
@@ -261,5 +325,56 @@ impl PagedCachedFile {
 /// An in-flight generation, in drain order; `done` once its batch settled.
 pub(crate) struct Generation {
     id: u64,
-    done: Option<(Batch, usize, usize)>,
+    /// The batch, which of its entries failed, and the bytes kept dirty.
+    done: Option<(Batch, Vec<bool>, usize)>,
+}
+
+/// The `IoUring` engine: every run one SQE, up to the queue depth in
+/// flight. Runs complete out of order, so failures can be any subset.
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+fn write_runs_uring(
+    file: &PagedCachedFile,
+    ring: &mut crate::backend::uring::UringWriter,
+    runs: &[Run],
+    entries: &[(u64, PageRef)],
+) -> Result<(), WriteFailure> {
+    use crate::backend::uring::UringRun;
+    let mut vectors: Vec<IoSlice<'_>> = entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
+    let mut uruns: Vec<UringRun<'_, '_>> = Vec::with_capacity(runs.len());
+    let mut rest: &mut [IoSlice<'_>] = &mut vectors;
+    for run in runs {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(run.count);
+        uruns.push(UringRun::new(run.offset, head));
+        rest = tail;
+    }
+    let before = ring.submit_calls();
+    let be = &*file.backend;
+    let outcome = ring.write_runs(&mut uruns, &|off, len| be.uring_fault(off, len));
+    add(&file.counters.write_calls, ring.submit_calls() - before);
+    let mut failed = Vec::new();
+    let mut first: Option<Error> = None;
+    for (run, u) in runs.iter().zip(uruns.iter_mut()) {
+        match u.error.take() {
+            None => {
+                add(&file.counters.runs, 1);
+                add(&file.counters.pages_written, run.count as u64);
+                add(&file.counters.bytes_written, run.len as u64);
+            }
+            Some(e) => {
+                failed.push(run.entries());
+                first.get_or_insert_with(|| Error::io("io_uring writev", Some(run.offset), e));
+            }
+        }
+    }
+    if let Err(e) = outcome {
+        first.get_or_insert_with(|| Error::io("io_uring_enter", None, e));
+    }
+    match first {
+        None => Ok(()),
+        Some(error) => Err(WriteFailure {
+            some_written: failed.len() < runs.len(),
+            failed,
+            error,
+        }),
+    }
 }

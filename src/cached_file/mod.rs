@@ -37,16 +37,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::backend::{FileBackend, StorageBackend};
+use crate::backend::StorageBackend;
 use crate::buffer::AlignedBuf;
 use crate::error::{Error, Result};
 
 mod commit;
 mod config;
 mod flush;
+mod io_mode;
 mod stats;
 
-pub use config::{Config, FlushEngine};
+pub use config::{Config, DirectIo, FlushEngine};
+pub use io_mode::IoMode;
 pub use stats::Stats;
 
 use commit::CommitState;
@@ -121,6 +123,7 @@ struct CacheStripe {
 pub struct PagedCachedFile {
     backend: Box<dyn StorageBackend>,
     config: Config,
+    io_mode: IoMode,
     page_shift: u32,
     stripe_mask: u64,
     stripes: Box<[Mutex<Stripe>]>,
@@ -166,30 +169,54 @@ impl std::fmt::Debug for PagedCachedFile {
 
 impl PagedCachedFile {
     /// Opens (creating if missing, never truncating) the file at `path` with
-    /// a [`FileBackend`] whose write cap is `config.max_write_bytes`.
+    /// a [`FileBackend`](crate::FileBackend): `O_DIRECT` per `config.direct`, write cap
+    /// `config.max_write_bytes`, `config.sync_lanes` sync lanes.
     ///
     /// Errors: a bad `config` (see [`Config::validate`]); `Error::Io` with op
     /// "open" if the file cannot be opened read-write (a directory, a
-    /// read-only file, a missing parent directory); op "reopen for sync
-    /// lanes" if the extra descriptions for `config.sync_lanes` cannot be
-    /// opened (use `sync_lanes(1)` where `/proc` is missing).
+    /// read-only file, a missing parent directory); "open O_DIRECT" with
+    /// [`DirectIo::On`] where the file system refuses `O_DIRECT`;
+    /// `Error::InvalidConfig` with `DirectIo::On` where the page size or
+    /// alignment does not fit the device's; "io_uring setup" for
+    /// [`FlushEngine::IoUring`] where no ring can be set up; "reopen for
+    /// sync lanes" if the extra descriptions cannot be opened (use
+    /// `sync_lanes(1)` where `/proc` is missing).
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Self> {
         config.validate()?;
-        let backend = FileBackend::open(path)
-            .map_err(|e| Error::io("open", None, e))?
-            .with_max_write_bytes(config.max_write_bytes)
-            .with_sync_lanes(config.sync_lanes)
-            .map_err(|e| Error::io("reopen for sync lanes", None, e))?;
-        Self::new(backend, config)
+        let (backend, direct_fallback) = io_mode::open_file(path.as_ref(), &config)?;
+        let mut file = Self::new(backend, config)?;
+        file.io_mode.direct_fallback = direct_fallback;
+        Ok(file)
     }
 
-    /// Puts a write buffer over `backend`.
+    /// Puts a write buffer over `backend`. The file does `O_DIRECT` if the
+    /// backend does ([`StorageBackend::dio_align`]).
     ///
-    /// Errors: a bad `config`; `Error::Io` with op "fstat" if the backend's
-    /// length cannot be read.
+    /// Errors: a bad `config`; `Error::InvalidConfig` if `config.direct` is
+    /// [`DirectIo::On`] and the backend is buffered, or the backend is
+    /// `O_DIRECT` and pages do not fit its alignment; as
+    /// [`open`](Self::open) for io_uring; `Error::Io` with op "fstat" if
+    /// the backend's length cannot be read.
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
         let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
+        if config.direct == DirectIo::On && backend.dio_align().is_none() {
+            return Err(Error::InvalidConfig(
+                "DirectIo::On needs a backend opened with O_DIRECT (FileBackend::open_direct)"
+                    .into(),
+            ));
+        }
+        if let Some(why) = io_mode::direct_misfit(&backend, &config) {
+            return Err(Error::InvalidConfig(format!("O_DIRECT: {why}")));
+        }
+        let (engine, engine_fallback, ring) = io_mode::resolve_engine(&backend, &config)?;
+        let io_mode = IoMode {
+            engine,
+            engine_fallback,
+            direct: backend.dio_align(),
+            direct_fallback: None,
+        };
+        let flusher = Flusher::new(ring);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {
@@ -199,6 +226,7 @@ impl PagedCachedFile {
         };
         Ok(Self {
             backend: Box::new(backend),
+            io_mode,
             page_shift: config.page_size.trailing_zeros(),
             stripe_mask: stripes as u64 - 1,
             stripes: (0..stripes)
@@ -211,7 +239,7 @@ impl PagedCachedFile {
             buffered: AtomicUsize::new(0),
             logical_len: AtomicU64::new(len),
             disk_len: AtomicU64::new(len),
-            flusher: Mutex::new(Flusher::default()),
+            flusher: Mutex::new(flusher),
             write_seq: AtomicU64::new(0),
             generations: Mutex::new(std::collections::VecDeque::new()),
             next_generation: AtomicU64::new(0),
@@ -224,6 +252,12 @@ impl PagedCachedFile {
             counters: Counters::default(),
             config,
         })
+    }
+
+    /// The I/O actually done: engine and `O_DIRECT`, with the reason for any
+    /// fallback.
+    pub fn io_mode(&self) -> &IoMode {
+        &self.io_mode
     }
 
     /// The configuration in force.
