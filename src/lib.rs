@@ -33,5 +33,7 @@ pub mod testing;
 pub mod workload;
 
 pub use backend::{FileBackend, MemoryBackend, StorageBackend};
-pub use cached_file::{Config, FlushEngine, PageRef, PagedCachedFile, Stats, WritablePage};
+pub use cached_file::{
+    Config, DirectIo, FlushEngine, IoMode, PageRef, PagedCachedFile, Stats, WritablePage,
+};
 pub use error::{Error, Result};

@@ -134,10 +134,25 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
                 Err(io::Error::from_raw_os_error(libc::EIO))
             }
             WriteFault::Short(n) => {
-                let joined: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-                let n = n.min(joined.len());
-                self.inner.write_all_at(offset, &joined[..n])?;
-                self.inner.write_all_at(offset + n as u64, &joined[n..])
+                // Split the iovecs at byte n without copying (the memory
+                // stays aligned for O_DIRECT).
+                let mut head: Vec<IoSlice<'_>> = Vec::new();
+                let mut tail: Vec<IoSlice<'_>> = Vec::new();
+                let mut left = n;
+                for b in bufs.iter() {
+                    let k = left.min(b.len());
+                    if k > 0 {
+                        head.push(IoSlice::new(&b[..k]));
+                    }
+                    if k < b.len() {
+                        tail.push(IoSlice::new(&b[k..]));
+                    }
+                    left -= k;
+                }
+                let written: usize = head.iter().map(|b| b.len()).sum();
+                self.inner.write_vectored_all_at(offset, &mut head)?;
+                self.inner
+                    .write_vectored_all_at(offset + written as u64, &mut tail)
             }
         }
     }

@@ -32,3 +32,28 @@ pub fn tag_of(bytes: &[u8]) -> (u64, u64) {
         u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
     )
 }
+
+/// Whether an io_uring ring can be set up here.
+pub fn uring_available() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = pagewriter::Config::default().engine(FlushEngine::Auto { queue_depth: 4 });
+    let f = pagewriter::PagedCachedFile::open(dir.path().join("probe"), cfg).unwrap();
+    matches!(f.io_mode().engine, FlushEngine::IoUring { .. })
+}
+
+/// Every engine that works on a real file: [`ENGINES`] plus io_uring where
+/// a ring can be set up (said on stderr where not).
+pub fn file_engines() -> Vec<FlushEngine> {
+    let mut v = ENGINES.to_vec();
+    if uring_available() {
+        v.push(FlushEngine::IoUring { queue_depth: 8 });
+    } else {
+        eprintln!("io_uring unavailable here: its cases are skipped");
+    }
+    v
+}
+
+/// Whether O_DIRECT works in `dir`.
+pub fn direct_available(dir: &std::path::Path) -> bool {
+    pagewriter::FileBackend::open_direct(dir.join("direct-probe")).is_ok()
+}
