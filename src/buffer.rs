@@ -6,6 +6,8 @@
 //! without a bounce copy.
 
 use std::alloc::{self, Layout};
+
+use parking_lot::Mutex;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
@@ -107,6 +109,91 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// A free list of page buffers of one size and alignment, so that a steady
+/// write load neither allocates nor frees page memory (LMDB keeps freed
+/// dirty pages for reuse the same way). Holds at most `max_bytes` of idle
+/// buffers; what is returned past that is freed.
+///
+/// Freeing is what made it worth having: retiring a 1 GiB flush freed
+/// 262,144 separately allocated 4 KiB buffers in ~160 ms, a fifth of the
+/// whole flush (`.project/results.md`).
+pub struct BufferPool {
+    len: usize,
+    align: usize,
+    max_buffers: usize,
+    free: Mutex<Vec<AlignedBuf>>,
+}
+
+impl BufferPool {
+    /// A pool of `len`-byte buffers aligned to `align`, keeping at most
+    /// `max_bytes` idle. `None` if `align` is not a power of two.
+    pub fn new(len: usize, align: usize, max_bytes: usize) -> Option<Self> {
+        Layout::from_size_align(len, align).ok()?;
+        Some(Self {
+            len,
+            align,
+            max_buffers: max_bytes / len.max(1),
+            free: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Length of the pool's buffers in bytes.
+    pub fn buffer_len(&self) -> usize {
+        self.len
+    }
+
+    /// A zero-filled buffer: a pooled one cleared, or a new one.
+    pub fn zeroed(&self) -> AlignedBuf {
+        match self.free.lock().pop() {
+            Some(mut b) => {
+                b.fill(0);
+                b
+            }
+            None => AlignedBuf::zeroed(self.len, self.align).expect("layout checked in new"),
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`, which must be `buffer_len()`
+    /// long (panics otherwise: a caller bug, not an input error).
+    pub fn copy_of(&self, bytes: &[u8]) -> AlignedBuf {
+        assert_eq!(bytes.len(), self.len, "BufferPool::copy_of length");
+        match self.free.lock().pop() {
+            Some(mut b) => {
+                b.copy_from_slice(bytes);
+                b
+            }
+            None => AlignedBuf::copy_from(bytes, self.align).expect("layout checked in new"),
+        }
+    }
+
+    /// Returns buffers to the pool; those of another size or alignment, or
+    /// past the idle bound, are freed.
+    pub fn put_all(&self, bufs: impl IntoIterator<Item = AlignedBuf>) {
+        let mut free = self.free.lock();
+        for b in bufs {
+            if free.len() < self.max_buffers && b.len() == self.len && b.align() == self.align {
+                free.push(b);
+            }
+        }
+    }
+
+    /// Idle buffers held now.
+    pub fn idle(&self) -> usize {
+        self.free.lock().len()
+    }
+}
+
+impl fmt::Debug for BufferPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufferPool")
+            .field("len", &self.len)
+            .field("align", &self.align)
+            .field("max_buffers", &self.max_buffers)
+            .field("idle", &self.idle())
+            .finish()
+    }
+}
+
 impl fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AlignedBuf")
@@ -140,6 +227,34 @@ mod tests {
                 assert_eq!(c.as_ptr() as usize % align, 0);
             }
         }
+    }
+
+    #[test]
+    fn pool_reuses_clears_and_bounds() {
+        let pool = BufferPool::new(4096, 4096, 2 * 4096).unwrap();
+        let a = pool.copy_of(&[7u8; 4096]);
+        let ptr = a.as_ptr();
+        pool.put_all([a]);
+        assert_eq!(pool.idle(), 1);
+        let b = pool.zeroed();
+        assert_eq!(b.as_ptr(), ptr, "reused");
+        assert!(b.iter().all(|&x| x == 0), "cleared on reuse");
+        let others = [
+            AlignedBuf::zeroed(4096, 4096).unwrap(),
+            AlignedBuf::zeroed(4096, 4096).unwrap(),
+        ];
+        pool.put_all([
+            b,
+            AlignedBuf::zeroed(8192, 4096).unwrap(),
+            AlignedBuf::zeroed(4096, 512).unwrap(),
+        ]);
+        pool.put_all(others);
+        assert_eq!(
+            pool.idle(),
+            2,
+            "bounded, wrong sizes and alignments dropped"
+        );
+        assert!(BufferPool::new(4096, 3, 1).is_none());
     }
 
     #[test]

@@ -49,12 +49,12 @@ impl Run {
 /// derefs to bytes (`&[u8]`, `Vec<u8>`, [`PageRef`](crate::PageRef)). Runs are contiguous inside,
 /// sorted, non-overlapping, cover exactly the input, and are maximal: two
 /// neighbouring runs are either not contiguous or could not be merged
-/// without breaking a cap. Zero-length entries are allowed and join the run
-/// they touch.
+/// without breaking a cap.
 ///
-/// Errors: [`Error::Overlap`] if two entries overlap (`runs` then holds the
-/// runs found before it); [`Error::Overflow`] if an entry's end overflows
-/// `u64`.
+/// Errors (`runs` then holds the runs found before the bad entry):
+/// [`Error::Overlap`] if two entries overlap (a repeated offset included);
+/// [`Error::ZeroLength`] for an empty entry; [`Error::Overflow`] if an
+/// entry's end overflows `u64`.
 pub fn coalesce<P, T>(
     entries: &mut [(u64, P)],
     limits: RunLimits,
@@ -65,12 +65,18 @@ where
     T: AsRef<[u8]> + ?Sized,
 {
     runs.clear();
-    entries.sort_unstable_by_key(|(offset, page)| (*offset, (**page).as_ref().len()));
+    // Key is the offset alone: reading the length would dereference every
+    // page inside the comparator (a cache miss per comparison).
+    entries.sort_unstable_by_key(|(offset, _)| *offset);
     let max_pages = limits.max_pages.max(1);
     let mut current: Option<Run> = None;
     let mut prev_end = 0u64;
     for (i, (offset, page)) in entries.iter().enumerate() {
         let len = (**page).as_ref().len();
+        if len == 0 {
+            runs.extend(current);
+            return Err(Error::ZeroLength);
+        }
         let end = offset.checked_add(len as u64).ok_or(Error::Overflow {
             offset: *offset,
             len,

@@ -33,7 +33,9 @@ fn scale_json_reports_every_cell_and_removes_its_files() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 2 * 4);
+    assert_eq!(rows.len(), 2 * 5);
+    let io = v["io_modes"].as_array().unwrap();
+    assert_eq!(io.len(), 5, "{io:?}");
     for r in rows {
         assert!(r["page_writes_per_s"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["p99_us"].as_u64().unwrap() >= r["p50_us"].as_u64().unwrap());
@@ -53,6 +55,44 @@ fn scale_json_reports_every_cell_and_removes_its_files() {
 }
 
 #[test]
+fn flush_reports_every_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args([
+            "flush",
+            "--size",
+            "4MiB",
+            "--engines",
+            "vectored,auto",
+            "--repeats",
+            "2",
+            "--json",
+        ])
+        .arg("--path")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.len(), 2 * 2);
+    for r in &runs {
+        assert_eq!(r["bytes"].as_u64().unwrap(), 4 << 20);
+        assert!(r["gb_per_s"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["stats"]["pages_written"].as_u64().unwrap(), 1024, "{r}");
+        assert_eq!(r["stats"]["syncs"].as_u64().unwrap(), 1);
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "temporary files left behind"
+    );
+}
+
+#[test]
 fn bad_arguments_fail_with_a_message() {
     for args in [
         &["scale", "--modes", "nope"][..],
@@ -61,6 +101,11 @@ fn bad_arguments_fail_with_a_message() {
         &["scale", "--rewrite", "1.5"],
         &["scale", "--duration", "0"],
         &["scale", "--path", "/nonexistent/dir"],
+        &["scale", "--queue-depth", "0"],
+        &["flush", "--size", "lots"],
+        &["flush", "--size", "0"],
+        &["flush", "--engines", "nope"],
+        &["flush", "--queue-depth", "9999"],
     ] {
         let out = bin().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");

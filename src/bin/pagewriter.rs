@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use pagewriter::workload::bulk::{self, BulkConfig, BulkRun};
 use pagewriter::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
+use pagewriter::{DirectIo, FlushEngine};
 
 #[derive(Parser)]
 #[command(
@@ -25,6 +27,9 @@ enum Command {
     /// fresh and rewritten pages, each flush engine against one file per
     /// thread.
     Scale(ScaleArgs),
+    /// Bulk flush: dirty N bytes of pages in order, then one flush +
+    /// fdatasync; GB/s per engine.
+    Flush(FlushArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -35,16 +40,36 @@ enum CommitArg {
     Flush,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum DirectArg {
+    /// Buffered I/O (page cache).
+    Off,
+    /// O_DIRECT; an error where it cannot be used.
+    On,
+    /// O_DIRECT where possible, else buffered (the reason is printed).
+    Auto,
+}
+
+impl From<DirectArg> for DirectIo {
+    fn from(d: DirectArg) -> Self {
+        match d {
+            DirectArg::Off => DirectIo::Off,
+            DirectArg::On => DirectIo::On,
+            DirectArg::Auto => DirectIo::Auto,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 struct ScaleArgs {
     /// Writer thread counts, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     threads: Vec<usize>,
-    /// Modes, comma separated: per-page, concat, vectored, separate-files.
+    /// Modes, comma separated: per-page, concat, vectored, io-uring, separate-files.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "per-page,concat,vectored,separate-files"
+        default_value = "per-page,concat,vectored,io-uring,separate-files"
     )]
     modes: Vec<String>,
     /// Pages per transaction.
@@ -60,7 +85,7 @@ struct ScaleArgs {
     #[arg(long, value_enum, default_value = "sync")]
     commit: CommitArg,
     /// Seconds each cell runs.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 1.5)]
     duration: f64,
     /// Rounds over all cells (rows show medians).
     #[arg(long, default_value_t = 3)]
@@ -74,6 +99,12 @@ struct ScaleArgs {
     /// Commit rounds allowed in fdatasync at once (1 = strictly serial).
     #[arg(long, default_value_t = 4)]
     sync_lanes: usize,
+    /// io_uring queue depth (SQEs in flight) of the io-uring mode.
+    #[arg(long, default_value_t = 32)]
+    queue_depth: u32,
+    /// O_DIRECT.
+    #[arg(long, value_enum, default_value = "off")]
+    direct: DirectArg,
     /// Seed of page contents and rewrite choices.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -82,10 +113,50 @@ struct ScaleArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+struct FlushArgs {
+    /// Bytes to write, e.g. 1GiB, 256MiB, 10GB.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    size: u64,
+    /// Engines, comma separated: per-page, concat, vectored, io-uring, auto.
+    #[arg(long, value_delimiter = ',', default_value = "vectored,io-uring")]
+    engines: Vec<String>,
+    /// io_uring queue depth.
+    #[arg(long, default_value_t = 32)]
+    queue_depth: u32,
+    /// Bytes per write call (like fio's bs), e.g. 1MiB.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    bs: u64,
+    /// O_DIRECT.
+    #[arg(long, value_enum, default_value = "off")]
+    direct: DirectArg,
+    /// Repeats, engines interleaved.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// File to write (removed before each run and afterwards); default a
+    /// temporary file in --path.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Directory for the temporary file.
+    #[arg(long, default_value = ".")]
+    path: PathBuf,
+    /// Untimed warm-up passes first (memory first touched on a VM is slow).
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_size::parse_size(s).map_err(|e| format!("{s:?}: {e}"))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Scale(args) => cmd_scale(args),
+        Command::Flush(args) => cmd_flush(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -96,13 +167,28 @@ fn main() -> ExitCode {
     }
 }
 
+fn engine(name: &str, queue_depth: u32) -> Result<FlushEngine, String> {
+    Ok(match name {
+        "per-page" => FlushEngine::PerPage,
+        "concat" => FlushEngine::Concat,
+        "vectored" => FlushEngine::Vectored,
+        "io-uring" => FlushEngine::IoUring { queue_depth },
+        "auto" => FlushEngine::Auto { queue_depth },
+        other => {
+            return Err(format!(
+                "unknown engine {other:?} (per-page, concat, vectored, io-uring, auto)"
+            ));
+        }
+    })
+}
+
 fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
     let modes = a
         .modes
         .iter()
         .map(|m| {
-            Mode::parse(m).ok_or_else(|| {
-                format!("unknown mode {m:?} (per-page, concat, vectored, separate-files)")
+            Mode::parse(m, a.queue_depth).ok_or_else(|| {
+                format!("unknown mode {m:?} (per-page, concat, vectored, io-uring, separate-files)")
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -126,11 +212,12 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         repeats: a.repeats,
         dir: a.path,
         seed: a.seed,
-        sync_lanes: a.sync_lanes,
         max_write_buffer_bytes: a
             .buffer_mib
             .checked_mul(1 << 20)
             .ok_or("--buffer-mib too large")?,
+        sync_lanes: a.sync_lanes,
+        direct: a.direct.into(),
     };
     config.validate()?;
     let total = config.threads.len() * config.modes.len() * config.repeats;
@@ -155,9 +242,11 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 fn print_scale(r: &ScaleReport) {
     let c = &r.config;
+    for (mode, io) in &r.io_modes {
+        println!("I/O {:<15} {io}", mode.name());
+    }
     println!(
-        "I/O: {}; commit: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
-        r.io_mode,
+        "commit: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
         match c.commit {
             CommitKind::Sync => "sync (fdatasync, group commit)",
             CommitKind::Flush => "flush (no fdatasync)",
@@ -197,4 +286,44 @@ fn print_scale(r: &ScaleReport) {
                 .map_or("-".to_string(), |v| format!("{v:.2}x")),
         );
     }
+}
+
+fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let engines = a
+        .engines
+        .iter()
+        .map(|e| engine(e, a.queue_depth))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !a.path.is_dir() {
+        return Err(format!("--path {} is not a directory", a.path.display()).into());
+    }
+    let config = BulkConfig {
+        size: a.size,
+        engines,
+        page_size: 4096,
+        max_write_bytes: usize::try_from(a.bs).map_err(|_| "--bs too large")?,
+        direct: a.direct.into(),
+        repeats: a.repeats,
+        file: a.file,
+        dir: a.path,
+        warmup: a.warmup,
+    };
+    let runs = bulk::run(&config, |r: &BulkRun| {
+        if !a.json {
+            println!(
+                "repeat {} {:<40} {:>8.3} GB/s  ({} B in {:.3} s, {} write calls, {} fdatasync)",
+                r.repeat + 1,
+                r.io_mode,
+                r.gb_per_s,
+                r.bytes,
+                r.seconds,
+                r.stats.write_calls,
+                r.stats.syncs
+            );
+        }
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&runs)?);
+    }
+    Ok(())
 }

@@ -314,6 +314,18 @@ impl PagedCachedFile {
                 .retain(|g| !Arc::ptr_eq(g, map));
         }
         self.buffered.fetch_sub(total - kept, Ordering::AcqRel);
+        // Recycle the pages nobody else holds (a reader, the read cache, or
+        // the write buffer after a failure): drop the maps' references
+        // first, so each page's last reference is the batch's.
+        let Batch {
+            entries, drained, ..
+        } = batch;
+        drop(drained);
+        self.pool.put_all(
+            entries
+                .into_iter()
+                .filter_map(|(_, page)| Arc::try_unwrap(page).ok()),
+        );
         if total > kept {
             // Wake writers waiting for room (see `wait_for_room`).
             let _room = self.room.lock();

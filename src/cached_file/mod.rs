@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::StorageBackend;
-use crate::buffer::AlignedBuf;
+use crate::buffer::{AlignedBuf, BufferPool};
 use crate::error::{Error, Result};
 
 mod commit;
@@ -124,6 +124,8 @@ pub struct PagedCachedFile {
     backend: Box<dyn StorageBackend>,
     config: Config,
     io_mode: IoMode,
+    /// Page buffers of retired generations, reused by writers.
+    pool: BufferPool,
     page_shift: u32,
     stripe_mask: u64,
     stripes: Box<[Mutex<Stripe>]>,
@@ -227,6 +229,12 @@ impl PagedCachedFile {
         Ok(Self {
             backend: Box::new(backend),
             io_mode,
+            pool: BufferPool::new(
+                config.page_size,
+                config.page_align,
+                config.max_write_buffer_bytes,
+            )
+            .expect("alignment validated"),
             page_shift: config.page_size.trailing_zeros(),
             stripe_mask: stripes as u64 - 1,
             stripes: (0..stripes)
@@ -312,9 +320,8 @@ impl PagedCachedFile {
         self.check_writable()?;
         self.check_range(offset, data.len())?;
         self.wait_for_room()?;
-        let align = self.config.page_align;
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
-            let page = AlignedBuf::copy_from(chunk, align).expect("alignment validated");
+            let page = self.pool.copy_of(chunk);
             self.insert(self.page_no(offset) + i as u64, Arc::new(page));
         }
         Ok(())
@@ -447,7 +454,11 @@ impl PagedCachedFile {
         &self.stripes[(page_no & self.stripe_mask) as usize]
     }
 
+    /// Zeroed page memory: from the pool for one page, fresh otherwise.
     fn alloc(&self, len: usize) -> AlignedBuf {
+        if len == self.config.page_size {
+            return self.pool.zeroed();
+        }
         AlignedBuf::zeroed(len, self.config.page_align).expect("alignment validated")
     }
 

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Bulk flush of pagewriter against fio with the equivalent job on the same
+# file: same size, bs = pagewriter's bytes per write call, same O_DIRECT
+# setting, psync for the pwritev engine and io_uring at the same queue depth
+# for the io_uring engine, end_fsync=1. Runs alternate (pagewriter, fio,
+# pagewriter, fio, ...) so a noisy moment of the machine hits both; prints
+# every pair's ratio and the median per case.
+#
+# Usage: scripts/compare-fio.sh [--size 1GiB] [--rounds 5] [--dir DIR] [--qd 32]
+#   DIR must be on the file system to measure (default: the current one).
+set -euo pipefail
+
+size=1GiB rounds=5 dir=. qd=32 bs=1MiB
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --size) size=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --qd) qd=$2; shift 2 ;;
+    *) echo "usage: $0 [--size 1GiB] [--rounds 5] [--dir DIR] [--qd 32]" >&2; exit 2 ;;
+  esac
+done
+
+if ! command -v fio >/dev/null 2>&1; then
+  echo "installing fio from Debian's packages" >&2
+  if [ "$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq fio >/dev/null
+  else sudo apt-get update -qq && sudo apt-get install -y -qq fio >/dev/null; fi
+fi
+command -v python3 >/dev/null || { echo "python3 is needed to read the JSON" >&2; exit 1; }
+
+# fio reads unit suffixes its own way (its "MiB" can mean 10^6); give it bytes.
+to_bytes() { python3 -c 'import re,sys
+m=re.fullmatch(r"(\d+)\s*([KMGT]?)(i?)B?", sys.argv[1], re.I)
+n,u,i=int(m[1]),m[2].upper(),m[3]
+print(n*(1024 if i or not u else 1000)**"_KMGT".index(u or "_"))' "$1"; }
+size_b=$(to_bytes "$size"); bs_b=$(to_bytes "$bs")
+
+cd "$(dirname "$0")/.."
+cargo build --release --quiet
+pw=$PWD/target/release/pagewriter
+file=$(cd "$dir" && pwd)/.pagewriter-compare-fio.pwtmp
+trap 'rm -f "$file"' EXIT
+
+# name | pagewriter engine | direct | fio ioengine | fio iodepth
+cases=(
+  "pwritev-buffered|vectored|off|psync|1"
+  "pwritev-direct|vectored|on|psync|1"
+  "io_uring-buffered|io-uring|off|io_uring|$qd"
+  "io_uring-direct|io-uring|on|io_uring|$qd"
+)
+
+ours() { # engine direct -> GB/s
+  "$pw" flush --size "$size_b" --bs "$bs_b" --engines "$1" --queue-depth "$qd" --direct "$2" \
+    --repeats 1 --file "$file" --json |
+    python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)[0]["gb_per_s"])'
+}
+
+theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsync included)
+  rm -f "$file"
+  fio --name=bulk --filename="$file" --size="$size_b" --bs="$bs_b" --rw=write \
+    --ioengine="$1" --iodepth="$2" --direct="$3" --end_fsync=1 --fallocate=none \
+    --output-format=json |
+    python3 -c 'import json,sys
+j=json.load(sys.stdin)["jobs"][0]
+print("%.4f" % (j["write"]["io_bytes"] / (j["job_runtime"] / 1000) / 1e9))'
+  rm -f "$file"
+}
+
+echo "size $size ($size_b B), bs $bs ($bs_b B), queue depth $qd, $rounds rounds, file $file"
+echo "fio: $(fio --version)"
+summary=()
+for c in "${cases[@]}"; do
+  IFS='|' read -r name engine direct ioengine depth <<<"$c"
+  fdirect=0; [ "$direct" = on ] && fdirect=1
+  ratios=()
+  for r in $(seq 1 "$rounds"); do
+    a=$(ours "$engine" "$direct")
+    b=$(theirs "$ioengine" "$depth" "$fdirect")
+    ratio=$(python3 -c "print('%.3f' % ($a / $b))")
+    ratios+=("$ratio")
+    printf '%-18s round %d  pagewriter %7.3f GB/s  fio %7.3f GB/s  ratio %s\n' "$name" "$r" "$a" "$b" "$ratio"
+  done
+  med=$(printf '%s\n' "${ratios[@]}" | sort -n | python3 -c 'import sys; v=[float(x) for x in sys.stdin]; n=len(v); print("%.3f" % (v[n//2] if n%2 else (v[n//2-1]+v[n//2])/2))')
+  summary+=("$(printf '%-18s median ratio %s  (%s)' "$name" "$med" "${ratios[*]}")")
+done
+echo
+printf '%s\n' "${summary[@]}"
