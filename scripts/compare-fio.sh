@@ -6,6 +6,10 @@
 # pagewriter, fio, ...) so a noisy moment of the machine hits both; prints
 # every pair's ratio and the median per case.
 #
+# fio keeps its default fallocate=native: it preallocates the file before
+# its timed phase. pagewriter preallocates an O_DIRECT batch inside its
+# timed flush (buffered batches are not preallocated).
+#
 # Usage: scripts/compare-fio.sh [--size 1GiB] [--rounds 5] [--dir DIR] [--qd 32]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
@@ -58,7 +62,7 @@ ours() { # engine direct -> GB/s
 theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsync included)
   rm -f "$file"
   fio --name=bulk --filename="$file" --size="$size_b" --bs="$bs_b" --rw=write \
-    --ioengine="$1" --iodepth="$2" --direct="$3" --end_fsync=1 --fallocate=none \
+    --ioengine="$1" --iodepth="$2" --direct="$3" --end_fsync=1 \
     --output-format=json |
     python3 -c 'import json,sys
 j=json.load(sys.stdin)["jobs"][0]

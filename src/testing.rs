@@ -172,6 +172,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
         self.inner.dio_align()
     }
 
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.allocate(offset, len)
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         self.sync_data_on(0)
     }

@@ -172,11 +172,10 @@ impl FileBackend {
         }
     }
 
-    /// Reserves `len` bytes at `offset` with `fallocate(2)` (mode 0: the file
-    /// size grows to cover the range; existing data is kept).
+    /// `fallocate(2)` mode 0 (see [`StorageBackend::allocate`]).
     ///
     /// Errors: `EOPNOTSUPP` where the file system cannot preallocate, `ENOSPC`.
-    pub fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+    fn fallocate(&self, offset: u64, len: u64) -> io::Result<()> {
         let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
         let n = libc::off_t::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
         loop {
@@ -339,6 +338,10 @@ impl StorageBackend for FileBackend {
         self.sync_calls.fetch_add(1, Ordering::Relaxed);
         // std's sync_data retries EINTR and calls fdatasync on Linux.
         self.file.sync_data()
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.fallocate(offset, len)
     }
 
     fn sync_lanes(&self) -> usize {

@@ -66,6 +66,15 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Reserves blocks for `len` bytes at `offset` and extends the file to
+    /// cover them (`fallocate` mode 0); existing data is kept, new bytes
+    /// read as zeros. Default: `Unsupported`, which callers treat as "not
+    /// needed".
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
     /// Makes every completed write durable (`fdatasync`).
     ///
     /// An error here is treated by the cached file as fatal (poison), since
@@ -131,6 +140,9 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn sync_data(&self) -> io::Result<()> {
         (**self).sync_data()
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).allocate(offset, len)
     }
     fn sync_lanes(&self) -> usize {
         (**self).sync_lanes()

@@ -101,6 +101,10 @@ impl PagedCachedFile {
             self.settle(batch, &[all]);
             return Err(e);
         }
+        if let Err(e) = self.preallocate(&batch) {
+            self.settle_failed(batch);
+            return Err(e);
+        }
         let started = std::time::Instant::now();
         let written = self.write_runs(f, &batch.entries);
         add_elapsed(&self.counters.write_ns, started);
@@ -118,6 +122,42 @@ impl PagedCachedFile {
                 self.settle(batch, &w.failed);
                 Err(w.error)
             }
+        }
+    }
+
+    /// With `O_DIRECT`, extends the file over a batch that writes past its
+    /// end before writing (`fallocate` mode 0, exactly to the batch's end,
+    /// so the file length stays what was written). ext4 serializes
+    /// `O_DIRECT` writes that extend the file under the exclusive inode
+    /// lock, and io_uring then queues them in worker threads; inside the
+    /// file, over allocated blocks, they run under the shared lock, in
+    /// parallel. A backend that cannot preallocate is written as is.
+    ///
+    /// Errors: `ENOSPC` and other `fallocate` errors, before any write.
+    fn preallocate(&self, batch: &Batch) -> Result<()> {
+        if self.io_mode.direct.is_none() {
+            return Ok(());
+        }
+        let Some((off, page)) = batch.entries.last() else {
+            return Ok(());
+        };
+        let end = off + page.len() as u64;
+        let disk = self.disk_len.load(Ordering::Acquire);
+        if end <= disk {
+            return Ok(());
+        }
+        match self.backend.allocate(disk, end - disk) {
+            Ok(()) => {
+                self.disk_len.fetch_max(end, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::Unsupported
+                    || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(Error::io("fallocate", Some(disk), e)),
         }
     }
 
