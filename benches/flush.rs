@@ -25,6 +25,7 @@ fn flush(c: &mut Criterion) {
             ] {
                 let path = dir.path().join(format!("{}-{layout:?}-{n}", engine.name()));
                 let file = PagedCachedFile::open(&path, Config::default().engine(engine)).unwrap();
+                let engine = file.io_mode().engine;
                 let mut rng = WyRand::new(n);
                 // Same pages every iteration: the file does not grow, so the
                 // measurement is the write path, not block allocation.
