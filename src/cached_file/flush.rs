@@ -27,20 +27,42 @@ pub(crate) struct Flusher {
     /// The ring of the `IoUring` engine.
     #[cfg(all(target_os = "linux", feature = "io-uring"))]
     pub(crate) uring: Option<crate::backend::uring::UringWriter>,
+    /// Bounce buffers of the `IoUring` engine under `O_DIRECT`: one per
+    /// SQE in flight, allocated and touched once at open.
+    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
+    bounce: Vec<AlignedBuf>,
 }
 
 impl Flusher {
-    /// A flusher that writes through `ring` when the engine is io_uring.
-    pub(crate) fn new(ring: Option<super::io_mode::Ring>) -> Self {
+    /// A flusher that writes through `ring` when the engine is io_uring;
+    /// `bounce` buffers of `bounce_len` bytes when it also does `O_DIRECT`
+    /// (one per SQE in flight), pre-faulted so no flush pays for it.
+    pub(crate) fn new(
+        ring: Option<super::io_mode::Ring>,
+        bounce: usize,
+        bounce_len: usize,
+        align: usize,
+    ) -> Self {
+        let bounce = (0..bounce)
+            .map(|_| {
+                let mut b = AlignedBuf::zeroed(bounce_len, align).expect("alignment validated");
+                b.fill(0);
+                b
+            })
+            .collect();
         #[cfg(all(target_os = "linux", feature = "io-uring"))]
         return Self {
             uring: ring,
+            bounce,
             ..Self::default()
         };
         #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
         {
             let _ = ring;
-            Self::default()
+            Self {
+                bounce,
+                ..Self::default()
+            }
         }
     }
 }
@@ -211,7 +233,7 @@ impl PagedCachedFile {
         let engine = self.io_mode.engine;
         #[cfg(all(target_os = "linux", feature = "io-uring"))]
         if let (FlushEngine::IoUring { .. }, Some(ring)) = (engine, f.uring.as_mut()) {
-            return write_runs_uring(self, ring, &f.runs, entries);
+            return write_runs_uring(self, ring, &mut f.bounce, &f.runs, entries);
         }
         let mut vectors: Vec<IoSlice<'_>> = Vec::new();
         if engine == FlushEngine::Vectored {
@@ -387,10 +409,11 @@ pub(crate) struct Generation {
 fn write_runs_uring(
     file: &PagedCachedFile,
     ring: &mut crate::backend::uring::UringWriter,
+    bounce: &mut [AlignedBuf],
     runs: &[Run],
     entries: &[(u64, PageRef)],
 ) -> Result<(), WriteFailure> {
-    use crate::backend::uring::UringRun;
+    use crate::backend::uring::{CopyJob, UringRun};
     let mut vectors: Vec<IoSlice<'_>> = entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
     let mut uruns: Vec<UringRun<'_, '_>> = Vec::with_capacity(runs.len());
     let mut rest: &mut [IoSlice<'_>] = &mut vectors;
@@ -401,7 +424,44 @@ fn write_runs_uring(
     }
     let before = ring.submit_calls();
     let be = &*file.backend;
-    let outcome = ring.write_runs(&mut uruns, &|off, len| be.uring_fault(off, len));
+    let fault = |off, len| be.uring_fault(off, len);
+    let outcome = if file.io_mode.direct.is_some() {
+        // O_DIRECT: one contiguous segment per SQE, copied into a bounce
+        // buffer (the kernel's per-segment cost there exceeds the copy).
+        let jobs: Vec<CopyJob> = runs
+            .iter()
+            .map(|r| CopyJob {
+                offset: r.offset,
+                len: r.len,
+            })
+            .collect();
+        let mut fill = |j: usize, buf: &mut [u8]| {
+            let mut at = 0;
+            for (_, page) in &entries[runs[j].entries()] {
+                buf[at..at + page.len()].copy_from_slice(page);
+                at += page.len();
+            }
+        };
+        let r = ring.write_copied(&jobs, bounce, &mut fill, &fault);
+        let (errors, outcome) = match r {
+            Ok(errors) => (errors, Ok(0)),
+            Err(e) => (
+                runs.iter()
+                    .map(|_| Some(std::io::Error::other("io_uring_enter failed")))
+                    .collect(),
+                Err(e),
+            ),
+        };
+        for (u, e) in uruns.iter_mut().zip(errors) {
+            u.error = e;
+            if u.error.is_none() {
+                u.iov = &mut [];
+            }
+        }
+        outcome
+    } else {
+        ring.write_runs(&mut uruns, &fault)
+    };
     add(&file.counters.write_calls, ring.submit_calls() - before);
     let mut failed = Vec::new();
     let mut first: Option<Error> = None;

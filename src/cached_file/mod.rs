@@ -218,7 +218,12 @@ impl PagedCachedFile {
             direct: backend.dio_align(),
             direct_fallback: None,
         };
-        let flusher = Flusher::new(ring);
+        let bounce = match (engine, backend.dio_align()) {
+            (FlushEngine::IoUring { queue_depth }, Some(_)) => queue_depth as usize,
+            _ => 0,
+        };
+        let bounce_len = config.max_write_bytes.max(config.page_size);
+        let flusher = Flusher::new(ring, bounce, bounce_len, config.page_align);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {
