@@ -1,5 +1,10 @@
 //! Backends for testing code built on this crate: [`FaultyBackend`] fails
-//! chosen calls. Public so engine authors can test their own error paths.
+//! chosen calls, [`CrashBackend`] simulates power loss, and [`model`] runs
+//! operation sequences against a reference model (shared by the proptests
+//! and the fuzzer). Public so engine authors can test their own error
+//! paths.
+
+pub mod model;
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -258,9 +263,48 @@ impl CrashBackend {
 
     /// A new backend with the durable image only; unsynced writes are lost.
     pub fn crash(&self) -> crate::backend::MemoryBackend {
+        Self::memory(&self.durable_image())
+    }
+
+    /// The image a power cut now could leave: the durable image plus an
+    /// arbitrary subset, chosen by `seed`, of the writes issued since the
+    /// last sync: each write kept, dropped, or torn (a random subset of its
+    /// 512-byte sectors kept), in issue order.
+    pub fn crash_image(&self, seed: u64) -> Vec<u8> {
+        let st = self.state.lock();
+        let mut image = st.durable.clone();
+        let mut rng = crate::workload::WyRand::new(seed);
+        for (offset, bytes) in &st.log {
+            match rng.below(3) {
+                0 => apply(&mut image, *offset, bytes),
+                1 => {}
+                _ => {
+                    for (i, sector) in bytes.chunks(512).enumerate() {
+                        if rng.below(2) == 0 {
+                            apply(&mut image, offset + (i * 512) as u64, sector);
+                        }
+                    }
+                }
+            }
+        }
+        image
+    }
+
+    /// A new crash backend whose live and durable images are `image` (a
+    /// file reopened after a crash).
+    pub fn from_image(image: &[u8]) -> Self {
+        let be = Self::default();
+        {
+            let mut st = be.state.lock();
+            st.live = image.to_vec();
+            st.durable = image.to_vec();
+        }
+        be
+    }
+
+    fn memory(image: &[u8]) -> crate::backend::MemoryBackend {
         let be = crate::backend::MemoryBackend::new();
-        let image = self.durable_image();
-        be.write_all_at(0, &image).expect("memory backend write");
+        be.write_all_at(0, image).expect("memory backend write");
         be.set_len(image.len() as u64)
             .expect("memory backend set_len");
         be

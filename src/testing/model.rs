@@ -1,0 +1,374 @@
+//! Reference-model checking of [`PagedCachedFile`]: run a sequence of
+//! operations against a file over [`CrashBackend`] (with [`FaultyBackend`]
+//! faults) and against a map of the bytes each page must hold, and report
+//! the first disagreement. The proptests (`tests/model.rs`) and the fuzz
+//! target (`fuzz/`) both drive [`check`].
+//!
+//! What is checked, after every operation:
+//! - every read returns the model's newest bytes (zeros for pages never
+//!   written), however the page got where it is;
+//! - a successful `sync` made every page's newest bytes durable;
+//! - after a crash (the durable image plus any subset of later writes,
+//!   each kept, dropped or torn at 512-byte sectors), every sector of
+//!   every page holds bytes of its synced version or of a version written
+//!   after that sync: nothing synced is lost, nothing never written shows;
+//! - a failed write leaves the pages readable and a later sync makes them
+//!   durable; a failed `fdatasync` poisons the file;
+//! - buffered bytes stay within the bound (plus the pages of one write).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{CrashBackend, FaultyBackend, WriteFault};
+use crate::cached_file::{Config, FlushEngine, PagedCachedFile};
+use crate::error::Error;
+use crate::workload::WyRand;
+
+/// Pages the model addresses: 0..MAX_PAGES.
+pub const MAX_PAGES: u64 = 64;
+
+/// One operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `write_page` of `pages` (1..=3) pages from `page`.
+    Write {
+        /// First page.
+        page: u64,
+        /// Page count.
+        pages: u64,
+    },
+    /// `write` guard over one page, incrementing one byte.
+    Guard {
+        /// Page.
+        page: u64,
+        /// Byte to change (taken modulo the page size).
+        byte: usize,
+    },
+    /// `read` of `pages` pages from `page`.
+    Read {
+        /// First page.
+        page: u64,
+        /// Page count.
+        pages: u64,
+    },
+    /// `flush`.
+    Flush,
+    /// `sync`.
+    Sync,
+    /// The next write call fails this way.
+    FailNextWrite(WriteFault),
+    /// The next `fdatasync` fails (and, as on Linux, forgets the unsynced
+    /// writes it could not write back).
+    FailNextSync,
+    /// Power cut now, then reopen; `seed` picks which unsynced writes
+    /// survive.
+    Crash {
+        /// Seed of the surviving subset.
+        seed: u64,
+    },
+    /// `close`, then reopen.
+    Close,
+}
+
+/// The file's settings for a run.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// Engine (the memory-backed model has no file descriptor, so io_uring
+    /// runs as its reported `Auto` fallback).
+    pub engine: FlushEngine,
+    /// Page size in bytes (power of two, at least 512).
+    pub page_size: usize,
+    /// Write buffer bound in pages.
+    pub buffer_pages: usize,
+    /// Read cache in pages (0: off).
+    pub cache_pages: usize,
+    /// Lock stripes.
+    pub stripes: usize,
+    /// Sync lanes.
+    pub sync_lanes: usize,
+}
+
+impl ModelConfig {
+    fn config(&self) -> Config {
+        Config::default()
+            .engine(self.engine)
+            .page_size(self.page_size)
+            .max_write_buffer_bytes(self.buffer_pages.max(1) * self.page_size)
+            .read_cache_bytes(self.cache_pages * self.page_size)
+            .stripes(self.stripes)
+            .sync_lanes(self.sync_lanes)
+            .max_run_pages(5)
+    }
+}
+
+/// The bytes of version `version` of page `page`: every 512-byte sector
+/// distinct, so a torn page shows which version each sector came from.
+pub fn page_bytes(page_size: usize, page: u64, version: u64) -> Vec<u8> {
+    let mut v = vec![0u8; page_size];
+    WyRand::new(page.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_add(1)).fill(&mut v);
+    v
+}
+
+struct World {
+    crash: Arc<CrashBackend>,
+    faulty: Arc<FaultyBackend<Arc<CrashBackend>>>,
+    file: PagedCachedFile,
+}
+
+fn open(crash: Arc<CrashBackend>, cfg: &ModelConfig) -> Result<World, String> {
+    let faulty = Arc::new(FaultyBackend::new(Arc::clone(&crash)));
+    let engine = match cfg.engine {
+        // No descriptor: run io_uring as Auto (falls back, reported).
+        FlushEngine::IoUring { queue_depth } => FlushEngine::Auto { queue_depth },
+        e => e,
+    };
+    let mut c = cfg.config();
+    c.engine = engine;
+    let file = PagedCachedFile::new(Arc::clone(&faulty), c).map_err(|e| format!("open: {e}"))?;
+    Ok(World {
+        crash,
+        faulty,
+        file,
+    })
+}
+
+#[derive(Default)]
+struct Model {
+    newest: BTreeMap<u64, Vec<u8>>,
+    durable: BTreeMap<u64, Vec<u8>>,
+    /// Versions written since the last successful sync, per page.
+    since: BTreeMap<u64, Vec<Vec<u8>>>,
+    poisoned: bool,
+    version: u64,
+}
+
+impl Model {
+    fn expect(&self, page: u64, ps: usize) -> Vec<u8> {
+        self.newest
+            .get(&page)
+            .cloned()
+            .unwrap_or_else(|| vec![0; ps])
+    }
+
+    fn write(&mut self, page: u64, bytes: Vec<u8>) {
+        self.since.entry(page).or_default().push(bytes.clone());
+        self.newest.insert(page, bytes);
+    }
+
+    fn synced(&mut self) {
+        self.durable = self.newest.clone();
+        self.since.clear();
+    }
+}
+
+/// Runs `ops` on a fresh file and checks it against the model. `Err` names
+/// the first operation (by index) whose outcome the model does not allow.
+pub fn check(cfg: &ModelConfig, ops: &[Op]) -> Result<(), String> {
+    let ps = cfg.page_size;
+    let mut w = open(Arc::new(CrashBackend::new()), cfg)?;
+    let mut m = Model::default();
+    let bound = cfg.buffer_pages.max(1) * ps + 3 * ps;
+    for (i, op) in ops.iter().enumerate() {
+        step(cfg, &mut w, &mut m, op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
+        let buffered = w.file.stats().buffered_bytes as usize;
+        if buffered > bound {
+            return Err(format!(
+                "op {i} {op:?}: buffered {buffered} B over bound {bound} B"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), String> {
+    let ps = cfg.page_size;
+    let at = |p: u64| p * ps as u64;
+    let mutation_result = |r: crate::Result<()>, m: &Model| -> Result<bool, String> {
+        match r {
+            Ok(()) if m.poisoned => Err("succeeded on a poisoned file".into()),
+            Ok(()) => Ok(true),
+            Err(Error::Poisoned) if m.poisoned => Ok(false),
+            // A write fault reaching a backpressure flush, or the flush.
+            Err(Error::Io { .. }) if !m.poisoned => Ok(false),
+            Err(e) => Err(format!("unexpected error {e}")),
+        }
+    };
+    match *op {
+        Op::Write { page, pages } => {
+            let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
+            let page = page % MAX_PAGES;
+            m.version += 1;
+            let versions: Vec<Vec<u8>> = (0..pages)
+                .map(|i| page_bytes(ps, page + i, m.version))
+                .collect();
+            if mutation_result(w.file.write_page(at(page), &versions.concat()), m)? {
+                for (i, v) in versions.into_iter().enumerate() {
+                    m.write(page + i as u64, v);
+                }
+            }
+        }
+        Op::Guard { page, byte } => {
+            let page = page % MAX_PAGES;
+            match w.file.write(at(page), ps) {
+                Ok(mut g) => {
+                    if m.poisoned {
+                        return Err("guard on a poisoned file".into());
+                    }
+                    let want = m.expect(page, ps);
+                    if g[..] != want[..] {
+                        return Err(format!(
+                            "guard on page {page} does not hold the newest bytes"
+                        ));
+                    }
+                    let b = byte % ps;
+                    g[b] = g[b].wrapping_add(1);
+                    let mut next = want;
+                    next[b] = next[b].wrapping_add(1);
+                    drop(g);
+                    m.write(page, next);
+                }
+                Err(e) => {
+                    mutation_result(Err(e), m)?;
+                }
+            }
+        }
+        Op::Read { page, pages } => {
+            let page = page % MAX_PAGES;
+            let pages = pages.clamp(1, 3);
+            let len_pages = w.file.len().div_ceil(ps as u64);
+            match w.file.read(at(page), pages as usize * ps) {
+                Ok(got) => {
+                    for i in 0..pages {
+                        let want = m.expect(page + i, ps);
+                        let s = i as usize * ps;
+                        if got[s..s + ps] != want[..] {
+                            return Err(format!(
+                                "page {} does not read as its newest bytes",
+                                page + i
+                            ));
+                        }
+                    }
+                }
+                Err(Error::OutOfBounds { .. }) if page + pages > len_pages => {}
+                Err(e) => return Err(format!("read failed: {e}")),
+            }
+        }
+        Op::Flush => {
+            mutation_result(w.file.flush(), m)?;
+        }
+        Op::Sync => {
+            let r = w.file.sync();
+            sync_outcome(cfg, w, m, r)?;
+        }
+        Op::FailNextWrite(fault) => w.faulty.schedule_writes([fault]),
+        Op::FailNextSync => w.crash.schedule_syncs([true]),
+        Op::Crash { seed } => {
+            let image = w.crash.crash_image(seed);
+            let crash = Arc::new(CrashBackend::from_image(&image));
+            let next = open(crash, cfg)?;
+            let old = std::mem::replace(w, next);
+            drop(old);
+            after_crash(cfg, w, m, &image)?;
+        }
+        Op::Close => {
+            let r = w.file.close();
+            if sync_outcome(cfg, w, m, r)? {
+                let crash = Arc::clone(&w.crash);
+                *w = open(crash, cfg)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the outcome of `sync` or `close`; returns whether it succeeded.
+fn sync_outcome(
+    cfg: &ModelConfig,
+    w: &World,
+    m: &mut Model,
+    r: crate::Result<()>,
+) -> Result<bool, String> {
+    let ps = cfg.page_size;
+    match r {
+        Ok(()) => {
+            if m.poisoned {
+                return Err("sync succeeded on a poisoned file".into());
+            }
+            m.synced();
+            let img = w.crash.durable_image();
+            for (&p, want) in &m.newest {
+                // Zero-padded: after a crash the file may end inside a page.
+                let s = (p as usize * ps).min(img.len());
+                let e = (s + ps).min(img.len());
+                let mut got = img[s..e].to_vec();
+                got.resize(ps, 0);
+                if got != *want {
+                    return Err(format!("page {p} not durable after a successful sync"));
+                }
+            }
+            Ok(true)
+        }
+        Err(Error::Io {
+            op: "fdatasync", ..
+        }) => {
+            if !w.file.is_poisoned() {
+                return Err("failed fdatasync did not poison the file".into());
+            }
+            m.poisoned = true;
+            Ok(false)
+        }
+        Err(Error::Poisoned) if m.poisoned => Ok(false),
+        // A write fault: pages stay dirty, a later sync retries them.
+        Err(Error::Io { .. }) if !m.poisoned => Ok(false),
+        Err(e) => Err(format!("unexpected error {e}")),
+    }
+}
+
+/// Checks a crash image against the model sector by sector, then makes the
+/// model match what the reopened file holds.
+fn after_crash(
+    cfg: &ModelConfig,
+    w: &mut World,
+    m: &mut Model,
+    image: &[u8],
+) -> Result<(), String> {
+    let ps = cfg.page_size;
+    let zero = vec![0u8; ps];
+    for p in 0..MAX_PAGES {
+        let s = p as usize * ps;
+        let mut got = vec![0u8; ps];
+        if s < image.len() {
+            let n = (image.len() - s).min(ps);
+            got[..n].copy_from_slice(&image[s..s + n]);
+        }
+        let synced = m.durable.get(&p).unwrap_or(&zero);
+        let later: &[Vec<u8>] = m.since.get(&p).map_or(&[], |v| v.as_slice());
+        for (k, sector) in got.chunks(512).enumerate() {
+            let r = k * 512..(k * 512 + sector.len());
+            let ok = synced[r.clone()] == *sector || later.iter().any(|v| v[r.clone()] == *sector);
+            if !ok {
+                return Err(format!(
+                    "after crash, page {p} sector {k} holds bytes of no synced or later version"
+                ));
+            }
+        }
+        if m.durable.contains_key(&p) || got != zero {
+            m.newest.insert(p, got);
+        } else {
+            m.newest.remove(&p);
+        }
+    }
+    m.synced();
+    m.poisoned = false;
+    // The reopened file reads what the image holds.
+    for (&p, want) in &m.newest {
+        let got = w
+            .file
+            .read(p * ps as u64, ps)
+            .map_err(|e| format!("read after crash: {e}"))?;
+        if got[..] != want[..] {
+            return Err(format!("page {p} reads differently from the crash image"));
+        }
+    }
+    Ok(())
+}
