@@ -17,9 +17,11 @@
 //! - buffered bytes stay within the bound (plus the pages of one write).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{CrashBackend, FaultyBackend, WriteFault};
+use crate::backend::{FileBackend, StorageBackend};
 use crate::cached_file::{Config, FlushEngine, PagedCachedFile};
 use crate::error::Error;
 use crate::workload::WyRand;
@@ -86,6 +88,12 @@ pub struct ModelConfig {
     pub stripes: usize,
     /// Sync lanes.
     pub sync_lanes: usize,
+    /// `None`: the file lives in a [`CrashBackend`] (crashes simulated;
+    /// io_uring runs as its reported fallback, having no descriptor).
+    /// `Some(dir)`: a real file in `dir` (io_uring runs for real; `Crash`
+    /// ops are skipped, durability is checked by reading the file after a
+    /// successful `fdatasync`).
+    pub dir: Option<PathBuf>,
 }
 
 impl ModelConfig {
@@ -109,24 +117,48 @@ pub fn page_bytes(page_size: usize, page: u64, version: u64) -> Vec<u8> {
     v
 }
 
+enum Store {
+    Memory(Arc<CrashBackend>),
+    File(PathBuf),
+}
+
+impl Store {
+    /// What survives a crash now (memory) or what the file holds (file;
+    /// called after a successful fdatasync).
+    fn durable_image(&self) -> Result<Vec<u8>, String> {
+        match self {
+            Store::Memory(c) => Ok(c.durable_image()),
+            Store::File(p) => std::fs::read(p).map_err(|e| format!("read back: {e}")),
+        }
+    }
+}
+
 struct World {
-    crash: Arc<CrashBackend>,
-    faulty: Arc<FaultyBackend<Arc<CrashBackend>>>,
+    store: Store,
+    faulty: Arc<FaultyBackend<Arc<dyn StorageBackend>>>,
     file: PagedCachedFile,
 }
 
-fn open(crash: Arc<CrashBackend>, cfg: &ModelConfig) -> Result<World, String> {
-    let faulty = Arc::new(FaultyBackend::new(Arc::clone(&crash)));
-    let engine = match cfg.engine {
-        // No descriptor: run io_uring as Auto (falls back, reported).
-        FlushEngine::IoUring { queue_depth } => FlushEngine::Auto { queue_depth },
-        e => e,
+fn open(store: Store, cfg: &ModelConfig) -> Result<World, String> {
+    let (inner, engine): (Arc<dyn StorageBackend>, FlushEngine) = match &store {
+        Store::Memory(c) => {
+            let engine = match cfg.engine {
+                FlushEngine::IoUring { queue_depth } => FlushEngine::Auto { queue_depth },
+                e => e,
+            };
+            (Arc::clone(c) as Arc<dyn StorageBackend>, engine)
+        }
+        Store::File(p) => (
+            Arc::new(FileBackend::open(p).map_err(|e| format!("open file: {e}"))?),
+            cfg.engine,
+        ),
     };
+    let faulty = Arc::new(FaultyBackend::new(inner));
     let mut c = cfg.config();
     c.engine = engine;
     let file = PagedCachedFile::new(Arc::clone(&faulty), c).map_err(|e| format!("open: {e}"))?;
     Ok(World {
-        crash,
+        store,
         faulty,
         file,
     })
@@ -165,7 +197,15 @@ impl Model {
 /// the first operation (by index) whose outcome the model does not allow.
 pub fn check(cfg: &ModelConfig, ops: &[Op]) -> Result<(), String> {
     let ps = cfg.page_size;
-    let mut w = open(Arc::new(CrashBackend::new()), cfg)?;
+    let store = match &cfg.dir {
+        None => Store::Memory(Arc::new(CrashBackend::new())),
+        Some(dir) => {
+            let path = dir.join("model.pw");
+            let _ = std::fs::remove_file(&path);
+            Store::File(path)
+        }
+    };
+    let mut w = open(store, cfg)?;
     let mut m = Model::default();
     let bound = cfg.buffer_pages.max(1) * ps + 3 * ps;
     for (i, op) in ops.iter().enumerate() {
@@ -261,11 +301,18 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             sync_outcome(cfg, w, m, r)?;
         }
         Op::FailNextWrite(fault) => w.faulty.schedule_writes([fault]),
-        Op::FailNextSync => w.crash.schedule_syncs([true]),
+        Op::FailNextSync => match &w.store {
+            Store::Memory(c) => c.schedule_syncs([true]),
+            Store::File(_) => w.faulty.schedule_syncs([Some(libc::EIO)]),
+        },
         Op::Crash { seed } => {
-            let image = w.crash.crash_image(seed);
+            let Store::Memory(c) = &w.store else {
+                // A real file cannot lose power here.
+                return Ok(());
+            };
+            let image = c.crash_image(seed);
             let crash = Arc::new(CrashBackend::from_image(&image));
-            let next = open(crash, cfg)?;
+            let next = open(Store::Memory(crash), cfg)?;
             let old = std::mem::replace(w, next);
             drop(old);
             after_crash(cfg, w, m, &image)?;
@@ -273,8 +320,13 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
         Op::Close => {
             let r = w.file.close();
             if sync_outcome(cfg, w, m, r)? {
-                let crash = Arc::clone(&w.crash);
-                *w = open(crash, cfg)?;
+                let store = match &w.store {
+                    Store::Memory(c) => Store::Memory(Arc::clone(c)),
+                    Store::File(p) => Store::File(p.clone()),
+                };
+                let next = open(store, cfg)?;
+                let old = std::mem::replace(w, next);
+                drop(old);
             }
         }
     }
@@ -295,7 +347,7 @@ fn sync_outcome(
                 return Err("sync succeeded on a poisoned file".into());
             }
             m.synced();
-            let img = w.crash.durable_image();
+            let img = w.store.durable_image()?;
             for (&p, want) in &m.newest {
                 // Zero-padded: after a crash the file may end inside a page.
                 let s = (p as usize * ps).min(img.len());
