@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -87,42 +86,12 @@ fn round_trip_every_engine_buffered_and_direct() {
 fn faulty_file(
     path: &std::path::Path,
     direct: DirectIo,
-) -> (Arc<FaultyBackend<FileBackend>>, Shared) {
+) -> (
+    Arc<FaultyBackend<FileBackend>>,
+    Arc<FaultyBackend<FileBackend>>,
+) {
     let be = Arc::new(FaultyBackend::new(open_backend(path, direct)));
-    (be.clone(), Shared(be))
-}
-
-#[derive(Debug)]
-struct Shared(Arc<FaultyBackend<FileBackend>>);
-
-impl StorageBackend for Shared {
-    fn len(&self) -> std::io::Result<u64> {
-        self.0.len()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.0.read_exact_at(offset, buf)
-    }
-    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.0.write_all_at(offset, buf)
-    }
-    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
-        self.0.write_vectored_all_at(offset, bufs)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.0.sync_data()
-    }
-    fn dio_align(&self) -> Option<pagewriter::backend::DioAlign> {
-        self.0.dio_align()
-    }
-    fn uring_fault(&self, offset: u64, len: usize) -> Option<pagewriter::backend::UringFault> {
-        self.0.uring_fault(offset, len)
-    }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.0.raw_fd()
-    }
+    (be.clone(), be)
 }
 
 fn disk(path: &std::path::Path, p: u64) -> (u64, u64) {

@@ -397,16 +397,23 @@ mod tests {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
 
-    #[test]
-    fn writes_runs_at_queue_depth_and_beyond_iov_max() {
+    /// A fresh read-write file in a temporary directory (kept alive by the
+    /// returned guard).
+    fn scratch_file(name: &str) -> (tempfile::TempDir, std::fs::File) {
         let dir = tempfile::tempdir().unwrap();
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(dir.path().join("u"))
+            .open(dir.path().join(name))
             .unwrap();
+        (dir, file)
+    }
+
+    #[test]
+    fn writes_runs_at_queue_depth_and_beyond_iov_max() {
+        let (_dir, file) = scratch_file("u");
         let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 4) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
@@ -443,14 +450,7 @@ mod tests {
 
     #[test]
     fn injected_short_writes_are_continued_and_errors_reported() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("s"))
-            .unwrap();
+        let (_dir, file) = scratch_file("s");
         let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 8) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
@@ -486,14 +486,7 @@ mod tests {
 
     #[test]
     fn copied_jobs_reuse_slots_and_continue_short_writes() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(dir.path().join("c"))
-            .unwrap();
+        let (_dir, file) = scratch_file("c");
         let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 2) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
