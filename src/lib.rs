@@ -28,6 +28,7 @@ pub mod backend;
 pub mod buffer;
 pub mod cached_file;
 pub mod coalesce;
+pub mod datagen;
 pub mod error;
 pub mod testing;
 pub mod workload;

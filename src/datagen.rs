@@ -1,0 +1,501 @@
+//! Synthetic data with known dedup and compression ratios.
+//!
+//! A file of `size` bytes is `N` logical blocks of `block_size` bytes. Block
+//! `i` holds the bytes of unique block `P(i) mod U`, where `U = round(N /
+//! dedup_ratio)` and `P` is a seeded pseudo-random permutation of `0..N`
+//! (a Feistel network with cycle walking): every unique block appears
+//! `floor(N/U)` or `ceil(N/U)` times, spread over the whole file, so any
+//! large window shows about the same dedup ratio, and the whole file shows
+//! it exactly (up to the rounding of `U`).
+//!
+//! A unique block's bytes are a pure function of (seed, unique id): the
+//! same whatever buffer size, offset or thread count streams them. Inside a
+//! block, every [`CHUNK`]-byte chunk is some random bytes followed by
+//! zeros; the number of random bytes is dithered from chunk to chunk so
+//! that fractional compression ratios hold on average. Every chunk keeps at
+//! least a few random bytes, so no block and no 4 KiB region is all zeros:
+//! compressibility does not leak into dedup.
+//!
+//! The random bytes come from `WyRand` (one multiply per 8 bytes); blocks
+//! are filled in parallel by [`Generator::fill_at_parallel`].
+
+use crate::error::{Error, Result};
+use crate::workload::WyRand;
+
+/// Compression grain in bytes: each chunk is random bytes then zeros.
+pub const CHUNK: usize = 256;
+
+/// LZ4's cost of a chunk of `r` random bytes then zeros is about
+/// `LZ4_PER_BYTE * r + LZ4_OVERHEAD` bytes (token, match offset, length
+/// extensions), fitted to `lz4_flex` block output on 64 KiB pieces at
+/// ratios 1.5 and 5 (with a flat 4-byte overhead, ratios 1.5/2/3/5 came
+/// out 1.468/1.956/2.943/4.871).
+const LZ4_OVERHEAD: f64 = 4.43;
+const LZ4_PER_BYTE: f64 = 1.0196;
+
+/// Highest compression ratio supported: each chunk keeps at least ~4
+/// random bytes.
+pub const MAX_COMPRESS_RATIO: f64 = 32.0;
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct GenConfig {
+    /// Bytes in the file; at least 1.
+    pub size: u64,
+    /// Logical bytes / unique bytes at `block_size`; finite, >= 1.
+    pub dedup_ratio: f64,
+    /// Logical bytes / LZ4-compressed bytes; finite, in 1..=32.
+    pub compress_ratio: f64,
+    /// Dedup unit in bytes: a power of two, 512..=1 MiB. Default 4096.
+    pub block_size: usize,
+    /// Seed: the same seed gives the same bytes.
+    pub seed: u64,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        Self {
+            size: 1 << 30,
+            dedup_ratio: 1.0,
+            compress_ratio: 1.0,
+            block_size: 4096,
+            seed: 0,
+        }
+    }
+}
+
+/// A seeded permutation of `0..n`: a balanced Feistel network over the
+/// next even power of two, cycle-walked back into range.
+#[derive(Debug, Clone)]
+struct Permutation {
+    n: u64,
+    half_bits: u32,
+    keys: [u64; 4],
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64's finalizer.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Permutation {
+    fn new(n: u64, seed: u64) -> Self {
+        let bits = 64 - n.saturating_sub(1).leading_zeros();
+        let half_bits = bits.div_ceil(2).max(1);
+        let keys = [1u64, 2, 3, 4].map(|r| mix(seed ^ r.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+        Self { n, half_bits, keys }
+    }
+
+    fn round(&self, x: u64) -> u64 {
+        let mask = (1u64 << self.half_bits) - 1;
+        let (mut l, mut r) = (x >> self.half_bits, x & mask);
+        for k in self.keys {
+            let next = l ^ (mix(r ^ k) & mask);
+            l = r;
+            r = next;
+        }
+        (l << self.half_bits) | r
+    }
+
+    fn apply(&self, mut x: u64) -> u64 {
+        if self.n <= 1 {
+            return 0;
+        }
+        // The domain is at most 4n, so this takes a few rounds on average.
+        loop {
+            x = self.round(x);
+            if x < self.n {
+                return x;
+            }
+        }
+    }
+}
+
+/// Generates the bytes of a [`GenConfig`].
+#[derive(Debug, Clone)]
+pub struct Generator {
+    cfg: GenConfig,
+    blocks: u64,
+    unique: u64,
+    perm: Permutation,
+    /// Random bytes per chunk (fractional; dithered).
+    random_per_chunk: f64,
+}
+
+impl Generator {
+    /// Checks `cfg` and prepares the block mapping.
+    ///
+    /// Errors: [`Error::InvalidConfig`] for size 0, a ratio that is NaN,
+    /// infinite, below 1 (or a compression ratio above 32), or a block size
+    /// that is not a power of two in 512..=1 MiB.
+    pub fn new(cfg: GenConfig) -> Result<Self> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if cfg.size == 0 {
+            return bad("size is 0".into());
+        }
+        if !(cfg.dedup_ratio.is_finite() && cfg.dedup_ratio >= 1.0) {
+            return bad(format!(
+                "dedup ratio {} is not a finite number >= 1",
+                cfg.dedup_ratio
+            ));
+        }
+        if !(cfg.compress_ratio.is_finite()
+            && (1.0..=MAX_COMPRESS_RATIO).contains(&cfg.compress_ratio))
+        {
+            return bad(format!(
+                "compress ratio {} is not in 1..={MAX_COMPRESS_RATIO}",
+                cfg.compress_ratio
+            ));
+        }
+        if !cfg.block_size.is_power_of_two() || !(512..=1 << 20).contains(&cfg.block_size) {
+            return bad(format!(
+                "block size {} is not a power of two in 512..=1MiB",
+                cfg.block_size
+            ));
+        }
+        let blocks = cfg.size.div_ceil(cfg.block_size as u64);
+        let unique = ((blocks as f64 / cfg.dedup_ratio).round() as u64).clamp(1, blocks);
+        let random_per_chunk = if cfg.compress_ratio == 1.0 {
+            CHUNK as f64
+        } else {
+            ((CHUNK as f64 / cfg.compress_ratio - LZ4_OVERHEAD) / LZ4_PER_BYTE).max(1.0)
+        };
+        Ok(Self {
+            perm: Permutation::new(blocks, cfg.seed),
+            cfg,
+            blocks,
+            unique,
+            random_per_chunk,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GenConfig {
+        &self.cfg
+    }
+
+    /// Logical blocks in the file (the last one may be partial).
+    pub fn logical_blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    /// Distinct blocks in the file.
+    pub fn unique_blocks(&self) -> u64 {
+        self.unique
+    }
+
+    /// The unique block that logical block `block` holds.
+    pub fn unique_id(&self, block: u64) -> u64 {
+        self.perm.apply(block) % self.unique
+    }
+
+    /// Fills `out` (exactly `block_size` bytes) with unique block `id`.
+    pub fn fill_block(&self, id: u64, out: &mut [u8]) {
+        debug_assert_eq!(out.len(), self.cfg.block_size);
+        let mut rng = WyRand::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))));
+        if self.random_per_chunk >= CHUNK as f64 {
+            rng.fill(out);
+            return;
+        }
+        let chunks_per_block = (self.cfg.block_size / CHUNK) as u64;
+        let x = self.random_per_chunk;
+        for (k, chunk) in out.chunks_mut(CHUNK).enumerate() {
+            // Dithering over the chunk's global index keeps the average
+            // exact across blocks.
+            let g = (id * chunks_per_block + k as u64) as f64;
+            let r = (((g + 1.0) * x).floor() - (g * x).floor()) as usize;
+            let r = r.clamp(1, chunk.len());
+            rng.fill(&mut chunk[..r]);
+            chunk[r..].fill(0);
+        }
+    }
+
+    /// Fills `buf` with the file's bytes from byte `offset`.
+    ///
+    /// Errors: [`Error::OutOfBounds`] if the range passes the end.
+    pub fn fill_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.cfg.size)
+            .ok_or(Error::OutOfBounds {
+                offset,
+                len: buf.len(),
+                file_len: self.cfg.size,
+            })?;
+        let bs = self.cfg.block_size as u64;
+        let mut scratch: Option<Vec<u8>> = None;
+        let mut at = offset;
+        while at < end {
+            let block = at / bs;
+            let start = (at - block * bs) as usize;
+            let take = ((bs - start as u64).min(end - at)) as usize;
+            let dst = &mut buf[(at - offset) as usize..(at - offset) as usize + take];
+            let id = self.unique_id(block);
+            if start == 0 && take == bs as usize {
+                self.fill_block(id, dst);
+            } else {
+                let s = scratch.get_or_insert_with(|| vec![0u8; bs as usize]);
+                self.fill_block(id, s);
+                dst.copy_from_slice(&s[start..start + take]);
+            }
+            at += take as u64;
+        }
+        Ok(())
+    }
+
+    /// [`fill_at`](Self::fill_at) with `threads` threads (scoped), split
+    /// at block boundaries. The bytes are the same for any thread count.
+    pub fn fill_at_parallel(&self, offset: u64, buf: &mut [u8], threads: usize) -> Result<()> {
+        let bs = self.cfg.block_size;
+        let threads = threads.max(1);
+        if threads == 1 || buf.len() < 2 * bs {
+            return self.fill_at(offset, buf);
+        }
+        // Bounds first, so no thread starts on a bad range.
+        offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.cfg.size)
+            .ok_or(Error::OutOfBounds {
+                offset,
+                len: buf.len(),
+                file_len: self.cfg.size,
+            })?;
+        let per = buf.len().div_ceil(threads).div_ceil(bs) * bs;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = buf
+                .chunks_mut(per)
+                .enumerate()
+                .map(|(i, part)| s.spawn(move || self.fill_at(offset + (i * per) as u64, part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::InvalidConfig("fill thread panicked".into()))
+                    })
+                })
+                .collect::<Result<Vec<()>>>()
+                .map(|_| ())
+        })
+    }
+}
+
+/// Ratios measured on real bytes.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct MeasuredRatios {
+    /// Bytes measured.
+    pub bytes: u64,
+    /// Logical blocks / distinct blocks (XXH3-128 of each block).
+    pub dedup_ratio: f64,
+    /// Bytes of the distinct blocks / their LZ4 size, compressed in 64 KiB
+    /// pieces.
+    pub compress_ratio: f64,
+}
+
+/// Measures the dedup ratio at `block_size` and the LZ4 compression ratio
+/// (per 64 KiB of unique data) of the bytes `read` yields, in order.
+/// A final partial block counts as a block.
+pub fn measure(
+    mut read: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+    block_size: usize,
+) -> std::io::Result<MeasuredRatios> {
+    use std::collections::HashSet;
+    let mut seen: HashSet<u128> = HashSet::new();
+    let (mut blocks, mut bytes) = (0u64, 0u64);
+    let mut pending: Vec<u8> = Vec::with_capacity(64 << 10);
+    let (mut raw, mut packed) = (0u64, 0u64);
+    let mut block = vec![0u8; block_size];
+    loop {
+        let mut filled = 0;
+        while filled < block_size {
+            let n = read(&mut block[filled..])?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        if filled == 0 {
+            break;
+        }
+        blocks += 1;
+        bytes += filled as u64;
+        if seen.insert(xxhash_rust::xxh3::xxh3_128(&block[..filled])) {
+            pending.extend_from_slice(&block[..filled]);
+            while pending.len() >= 64 << 10 {
+                let piece: Vec<u8> = pending.drain(..64 << 10).collect();
+                raw += piece.len() as u64;
+                packed += lz4_flex::block::compress(&piece).len() as u64;
+            }
+        }
+        if filled < block_size {
+            break;
+        }
+    }
+    if !pending.is_empty() {
+        raw += pending.len() as u64;
+        packed += lz4_flex::block::compress(&pending).len() as u64;
+    }
+    Ok(MeasuredRatios {
+        bytes,
+        dedup_ratio: if seen.is_empty() {
+            1.0
+        } else {
+            blocks as f64 / seen.len() as f64
+        },
+        compress_ratio: if packed == 0 {
+            1.0
+        } else {
+            raw as f64 / packed as f64
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generator(size: u64, dedup: f64, compress: f64) -> Generator {
+        Generator::new(GenConfig {
+            size,
+            dedup_ratio: dedup,
+            compress_ratio: compress,
+            block_size: 4096,
+            seed: 42,
+        })
+        .unwrap()
+    }
+
+    fn measure_all(g: &Generator) -> MeasuredRatios {
+        let mut buf = vec![0u8; g.config().size as usize];
+        g.fill_at_parallel(0, &mut buf, 2).unwrap();
+        let mut at = 0;
+        measure(
+            |out| {
+                let n = out.len().min(buf.len() - at);
+                out[..n].copy_from_slice(&buf[at..at + n]);
+                at += n;
+                Ok(n)
+            },
+            4096,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn permutation_is_a_bijection() {
+        for n in [1u64, 2, 3, 7, 100, 1000, 4097] {
+            let p = Permutation::new(n, 9);
+            let mut seen: Vec<u64> = (0..n).map(|i| p.apply(i)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "n = {n}");
+        }
+    }
+
+    #[test]
+    fn ratios_hold_within_5_percent() {
+        for r in [1.0, 1.5, 2.0, 3.0, 5.0] {
+            let m = measure_all(&generator(64 << 20, r, 1.0));
+            assert!(
+                (m.dedup_ratio / r - 1.0).abs() < 0.05,
+                "dedup {r}: measured {m:?}"
+            );
+            assert!(
+                (m.compress_ratio - 1.0).abs() < 0.05,
+                "incompressible: {m:?}"
+            );
+            let m = measure_all(&generator(32 << 20, 1.0, r));
+            eprintln!("target {r}: compress measured {:.3}", m.compress_ratio);
+            assert!(
+                (m.compress_ratio / r - 1.0).abs() < 0.05,
+                "compress {r}: measured {m:?}"
+            );
+            assert!(
+                (m.dedup_ratio - 1.0).abs() < 0.01,
+                "compressibility leaked into dedup: {m:?}"
+            );
+        }
+        let m = measure_all(&generator(64 << 20, 3.0, 2.0));
+        assert!(
+            (m.dedup_ratio / 3.0 - 1.0).abs() < 0.05 && (m.compress_ratio / 2.0 - 1.0).abs() < 0.05,
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn bytes_do_not_depend_on_chunking_offset_or_threads() {
+        let g = generator((8 << 20) + 1234, 2.5, 1.7);
+        let mut whole = vec![0u8; g.config().size as usize];
+        g.fill_at(0, &mut whole).unwrap();
+        let mut par = vec![0u8; whole.len()];
+        g.fill_at_parallel(0, &mut par, 3).unwrap();
+        assert_eq!(par, whole);
+        for chunk in [1usize, 100, 4095, 4096, 65537] {
+            let mut streamed = Vec::with_capacity(whole.len());
+            let mut at = 0u64;
+            while (at as usize) < whole.len() {
+                let n = chunk.min(whole.len() - at as usize);
+                let mut b = vec![0u8; n];
+                g.fill_at(at, &mut b).unwrap();
+                streamed.extend(b);
+                at += n as u64;
+            }
+            assert_eq!(streamed, whole, "chunk {chunk}");
+        }
+        let mut b = vec![0u8; 10_000];
+        g.fill_at(123_457, &mut b).unwrap();
+        assert_eq!(b[..], whole[123_457..133_457]);
+    }
+
+    #[test]
+    fn duplicates_are_spread_over_the_file() {
+        let g = generator(64 << 20, 4.0, 1.0);
+        // In every quarter of the file, about 1/4 of the blocks are
+        // distinct per quarter... measured as: the ratio of any quarter is
+        // well above 1 (duplicates are not all at the start).
+        let q = g.logical_blocks() / 4;
+        for part in 0..4 {
+            let ids: std::collections::HashSet<u64> =
+                (part * q..(part + 1) * q).map(|b| g.unique_id(b)).collect();
+            let ratio = q as f64 / ids.len() as f64;
+            assert!(ratio > 1.05, "quarter {part}: ratio {ratio}");
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        for (size, d, c, bs) in [
+            (0u64, 1.0, 1.0, 4096usize),
+            (1, 0.5, 1.0, 4096),
+            (1, f64::NAN, 1.0, 4096),
+            (1, f64::INFINITY, 1.0, 4096),
+            (1, 1.0, 0.9, 4096),
+            (1, 1.0, f64::NAN, 4096),
+            (1, 1.0, 33.0, 4096),
+            (1, 1.0, 1.0, 1000),
+            (1, 1.0, 1.0, 256),
+        ] {
+            let r = Generator::new(GenConfig {
+                size,
+                dedup_ratio: d,
+                compress_ratio: c,
+                block_size: bs,
+                seed: 0,
+            });
+            assert!(
+                matches!(r, Err(Error::InvalidConfig(_))),
+                "{size} {d} {c} {bs}"
+            );
+        }
+        let g = generator(4096, 1.0, 1.0);
+        assert!(matches!(
+            g.fill_at(4000, &mut [0u8; 200]),
+            Err(Error::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            g.fill_at(u64::MAX, &mut [0u8; 2]),
+            Err(Error::OutOfBounds { .. })
+        ));
+    }
+}
