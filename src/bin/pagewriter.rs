@@ -102,8 +102,9 @@ struct ScaleArgs {
     /// io_uring queue depth (SQEs in flight) of the io-uring mode.
     #[arg(long, default_value_t = 32)]
     queue_depth: u32,
-    /// O_DIRECT.
-    #[arg(long, value_enum, default_value = "off")]
+    /// O_DIRECT (auto: where the file system takes it; buffered I/O lets
+    /// the kernel coalesce per-page writes and hides what is measured).
+    #[arg(long, value_enum, default_value = "auto")]
     direct: DirectArg,
     /// Seed of page contents and rewrite choices.
     #[arg(long, default_value_t = 0x5eed)]

@@ -110,7 +110,9 @@ pub struct ScaleConfig {
     /// Commit rounds in `fdatasync` at once ([`Config::sync_lanes`]).
     /// Default 4.
     pub sync_lanes: usize,
-    /// `O_DIRECT` or buffered. Default off.
+    /// `O_DIRECT` or buffered. Default [`DirectIo::Auto`]: with buffered
+    /// I/O the kernel's writeback coalesces per-page writes itself, which
+    /// hides the cost this benchmark exists to show (`.project/results.md`).
     pub direct: DirectIo,
 }
 
@@ -129,7 +131,7 @@ impl Default for ScaleConfig {
             seed: 0x5eed,
             max_write_buffer_bytes: 64 << 20,
             sync_lanes: Config::default().sync_lanes,
-            direct: DirectIo::Off,
+            direct: DirectIo::Auto,
         }
     }
 }
