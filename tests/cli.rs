@@ -93,6 +93,57 @@ fn flush_reports_every_engine() {
 }
 
 #[test]
+fn gen_then_verify_reports_the_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("g");
+    let out = bin()
+        .args([
+            "gen",
+            "--size",
+            "32MiB",
+            "--dedup",
+            "3",
+            "--compress",
+            "2",
+            "--output",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 32 << 20);
+    let out = bin()
+        .args(["gen", "--json", "--verify"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = v["dedup_ratio"].as_f64().unwrap();
+    let c = v["compress_ratio"].as_f64().unwrap();
+    assert!((d / 3.0 - 1.0).abs() < 0.05, "dedup {d}");
+    assert!((c / 2.0 - 1.0).abs() < 0.05, "compress {c}");
+    // Same configuration, same bytes, whether to a file or stdout.
+    let out = bin()
+        .args(["gen", "--size", "32MiB", "--dedup", "3", "--compress", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.stdout.len(), 32 << 20);
+    assert!(
+        out.stdout == std::fs::read(&file).unwrap(),
+        "stdout and file differ"
+    );
+}
+
+#[test]
 fn bad_arguments_fail_with_a_message() {
     for args in [
         &["scale", "--modes", "nope"][..],
@@ -106,6 +157,11 @@ fn bad_arguments_fail_with_a_message() {
         &["flush", "--size", "0"],
         &["flush", "--engines", "nope"],
         &["flush", "--queue-depth", "9999"],
+        &["gen", "--dedup", "0.5"],
+        &["gen", "--compress", "NaN"],
+        &["gen", "--size", "0"],
+        &["gen", "--block-size", "1000"],
+        &["gen", "--verify", "/nonexistent/file"],
     ] {
         let out = bin().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");
