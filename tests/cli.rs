@@ -153,6 +153,8 @@ fn bad_arguments_fail_with_a_message() {
         &["scale", "--duration", "0"],
         &["scale", "--path", "/nonexistent/dir"],
         &["scale", "--queue-depth", "0"],
+        &["scale", "--dedup", "0.5"],
+        &["scale", "--compress", "100"],
         &["flush", "--size", "lots"],
         &["flush", "--size", "0"],
         &["flush", "--engines", "nope"],

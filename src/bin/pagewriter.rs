@@ -142,6 +142,12 @@ struct ScaleArgs {
     /// Seed of page contents and rewrite choices.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
+    /// Dedup ratio of the page contents (at the page size).
+    #[arg(long, default_value_t = 1.0)]
+    dedup: f64,
+    /// Compression ratio of the page contents (LZ4), 1 = incompressible.
+    #[arg(long, default_value_t = 1.0)]
+    compress: f64,
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -253,6 +259,8 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("--buffer-mib too large")?,
         sync_lanes: a.sync_lanes,
         direct: a.direct.into(),
+        dedup_ratio: a.dedup,
+        compress_ratio: a.compress,
     };
     config.validate()?;
     let total = config.threads.len() * config.modes.len() * config.repeats;
@@ -280,6 +288,10 @@ fn print_scale(r: &ScaleReport) {
     for (mode, io) in &r.io_modes {
         println!("I/O {:<15} {io}", mode.name());
     }
+    println!(
+        "data: dedup {} compress {} (datagen, seed {})",
+        c.dedup_ratio, c.compress_ratio, c.seed
+    );
     println!(
         "commit: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
         match c.commit {

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use super::WyRand;
 use crate::cached_file::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
+use crate::datagen::{GenConfig, Generator};
 use crate::error::{Error, Result};
 
 /// What a cell measures.
@@ -110,6 +111,11 @@ pub struct ScaleConfig {
     /// Commit rounds in `fdatasync` at once ([`Config::sync_lanes`]).
     /// Default 4.
     pub sync_lanes: usize,
+    /// Dedup ratio of the page contents (`datagen`). Default 1.
+    pub dedup_ratio: f64,
+    /// Compression ratio of the page contents (`datagen`). Default 1
+    /// (incompressible).
+    pub compress_ratio: f64,
     /// `O_DIRECT` or buffered. Default [`DirectIo::Auto`]: with buffered
     /// I/O the kernel's writeback coalesces per-page writes itself, which
     /// hides the cost this benchmark exists to show (`.project/results.md`).
@@ -132,6 +138,8 @@ impl Default for ScaleConfig {
             max_write_buffer_bytes: 64 << 20,
             sync_lanes: Config::default().sync_lanes,
             direct: DirectIo::Auto,
+            dedup_ratio: 1.0,
+            compress_ratio: 1.0,
         }
     }
 }
@@ -140,6 +148,19 @@ impl ScaleConfig {
     /// Pages of each transaction that are rewrites.
     pub fn rewrites_per_txn(&self) -> usize {
         ((self.pages_per_txn as f64) * self.rewrite_fraction).round() as usize
+    }
+
+    /// The page-content generator: page `p` holds the generator's bytes at
+    /// `p * page_size` of a 16 TiB virtual file, so the contents have the
+    /// configured dedup and compression ratios at the page size.
+    pub fn generator(&self) -> Result<Generator> {
+        Generator::new(GenConfig {
+            size: 1 << 44,
+            dedup_ratio: self.dedup_ratio,
+            compress_ratio: self.compress_ratio,
+            block_size: self.page_size.clamp(512, 1 << 20),
+            seed: self.seed,
+        })
     }
 
     /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
@@ -167,6 +188,7 @@ impl ScaleConfig {
         if self.cell_duration.is_zero() {
             return bad("cell duration must be above 0");
         }
+        self.generator()?;
         for mode in &self.modes {
             let engine = match mode {
                 Mode::Engine(e) => *e,
@@ -433,19 +455,21 @@ fn writer(
     let rewrites = config.rewrites_per_txn() as u64;
     let fresh = config.pages_per_txn as u64 - rewrites;
     let mut rng = WyRand::new(seed);
+    let data = config.generator()?;
     let mut latency = new_histogram();
     let (mut pages, mut commits) = (0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
         let first = alloc.fetch_add(fresh, Ordering::Relaxed);
         for p in first..first + fresh {
             let mut page = file.overwrite(p * ps, ps as usize)?;
-            rng.fill(&mut page);
+            data.fill_at(p * ps, &mut page)?;
         }
         for _ in 0..rewrites {
             let high = alloc.load(Ordering::Relaxed);
             let p = if high == 0 { first } else { rng.below(high) };
             let mut page = file.overwrite(p * ps, ps as usize)?;
-            rng.fill(&mut page);
+            // A rewrite carries other bytes: the generator's page further on.
+            data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
         }
         pages += fresh + rewrites;
         let t0 = Instant::now();
