@@ -212,18 +212,23 @@ impl Generator {
         }
     }
 
+    /// The end of `len` bytes at `offset`, if inside the file.
+    fn check_range(&self, offset: u64, len: usize) -> Result<u64> {
+        offset
+            .checked_add(len as u64)
+            .filter(|&e| e <= self.cfg.size)
+            .ok_or(Error::OutOfBounds {
+                offset,
+                len,
+                file_len: self.cfg.size,
+            })
+    }
+
     /// Fills `buf` with the file's bytes from byte `offset`.
     ///
     /// Errors: [`Error::OutOfBounds`] if the range passes the end.
     pub fn fill_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.cfg.size)
-            .ok_or(Error::OutOfBounds {
-                offset,
-                len: buf.len(),
-                file_len: self.cfg.size,
-            })?;
+        let end = self.check_range(offset, buf.len())?;
         let bs = self.cfg.block_size as u64;
         let mut scratch: Option<Vec<u8>> = None;
         let mut at = offset;
@@ -254,14 +259,7 @@ impl Generator {
             return self.fill_at(offset, buf);
         }
         // Bounds first, so no thread starts on a bad range.
-        offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= self.cfg.size)
-            .ok_or(Error::OutOfBounds {
-                offset,
-                len: buf.len(),
-                file_len: self.cfg.size,
-            })?;
+        self.check_range(offset, buf.len())?;
         let per = buf.len().div_ceil(threads).div_ceil(bs) * bs;
         std::thread::scope(|s| {
             let handles: Vec<_> = buf

@@ -92,6 +92,27 @@ impl UringWriter {
         })
     }
 
+    /// One `io_uring_enter`: submit what is queued and wait for a CQE.
+    /// `EINTR`, `EBUSY` (CQ busy) and `EAGAIN` are for the caller to reap
+    /// and retry. Any other error is kept in `fatal` (the caller then
+    /// submits nothing more but keeps reaping until nothing is in flight);
+    /// the short sleep lets task work post the outstanding CQEs.
+    fn enter(&mut self, fatal: &mut Option<io::Error>) {
+        self.submit_calls += 1;
+        match self.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
+                ) => {}
+            Err(e) => {
+                fatal.get_or_insert(e);
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+    }
+
     /// Queue depth: most SQEs in flight.
     pub fn queue_depth(&self) -> u32 {
         self.queue_depth
@@ -187,26 +208,7 @@ impl UringWriter {
             if in_flight == 0 {
                 break;
             }
-            self.submit_calls += 1;
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                    ) =>
-                {
-                    // Interrupted or CQ busy: reap what is there, then retry.
-                }
-                Err(e) => {
-                    // Keep reaping until nothing is in flight; submit
-                    // nothing more. Sleeping lets task work post the CQEs.
-                    if fatal.is_none() {
-                        fatal = Some(e);
-                    }
-                    std::thread::sleep(std::time::Duration::from_micros(100));
-                }
-            }
+            self.enter(&mut fatal);
             let mut cq = self.ring.completion();
             cq.sync();
             for cqe in &mut cq {
@@ -333,19 +335,7 @@ impl UringWriter {
             if in_flight == 0 {
                 break;
             }
-            self.submit_calls += 1;
-            match self.ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)
-                    ) => {}
-                Err(e) => {
-                    fatal.get_or_insert(e);
-                    std::thread::sleep(std::time::Duration::from_micros(100));
-                }
-            }
+            self.enter(&mut fatal);
             let mut cq = self.ring.completion();
             cq.sync();
             for cqe in &mut cq {
