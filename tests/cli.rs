@@ -6,11 +6,23 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pagewriter"))
 }
 
+/// Runs the binary with `args` and `--path dir`, asserts success, parses
+/// its JSON output.
+fn run_json<T: serde::de::DeserializeOwned>(args: &[&str], dir: &std::path::Path) -> T {
+    let out = bin().args(args).arg("--path").arg(dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn scale_json_reports_every_cell_and_removes_its_files() {
     let dir = tempfile::tempdir().unwrap();
-    let out = bin()
-        .args([
+    let v: serde_json::Value = run_json(
+        &[
             "scale",
             "--threads",
             "1,2",
@@ -21,17 +33,9 @@ fn scale_json_reports_every_cell_and_removes_its_files() {
             "--json",
             "--rewrite",
             "0",
-        ])
-        .arg("--path")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        dir.path(),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2 * 5);
     let io = v["io_modes"].as_array().unwrap();
@@ -57,8 +61,8 @@ fn scale_json_reports_every_cell_and_removes_its_files() {
 #[test]
 fn flush_reports_every_engine() {
     let dir = tempfile::tempdir().unwrap();
-    let out = bin()
-        .args([
+    let runs: Vec<serde_json::Value> = run_json(
+        &[
             "flush",
             "--size",
             "4MiB",
@@ -67,17 +71,9 @@ fn flush_reports_every_engine() {
             "--repeats",
             "2",
             "--json",
-        ])
-        .arg("--path")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        dir.path(),
     );
-    let runs: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs.len(), 2 * 2);
     for r in &runs {
         assert_eq!(r["bytes"].as_u64().unwrap(), 4 << 20);
