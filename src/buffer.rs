@@ -22,6 +22,23 @@ pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     align: usize,
+    /// Bytes allocated (`len` rounded up for huge pages).
+    cap: usize,
+    /// Whether the memory is an `mmap` (else the global allocator's).
+    mmapped: bool,
+}
+
+/// Size of a huge page on x86-64 and arm64 with 4 KiB base pages: 2 MiB.
+pub const HUGE_PAGE: usize = 2 << 20;
+
+/// How the memory of a huge-page buffer was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum HugePages {
+    /// `mmap(MAP_HUGETLB | MAP_HUGE_2MB)`: reserved 2 MiB huge pages.
+    Reserved,
+    /// Heap memory aligned to 2 MiB with `madvise(MADV_HUGEPAGE)`: the
+    /// kernel backs it with transparent huge pages where it can.
+    Transparent,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively (like Box<[u8]>); it has
@@ -40,14 +57,78 @@ impl AlignedBuf {
         if len == 0 {
             // No allocation; a dangling pointer that is still aligned.
             let ptr = NonNull::new(std::ptr::without_provenance_mut::<u8>(align))?;
-            return Some(Self { ptr, len, align });
+            return Some(Self {
+                ptr,
+                len,
+                align,
+                cap: 0,
+                mmapped: false,
+            });
         }
         // SAFETY: `layout` has a non-zero size (checked above).
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
         };
-        Some(Self { ptr, len, align })
+        Some(Self {
+            ptr,
+            len,
+            align,
+            cap: len,
+            mmapped: false,
+        })
+    }
+
+    /// A zeroed buffer of `len` bytes (> 0) on 2 MiB huge pages: reserved
+    /// huge pages (`MAP_HUGETLB`) if the system has enough free
+    /// (`/proc/sys/vm/nr_hugepages`), else 2 MiB-aligned memory advised
+    /// for transparent huge pages. The mapping is rounded up to 2 MiB.
+    ///
+    /// Errors: `len` is 0 (`InvalidInput`); the `MAP_HUGETLB` error is
+    /// returned beside the fallback buffer, for reports.
+    pub fn huge(len: usize) -> std::io::Result<(Self, HugePages, Option<std::io::Error>)> {
+        if len == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a huge-page buffer needs a length",
+            ));
+        }
+        let map_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
+        // MAP_HUGE_2MB: log2(2 MiB) = 21 in the MAP_HUGE_SHIFT bits.
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | (21 << 26);
+        // SAFETY: an anonymous mapping at a kernel-chosen address; no
+        // existing memory is affected. The result is checked below.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if raw != libc::MAP_FAILED {
+            let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap does not return NULL");
+            let buf = Self {
+                ptr,
+                len,
+                align: HUGE_PAGE,
+                cap: map_len,
+                mmapped: true,
+            };
+            return Ok((buf, HugePages::Reserved, None));
+        }
+        let why = std::io::Error::last_os_error();
+        let mut buf = Self::zeroed(map_len, HUGE_PAGE).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "length overflows")
+        })?;
+        // SAFETY: advice on memory this buffer owns; MADV_HUGEPAGE changes
+        // no contents. A failure (THP disabled) only loses the advice.
+        unsafe { libc::madvise(buf.ptr.as_ptr().cast(), map_len, libc::MADV_HUGEPAGE) };
+        // Expose `len` bytes; `cap` keeps the allocation's size for `Drop`.
+        buf.len = len;
+        Ok((buf, HugePages::Transparent, Some(why)))
     }
 
     /// A copy of `bytes` in a buffer aligned to `align` bytes; `None` as for
@@ -95,15 +176,21 @@ impl Clone for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        if self.len == 0 {
+        if self.cap == 0 {
             return;
         }
-        // SAFETY: allocated in `zeroed` with exactly this size and alignment
-        // (which passed `Layout::from_size_align` then).
+        if self.mmapped {
+            // SAFETY: `ptr..ptr+cap` is the mapping made in `huge`, owned
+            // by this buffer alone.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
+            return;
+        }
+        // SAFETY: allocated in `zeroed` with exactly `cap` bytes and this
+        // alignment (which passed `Layout::from_size_align` then).
         unsafe {
             alloc::dealloc(
                 self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.len, self.align),
+                Layout::from_size_align_unchecked(self.cap, self.align),
             )
         }
     }
@@ -212,6 +299,20 @@ impl PartialEq for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_buffers_are_zeroed_aligned_writable_and_freed() {
+        for len in [1usize, HUGE_PAGE, HUGE_PAGE + 4096] {
+            let (mut buf, kind, why) = AlignedBuf::huge(len).unwrap();
+            assert_eq!(buf.len(), len);
+            assert_eq!(buf.as_ptr() as usize % HUGE_PAGE, 0, "{kind:?}");
+            assert_eq!(kind == HugePages::Transparent, why.is_some());
+            assert!(buf.iter().all(|&b| b == 0));
+            buf.fill(0xAB);
+            assert_eq!(buf.clone()[len - 1], 0xAB);
+        }
+        assert!(AlignedBuf::huge(0).is_err());
+    }
 
     #[test]
     fn aligned_and_zeroed() {

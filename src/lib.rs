@@ -30,6 +30,7 @@ pub mod cached_file;
 pub mod coalesce;
 pub mod datagen;
 pub mod error;
+pub mod stream;
 pub mod testing;
 pub mod workload;
 

@@ -259,14 +259,23 @@ fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
 /// (`/sys/dev/block/MAJ:MIN/queue/logical_block_size`, or the parent's for
 /// a partition).
 fn logical_block_size(file: &File) -> Option<u32> {
+    queue_attr(file, "logical_block_size")?.parse().ok()
+}
+
+/// An attribute of the block queue under the file system holding `file`,
+/// from `/sys/dev/block/MAJ:MIN/queue/NAME` (or the parent disk's queue for
+/// a partition), trimmed: e.g. `max_sectors_kb`, `nr_requests`,
+/// `rotational`, `io_poll`. `None` where sysfs has no such entry (tmpfs,
+/// overlay, not Linux).
+pub fn queue_attr(file: &File, name: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let dev = file.metadata().ok()?.dev();
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let base = format!("/sys/dev/block/{major}:{minor}");
-    ["queue/logical_block_size", "../queue/logical_block_size"]
+    ["queue", "../queue"]
         .iter()
-        .find_map(|rel| std::fs::read_to_string(format!("{base}/{rel}")).ok())
-        .and_then(|s| s.trim().parse().ok())
+        .find_map(|dir| std::fs::read_to_string(format!("{base}/{dir}/{name}")).ok())
+        .map(|s| s.trim().to_string())
 }
 
 /// How many of `bufs` (at least one) fit in one write call under the caps.

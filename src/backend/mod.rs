@@ -9,9 +9,13 @@ use std::io::{self, IoSlice};
 mod file;
 mod memory;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
+pub mod ring;
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod uring;
 
-pub use file::{DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, SyscallCounts};
+pub use file::{
+    DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, SyscallCounts, queue_attr,
+};
 
 /// A fault a test backend asks an io_uring flush to act out for one write
 /// (see [`StorageBackend::uring_fault`]).

@@ -34,6 +34,66 @@ enum Command {
     /// Synthetic data with known dedup and compression ratios, to a file
     /// or stdout; or `--verify FILE` to measure a file's ratios.
     Gen(GenArgs),
+    /// Stream a generated file of any size to disk: generation overlapped
+    /// with io_uring (or pwrite) writes from a fixed pool of aligned
+    /// buffers, fallocate first, fdatasync last.
+    WriteFile(WriteFileArgs),
+}
+
+#[derive(clap::Args)]
+struct WriteFileArgs {
+    /// File to write (created, or truncated if it exists).
+    path: PathBuf,
+    /// Bytes to write, e.g. 8GiB, 100GB, 1500MiB.
+    #[arg(long, value_parser = parse_size)]
+    size: u64,
+    /// Dedup ratio of the data (logical / unique 4 KiB blocks), >= 1.
+    #[arg(long, default_value_t = 1.0)]
+    dedup: f64,
+    /// Compression ratio of the data (LZ4), 1..=32.
+    #[arg(long, default_value_t = 1.0)]
+    compress: f64,
+    /// Seed of the data.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// O_DIRECT.
+    #[arg(long, value_enum, default_value = "auto")]
+    direct: DirectArg,
+    /// I/O engine: io-uring, pwrite, auto (io_uring where it can be set up).
+    #[arg(long, default_value = "auto")]
+    engine: String,
+    /// Writes in flight (io_uring).
+    #[arg(long)]
+    queue_depth: Option<u32>,
+    /// Bytes per buffer and per write, e.g. 4MiB.
+    #[arg(long, value_parser = parse_size)]
+    buffer_size: Option<u64>,
+    /// Buffers in the pool.
+    #[arg(long)]
+    buffer_count: Option<usize>,
+    /// Threads generating data (default: the CPU count).
+    #[arg(long)]
+    gen_threads: Option<usize>,
+    /// Threads calling pwrite (engine pwrite).
+    #[arg(long, default_value_t = 4)]
+    writer_threads: usize,
+    /// Pick buffer size, count, queue depth and fill threads from the CPU
+    /// count and the device, and print the picks (explicit flags win).
+    #[arg(long)]
+    auto: bool,
+    /// Back the buffers with 2 MiB huge pages (reserved, else transparent;
+    /// the fallback is reported).
+    #[arg(long)]
+    hugepages: bool,
+    /// Do not register the buffers with io_uring (plain WRITE, not WRITE_FIXED).
+    #[arg(long)]
+    no_fixed_buffers: bool,
+    /// Do not fallocate the file first.
+    #[arg(long)]
+    no_preallocate: bool,
+    /// Print the stats as JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -198,6 +258,7 @@ fn main() -> ExitCode {
         Command::Scale(args) => cmd_scale(args),
         Command::Flush(args) => cmd_flush(args),
         Command::Gen(args) => cmd_gen(args),
+        Command::WriteFile(args) => cmd_write_file(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -430,5 +491,92 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
         at += n as u64;
     }
     out.flush()?;
+    Ok(())
+}
+
+fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use pagewriter::stream::{self, StreamEngine, WriteOptions};
+    let mut opts = WriteOptions {
+        dedup_ratio: a.dedup,
+        compress_ratio: a.compress,
+        seed: a.seed,
+        direct: a.direct.into(),
+        engine: match a.engine.as_str() {
+            "io-uring" | "io_uring" => StreamEngine::IoUring,
+            "pwrite" | "psync" => StreamEngine::Pwrite,
+            "auto" => StreamEngine::Auto,
+            other => {
+                return Err(format!("unknown engine {other:?} (io-uring, pwrite, auto)").into());
+            }
+        },
+        writer_threads: a.writer_threads,
+        hugepages: a.hugepages,
+        fixed_buffers: !a.no_fixed_buffers,
+        preallocate: !a.no_preallocate,
+        ..WriteOptions::default()
+    };
+    if a.auto {
+        let (picked, why) = stream::auto_options(&a.path, &opts);
+        opts = picked;
+        for line in why {
+            eprintln!("auto: {line}");
+        }
+    }
+    if let Some(v) = a.buffer_size {
+        opts.buffer_size = usize::try_from(v).map_err(|_| "--buffer-size too large")?;
+    }
+    if let Some(v) = a.buffer_count {
+        opts.buffer_count = v;
+    }
+    if let Some(v) = a.queue_depth {
+        opts.queue_depth = v;
+    }
+    if let Some(v) = a.gen_threads {
+        opts.gen_threads = v;
+    }
+    let bar = indicatif::ProgressBar::new(a.size);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    let result = stream::write_file_with_progress(&a.path, a.size, &opts, &mut |p| {
+        bar.set_position(p.bytes_done)
+    });
+    bar.finish_and_clear();
+    let stats = match result {
+        Ok(s) => s,
+        Err(e) => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&e.stats)?);
+            }
+            return Err(e.into());
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+        return Ok(());
+    }
+    println!(
+        "wrote {} bytes to {} in {:.3} s: {:.3} GB/s ({:.3} GiB/s)",
+        stats.bytes,
+        a.path.display(),
+        stats.duration_s,
+        stats.gb_per_s,
+        stats.gb_per_s * 1e9 / (1u64 << 30) as f64
+    );
+    println!("I/O: {}", stats.io_mode);
+    println!(
+        "time: generating {:.3} s over {} threads, waiting for writes {:.3} s, \
+         waiting for data {:.3} s, fallocate {:.3} s, fdatasync {:.3} s; {} writes",
+        stats.gen_s,
+        stats.gen_threads,
+        stats.io_wait_s,
+        stats.starved_s,
+        stats.preallocate_s,
+        stats.fdatasync_s,
+        stats.writes
+    );
     Ok(())
 }

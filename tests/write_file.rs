@@ -1,0 +1,329 @@
+//! `stream::write_file` on real files: the bytes, O_DIRECT tails, ENOSPC
+//! part way, bad arguments, progress.
+
+mod common;
+
+use std::path::Path;
+
+use pagewriter::datagen::Generator;
+use pagewriter::stream::{self, StreamEngine, WriteOptions};
+use pagewriter::{DirectIo, Error};
+
+/// Engines to run: pwrite always, io_uring where a ring can be set up.
+fn engines() -> Vec<StreamEngine> {
+    let mut v = vec![StreamEngine::Pwrite];
+    if common::uring_available() {
+        v.push(StreamEngine::IoUring);
+    } else {
+        eprintln!("io_uring unavailable here: its cases are skipped");
+    }
+    v
+}
+
+fn small(engine: StreamEngine, direct: DirectIo) -> WriteOptions {
+    WriteOptions {
+        buffer_size: 1 << 20,
+        buffer_count: 5,
+        queue_depth: 3,
+        engine,
+        direct,
+        gen_threads: 2,
+        writer_threads: 3,
+        dedup_ratio: 1.5,
+        compress_ratio: 2.0,
+        seed: 42,
+        ..WriteOptions::default()
+    }
+}
+
+/// Panics at the first byte of `path` that differs from the generator's.
+fn assert_file_is_generated(path: &Path, size: u64, opts: &WriteOptions) {
+    let data = std::fs::read(path).unwrap();
+    assert_eq!(data.len() as u64, size, "file length");
+    let generator = Generator::new(opts.gen_config(size)).unwrap();
+    let mut want = vec![0u8; size as usize];
+    generator.fill_at(0, &mut want).unwrap();
+    if let Some(i) = data.iter().zip(&want).position(|(a, b)| a != b) {
+        panic!("byte {i} differs from the generator's");
+    }
+}
+
+#[test]
+fn file_bytes_are_the_generators_bytes_at_every_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = (9 << 20) + 12_345; // a short last chunk
+    for engine in engines() {
+        for direct in [DirectIo::Off, DirectIo::Auto] {
+            let path = dir.path().join(format!("f-{engine:?}-{direct:?}"));
+            let opts = small(engine, direct);
+            let stats = stream::write_file(&path, size, &opts).unwrap();
+            assert_eq!(stats.bytes, size);
+            assert_eq!(stats.contiguous_bytes, size);
+            assert!(stats.writes >= 10, "{} writes", stats.writes);
+            assert_eq!(
+                stats.engine,
+                match engine {
+                    StreamEngine::IoUring => "io_uring",
+                    _ => "pwrite",
+                }
+            );
+            assert_file_is_generated(&path, size, &opts);
+        }
+    }
+}
+
+#[test]
+fn bytes_do_not_depend_on_buffer_size_threads_or_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 5 << 20;
+    let mut files = Vec::new();
+    for (i, (buffer_size, gen_threads)) in [(1 << 20, 1), (64 << 10, 3), (3 << 20, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        for engine in engines() {
+            let path = dir.path().join(format!("d{i}-{engine:?}"));
+            let opts = WriteOptions {
+                buffer_size,
+                gen_threads,
+                ..small(engine, DirectIo::Off)
+            };
+            stream::write_file(&path, size, &opts).unwrap();
+            files.push(std::fs::read(&path).unwrap());
+        }
+    }
+    assert!(files.windows(2).all(|w| w[0] == w[1]));
+}
+
+#[test]
+fn o_direct_writes_an_unaligned_tail_and_cuts_the_file_to_size() {
+    let dir = tempfile::tempdir().unwrap();
+    if !common::direct_available(dir.path()) {
+        eprintln!("O_DIRECT refused here; skipped");
+        return;
+    }
+    for engine in engines() {
+        for size in [1u64, 511, 4097, (2 << 20) + 1] {
+            let path = dir.path().join(format!("t-{engine:?}-{size}"));
+            let opts = small(engine, DirectIo::On);
+            let stats = stream::write_file(&path, size, &opts).unwrap();
+            assert!(stats.direct.is_some(), "O_DIRECT was asked for: {stats:?}");
+            assert_eq!(stats.bytes, size);
+            assert_file_is_generated(&path, size, &opts);
+        }
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors_and_leave_an_existing_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keep");
+    std::fs::write(&path, b"precious").unwrap();
+    let base = small(StreamEngine::Auto, DirectIo::Off);
+    let cases: Vec<(u64, WriteOptions)> = vec![
+        (0, base.clone()),
+        (
+            1 << 20,
+            WriteOptions {
+                dedup_ratio: 0.5,
+                ..base.clone()
+            },
+        ),
+        (
+            1 << 20,
+            WriteOptions {
+                compress_ratio: f64::NAN,
+                ..base.clone()
+            },
+        ),
+        (
+            1 << 20,
+            WriteOptions {
+                buffer_size: 0,
+                ..base.clone()
+            },
+        ),
+        (
+            1 << 20,
+            WriteOptions {
+                buffer_size: 2 << 30,
+                ..base.clone()
+            },
+        ),
+        (
+            1 << 20,
+            WriteOptions {
+                buffer_count: 0,
+                ..base.clone()
+            },
+        ),
+        (
+            1 << 20,
+            WriteOptions {
+                queue_depth: 0,
+                ..base.clone()
+            },
+        ),
+        (
+            1 << 20,
+            WriteOptions {
+                gen_threads: 0,
+                ..base.clone()
+            },
+        ),
+    ];
+    for (size, opts) in cases {
+        let err = stream::write_file(&path, size, &opts).unwrap_err();
+        assert!(matches!(err.error, Error::InvalidConfig(_)), "{err}");
+        assert_eq!(err.stats.bytes, 0);
+    }
+    if common::direct_available(dir.path()) {
+        let opts = WriteOptions {
+            buffer_size: 1000,
+            ..small(StreamEngine::Auto, DirectIo::On)
+        };
+        let err = stream::write_file(&path, 1 << 20, &opts).unwrap_err();
+        assert!(
+            matches!(&err.error, Error::InvalidConfig(m) if m.contains("O_DIRECT")),
+            "{err}"
+        );
+        // Auto writes it buffered instead, and says why.
+        let opts = WriteOptions {
+            direct: DirectIo::Auto,
+            ..opts
+        };
+        std::fs::write(&path, b"precious").unwrap();
+        let stats = stream::write_file(dir.path().join("auto"), 100_000, &opts).unwrap();
+        assert!(stats.direct.is_none());
+        assert!(
+            stats
+                .fallbacks
+                .iter()
+                .any(|f| f.contains("buffer_size 1000"))
+        );
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+}
+
+#[test]
+fn progress_is_reported_and_ends_at_the_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen: Vec<u64> = Vec::new();
+    let size = 8 << 20;
+    let opts = small(StreamEngine::Auto, DirectIo::Off);
+    stream::write_file_with_progress(dir.path().join("p"), size, &opts, &mut |p| {
+        assert_eq!(p.total, size);
+        seen.push(p.bytes_done)
+    })
+    .unwrap();
+    assert!(seen.windows(2).all(|w| w[0] <= w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&size));
+}
+
+#[test]
+fn hugepage_buffers_work_or_report_the_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriteOptions {
+        hugepages: true,
+        ..small(StreamEngine::Auto, DirectIo::Auto)
+    };
+    let path = dir.path().join("h");
+    let stats = stream::write_file(&path, 3 << 20, &opts).unwrap();
+    let kind = stats.hugepages.expect("huge pages were asked for");
+    if kind == pagewriter::buffer::HugePages::Transparent {
+        assert!(
+            stats.fallbacks.iter().any(|f| f.contains("MAP_HUGETLB")),
+            "{:?}",
+            stats.fallbacks
+        );
+    }
+    assert_file_is_generated(&path, 3 << 20, &opts);
+}
+
+/// A 4 MiB tmpfs mounted in a temporary directory, unmounted on drop;
+/// `None` where mounting is not allowed (not root, no CAP_SYS_ADMIN).
+struct SmallFs(tempfile::TempDir);
+
+impl SmallFs {
+    fn mount() -> Option<Self> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "pagewriter-enospc"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Self(dir))
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        // A ring's file reference is released by the kernel shortly after
+        // the ring closes: retry a busy unmount, then detach it lazily.
+        for _ in 0..50 {
+            let ok = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
+    let Some(fs) = SmallFs::mount() else {
+        eprintln!("cannot mount a small tmpfs here (needs root); skipped");
+        return;
+    };
+    let size = 16 << 20;
+    for engine in engines() {
+        let path = fs.0.path().join("full");
+        let opts = WriteOptions {
+            preallocate: false,
+            buffer_size: 256 << 10,
+            ..small(engine, DirectIo::Off)
+        };
+        let err = stream::write_file(&path, size, &opts).unwrap_err();
+        match &err.error {
+            Error::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(libc::ENOSPC)),
+            other => panic!("{other:?}"),
+        }
+        let s = &err.stats;
+        assert!(
+            s.contiguous_bytes > 0 && s.contiguous_bytes <= 4 << 20,
+            "{s:?}"
+        );
+        assert!(s.bytes >= s.contiguous_bytes && s.bytes < size, "{s:?}");
+        // What it says is written, is.
+        let data = std::fs::read(&path).unwrap();
+        let generator = Generator::new(opts.gen_config(size)).unwrap();
+        let mut want = vec![0u8; s.contiguous_bytes as usize];
+        generator.fill_at(0, &mut want).unwrap();
+        assert_eq!(&data[..want.len()], &want[..]);
+        std::fs::remove_file(&path).unwrap();
+
+        // With preallocation the file is refused before any write.
+        let opts = WriteOptions {
+            preallocate: true,
+            ..opts
+        };
+        let err = stream::write_file(&path, size, &opts).unwrap_err();
+        assert!(
+            matches!(&err.error, Error::Io { op, source, .. }
+                if *op == "fallocate" && source.raw_os_error() == Some(libc::ENOSPC)),
+            "{err}"
+        );
+        assert_eq!(err.stats.bytes, 0);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
