@@ -1,6 +1,10 @@
 //! Generation speed: GB/s of `Generator::fill_at` (one thread) and
 //! `fill_at_parallel` (all cores), for incompressible and compressible data.
 //!
+//! Also `stream::write_file` of 256 MiB per engine (io_uring, pwrite),
+//! O_DIRECT where the file system takes it, in a temporary directory
+//! under the current one.
+//!
 //! `cargo bench --bench datagen`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -36,5 +40,33 @@ fn generation(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, generation);
+fn write_file(c: &mut Criterion) {
+    use pagewriter::stream::{self, StreamEngine, WriteOptions};
+    let mut g = c.benchmark_group("write_file");
+    let size: u64 = 256 << 20;
+    g.throughput(Throughput::Bytes(size));
+    g.sample_size(10);
+    let dir = tempfile::tempdir_in(".").unwrap();
+    let path = dir.path().join("bench");
+    for engine in [StreamEngine::IoUring, StreamEngine::Pwrite] {
+        let opts = WriteOptions {
+            engine,
+            direct: pagewriter::DirectIo::Auto,
+            ..WriteOptions::default()
+        };
+        if let Err(e) = stream::write_file(&path, size, &opts) {
+            eprintln!("write_file {engine:?} skipped: {e}");
+            continue;
+        }
+        g.bench_function(format!("{engine:?}"), |b| {
+            b.iter(|| {
+                let _ = std::fs::remove_file(&path);
+                stream::write_file(&path, size, &opts).unwrap()
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, generation, write_file);
 criterion_main!(benches);

@@ -12,20 +12,35 @@
 # fallocate=none for buffered ones (buffered writes into preallocated,
 # unwritten extents were 1.0-1.2 GB/s here against 1.6-1.7 without).
 #
-# Usage: scripts/compare-fio.sh [--size 1GiB] [--rounds 5] [--dir DIR] [--qd 32]
+# Suite write-file: `pagewriter write-file` (O_DIRECT, io_uring, the
+# default 4 MiB buffers at queue depth 4) against fio rw=write with the same
+# size, bs, iodepth, direct=1, ioengine=io_uring, fallocate=native and
+# end_fsync=1. The file is removed before every run of either, so neither
+# pays for freeing the previous file's extents.
+#
+# Usage: scripts/compare-fio.sh [--suites flush,write-file] [--size 1GiB]
+#          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
+#          [--dir DIR] [--qd 32]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
-size=1GiB rounds=5 dir=. qd=32 bs=1MiB
+size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file
+wf_size=8GiB wf_bs=4MiB wf_qd=4
+usage="usage: $0 [--suites flush,write-file] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5] [--dir DIR] [--qd 32]"
 while [ $# -gt 0 ]; do
   case "$1" in
+    --suites) suites=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
+    --wf-size) wf_size=$2; shift 2 ;;
+    --wf-bs) wf_bs=$2; shift 2 ;;
+    --wf-qd) wf_qd=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
-    *) echo "usage: $0 [--size 1GiB] [--rounds 5] [--dir DIR] [--qd 32]" >&2; exit 2 ;;
+    *) echo "$usage" >&2; exit 2 ;;
   esac
 done
+has_suite() { [[ ",$suites," == *",$1,"* ]]; }
 
 if ! command -v fio >/dev/null 2>&1; then
   echo "installing fio from Debian's packages" >&2
@@ -40,6 +55,7 @@ m=re.fullmatch(r"(\d+)\s*([KMGT]?)(i?)B?", sys.argv[1], re.I)
 n,u,i=int(m[1]),m[2].upper(),m[3]
 print(n*(1024 if i or not u else 1000)**"_KMGT".index(u or "_"))' "$1"; }
 size_b=$(to_bytes "$size"); bs_b=$(to_bytes "$bs")
+wf_size_b=$(to_bytes "$wf_size"); wf_bs_b=$(to_bytes "$wf_bs")
 
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -74,9 +90,12 @@ print("%.4f" % (j["write"]["io_bytes"] / (j["job_runtime"] / 1000) / 1e9))'
   rm -f "$file"
 }
 
-echo "size $size ($size_b B), bs $bs ($bs_b B), queue depth $qd, $rounds rounds, file $file"
-echo "fio: $(fio --version)"
+median() { sort -n | python3 -c 'import sys; v=[float(x) for x in sys.stdin]; n=len(v); print("%.3f" % (v[n//2] if n%2 else (v[n//2-1]+v[n//2])/2))'; }
+
+echo "fio: $(fio --version), $rounds rounds, file $file"
 summary=()
+if has_suite flush; then
+echo "suite flush: size $size ($size_b B), bs $bs ($bs_b B), queue depth $qd"
 for c in "${cases[@]}"; do
   IFS='|' read -r name engine direct ioengine depth <<<"$c"
   fdirect=0; [ "$direct" = on ] && fdirect=1
@@ -88,8 +107,33 @@ for c in "${cases[@]}"; do
     ratios+=("$ratio")
     printf '%-18s round %d  pagewriter %7.3f GB/s  fio %7.3f GB/s  ratio %s\n' "$name" "$r" "$a" "$b" "$ratio"
   done
-  med=$(printf '%s\n' "${ratios[@]}" | sort -n | python3 -c 'import sys; v=[float(x) for x in sys.stdin]; n=len(v); print("%.3f" % (v[n//2] if n%2 else (v[n//2-1]+v[n//2])/2))')
+  med=$(printf '%s\n' "${ratios[@]}" | median)
   summary+=("$(printf '%-18s median ratio %s  (%s)' "$name" "$med" "${ratios[*]}")")
 done
+fi
+
+if has_suite write-file; then
+echo "suite write-file: size $wf_size ($wf_size_b B), bs $wf_bs ($wf_bs_b B), queue depth $wf_qd, O_DIRECT"
+ratios=()
+for r in $(seq 1 "$rounds"); do
+  rm -f "$file"; sync
+  a=$("$pw" write-file "$file" --size "$wf_size_b" --buffer-size "$wf_bs_b" --queue-depth "$wf_qd" \
+        --buffer-count $((wf_qd + 4)) --direct on --engine io-uring --json |
+      python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["gb_per_s"])')
+  rm -f "$file"; sync
+  b=$(fio --name=seqwrite --filename="$file" --size="$wf_size_b" --bs="$wf_bs_b" --rw=write \
+        --ioengine=io_uring --iodepth="$wf_qd" --direct=1 --end_fsync=1 --fallocate=native \
+        --output-format=json |
+      python3 -c 'import json,sys
+j=json.load(sys.stdin)["jobs"][0]
+print("%.4f" % (j["write"]["io_bytes"] / (j["job_runtime"] / 1000) / 1e9))')
+  rm -f "$file"
+  ratio=$(python3 -c "print('%.3f' % ($a / $b))")
+  ratios+=("$ratio")
+  printf '%-18s round %d  pagewriter %7.3f GB/s  fio %7.3f GB/s  ratio %s\n' write-file "$r" "$a" "$b" "$ratio"
+done
+med=$(printf '%s\n' "${ratios[@]}" | median)
+summary+=("$(printf '%-18s median ratio %s  (%s)' write-file "$med" "${ratios[*]}")")
+fi
 echo
 printf '%s\n' "${summary[@]}"

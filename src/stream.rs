@@ -214,6 +214,8 @@ pub struct WriteStats {
     /// Time the I/O side waited for a filled buffer (generation was the
     /// bottleneck), seconds (summed over writer threads for `pwrite`).
     pub starved_s: f64,
+    /// Truncating an existing file (freeing its blocks), seconds.
+    pub truncate_s: f64,
     /// The `fallocate` before writing, seconds.
     pub preallocate_s: f64,
     /// The final `fdatasync`, seconds.
@@ -301,9 +303,11 @@ pub fn write_file_with_progress(
         stats: Box::new(stats.clone()),
     };
 
+    let t = Instant::now();
     backend
         .set_len(0)
         .map_err(|e| fail(Error::io("truncate", Some(0), e), &stats))?;
+    stats.truncate_s = t.elapsed().as_secs_f64();
     if opts.preallocate {
         let t = Instant::now();
         match backend.allocate(0, padded) {

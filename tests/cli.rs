@@ -140,6 +140,59 @@ fn gen_then_verify_reports_the_ratios() {
 }
 
 #[test]
+fn write_file_writes_the_generated_bytes_and_reports_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wf");
+    let out = bin()
+        .args([
+            "write-file",
+            path.to_str().unwrap(),
+            "--size",
+            "3MiB",
+            "--json",
+        ])
+        .args(["--buffer-size", "1MiB", "--compress", "2", "--seed", "9"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["bytes"], 3 << 20);
+    assert!(v["gb_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["io_mode"].as_str().unwrap().contains("1048576 B buffers"));
+    let g = pagewriter::datagen::Generator::new(pagewriter::datagen::GenConfig {
+        size: 3 << 20,
+        compress_ratio: 2.0,
+        seed: 9,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut want = vec![0u8; 3 << 20];
+    g.fill_at(0, &mut want).unwrap();
+    assert!(std::fs::read(&path).unwrap() == want);
+
+    let out = bin()
+        .args([
+            "write-file",
+            path.to_str().unwrap(),
+            "--size",
+            "1MiB",
+            "--auto",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("auto: buffer_size") && err.contains("auto: queue_depth"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_arguments_fail_with_a_message() {
     for args in [
         &["scale", "--modes", "nope"][..],
@@ -160,6 +213,32 @@ fn bad_arguments_fail_with_a_message() {
         &["gen", "--size", "0"],
         &["gen", "--block-size", "1000"],
         &["gen", "--verify", "/nonexistent/file"],
+        &["write-file", "/tmp/pw-cli-never", "--size", "0"],
+        &[
+            "write-file",
+            "/tmp/pw-cli-never",
+            "--size",
+            "1MiB",
+            "--engine",
+            "nope",
+        ],
+        &[
+            "write-file",
+            "/tmp/pw-cli-never",
+            "--size",
+            "1MiB",
+            "--dedup",
+            "NaN",
+        ],
+        &[
+            "write-file",
+            "/tmp/pw-cli-never",
+            "--size",
+            "1MiB",
+            "--queue-depth",
+            "0",
+        ],
+        &["write-file", "/nonexistent/dir/f", "--size", "1MiB"],
     ] {
         let out = bin().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");

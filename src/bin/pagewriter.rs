@@ -569,11 +569,13 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
     println!("I/O: {}", stats.io_mode);
     println!(
         "time: generating {:.3} s over {} threads, waiting for writes {:.3} s, \
-         waiting for data {:.3} s, fallocate {:.3} s, fdatasync {:.3} s; {} writes",
+         waiting for data {:.3} s, truncate {:.3} s, fallocate {:.3} s, fdatasync {:.3} s; \
+         {} writes",
         stats.gen_s,
         stats.gen_threads,
         stats.io_wait_s,
         stats.starved_s,
+        stats.truncate_s,
         stats.preallocate_s,
         stats.fdatasync_s,
         stats.writes
