@@ -18,15 +18,26 @@
 # end_fsync=1. The file is removed before every run of either, so neither
 # pays for freeing the previous file's extents.
 #
-# Usage: scripts/compare-fio.sh [--suites flush,write-file] [--size 1GiB]
+# Suite io: `pagewriter io` against fio with the same job on the same
+# file (written once by `pagewriter write-file`), O_DIRECT, io_uring, no
+# fixed buffers or registered files on either side, time-based
+# (--io-runtime seconds each): seq read 128 KiB QD128, seq write 1 MiB QD32,
+# rand write 4 KiB QD64, rand read 4 KiB QD64. fio runs with
+# lat_percentiles=1 so its percentiles are of total latency (submission to
+# completion), which is what pagewriter records for every I/O; pagewriter
+# writes with --pattern fixed (buffers filled once), as fio does by
+# default. Ratios: bandwidth pagewriter / fio (higher is better) and p99
+# latency pagewriter / fio (lower is better).
+#
+# Usage: scripts/compare-fio.sh [--suites flush,write-file,io] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
-#          [--dir DIR] [--qd 32]
+#          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
-size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file
-wf_size=8GiB wf_bs=4MiB wf_qd=4
-usage="usage: $0 [--suites flush,write-file] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5] [--dir DIR] [--qd 32]"
+size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io
+wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
+usage="usage: $0 [--suites flush,write-file,io] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -34,6 +45,8 @@ while [ $# -gt 0 ]; do
     --wf-size) wf_size=$2; shift 2 ;;
     --wf-bs) wf_bs=$2; shift 2 ;;
     --wf-qd) wf_qd=$2; shift 2 ;;
+    --io-size) io_size=$2; shift 2 ;;
+    --io-runtime) io_runtime=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
@@ -55,7 +68,7 @@ m=re.fullmatch(r"(\d+)\s*([KMGT]?)(i?)B?", sys.argv[1], re.I)
 n,u,i=int(m[1]),m[2].upper(),m[3]
 print(n*(1024 if i or not u else 1000)**"_KMGT".index(u or "_"))' "$1"; }
 size_b=$(to_bytes "$size"); bs_b=$(to_bytes "$bs")
-wf_size_b=$(to_bytes "$wf_size"); wf_bs_b=$(to_bytes "$wf_bs")
+wf_size_b=$(to_bytes "$wf_size"); wf_bs_b=$(to_bytes "$wf_bs"); io_size_b=$(to_bytes "$io_size")
 
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -135,5 +148,44 @@ done
 med=$(printf '%s\n' "${ratios[@]}" | median)
 summary+=("$(printf '%-18s median ratio %s  (%s)' write-file "$med" "${ratios[*]}")")
 fi
+if has_suite io; then
+echo "suite io: file $io_size ($io_size_b B), ${io_runtime}s per run, O_DIRECT, io_uring"
+rm -f "$file"
+"$pw" write-file "$file" --size "$io_size_b" >/dev/null
+# name | rw | bs | iodepth
+io_cases=(
+  "seqread-128k-qd128|read|131072|128"
+  "seqwrite-1m-qd32|write|1048576|32"
+  "randwrite-4k-qd64|randwrite|4096|64"
+  "randread-4k-qd64|randread|4096|64"
+)
+for c in "${io_cases[@]}"; do
+  IFS='|' read -r name rw cbs depth <<<"$c"
+  dir_key=write; case "$rw" in *read) dir_key=read ;; esac
+  bw_r=() p99_r=()
+  for r in $(seq 1 "$rounds"); do
+    read -r a ap99 < <("$pw" io --filename "$file" --rw "$rw" --bs "$cbs" --iodepth "$depth" \
+        --direct on --size "$io_size_b" --runtime "$io_runtime" --pattern fixed --json |
+      python3 -c 'import json,sys
+d=json.load(sys.stdin)["'$dir_key'"]
+print("%.1f %.1f" % (d["bw_bytes_per_s"], d["lat_us"]["p99"]))')
+    read -r b bp99 < <(fio --name="$name" --filename="$file" --rw="$rw" --bs="$cbs" --iodepth="$depth" \
+        --direct=1 --ioengine=io_uring --size="$io_size_b" --runtime="$io_runtime" --time_based \
+        --lat_percentiles=1 --output-format=json |
+      python3 -c 'import json,sys
+d=json.load(sys.stdin)["jobs"][0]["'$dir_key'"]
+print("%.1f %.1f" % (d["bw_bytes"], d["lat_ns"]["percentile"]["99.000000"] / 1e3))')
+    ratio=$(python3 -c "print('%.3f' % ($a / $b))")
+    pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
+    bw_r+=("$ratio"); p99_r+=("$pratio")
+    printf '%-18s round %d  pagewriter %8.3f GB/s p99 %8.1f us  fio %8.3f GB/s p99 %8.1f us  bw ratio %s  p99 ratio %s\n' \
+      "$name" "$r" "$(python3 -c "print($a/1e9)")" "$ap99" "$(python3 -c "print($b/1e9)")" "$bp99" "$ratio" "$pratio"
+  done
+  summary+=("$(printf '%-18s median bw ratio %s (%s)  median p99 ratio %s (%s)' "$name" \
+    "$(printf '%s\n' "${bw_r[@]}" | median)" "${bw_r[*]}" "$(printf '%s\n' "${p99_r[@]}" | median)" "${p99_r[*]}")")
+done
+rm -f "$file"
+fi
+
 echo
 printf '%s\n' "${summary[@]}"

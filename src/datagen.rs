@@ -65,9 +65,11 @@ impl Default for GenConfig {
 }
 
 /// A seeded permutation of `0..n`: a balanced Feistel network over the
-/// next even power of two, cycle-walked back into range.
+/// next even power of two, cycle-walked back into range. Used for dedup
+/// here and for random offsets that visit every block once
+/// ([`workload::io`](crate::workload::io)).
 #[derive(Debug, Clone)]
-struct Permutation {
+pub struct Permutation {
     n: u64,
     half_bits: u32,
     keys: [u64; 4],
@@ -81,7 +83,8 @@ fn mix(mut x: u64) -> u64 {
 }
 
 impl Permutation {
-    fn new(n: u64, seed: u64) -> Self {
+    /// The permutation of `0..n` for `seed`.
+    pub fn new(n: u64, seed: u64) -> Self {
         let bits = 64 - n.saturating_sub(1).leading_zeros();
         let half_bits = bits.div_ceil(2).max(1);
         let keys = [1u64, 2, 3, 4].map(|r| mix(seed ^ r.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
@@ -99,7 +102,8 @@ impl Permutation {
         (l << self.half_bits) | r
     }
 
-    fn apply(&self, mut x: u64) -> u64 {
+    /// The image of `x` (`x < n`); 0 when `n <= 1`.
+    pub fn apply(&self, mut x: u64) -> u64 {
         if self.n <= 1 {
             return 0;
         }

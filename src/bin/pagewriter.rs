@@ -38,6 +38,116 @@ enum Command {
     /// with io_uring (or pwrite) writes from a fixed pool of aligned
     /// buffers, fallocate first, fdatasync last.
     WriteFile(WriteFileArgs),
+    /// fio-style I/O worker: sequential or random reads/writes at a queue
+    /// depth, per-I/O latency percentiles; --shared-file splits one file
+    /// among threads and ranks (Slurm or --rank/--ranks).
+    Io(IoArgs),
+    /// Aggregate the per-rank JSON reports of `io --report-dir DIR`.
+    Report(ReportArgs),
+}
+
+#[derive(clap::Args)]
+struct IoArgs {
+    /// The file (created if missing, never truncated).
+    #[arg(long, required_unless_present = "shared_file", conflicts_with = "shared_file")]
+    filename: Option<PathBuf>,
+    /// Shared-file mode: split --size bytes of this file into contiguous
+    /// parts by rank and thread (remainder to the last part).
+    #[arg(long)]
+    shared_file: Option<PathBuf>,
+    /// read, write, randread, randwrite, rw (readwrite), randrw.
+    #[arg(long, default_value = "read")]
+    rw: String,
+    /// Percent reads for rw / randrw.
+    #[arg(long, default_value_t = 50)]
+    rwmix_read: u32,
+    /// Bytes per I/O, e.g. 4KiB, 1MiB.
+    #[arg(long, default_value = "4KiB", value_parser = parse_size)]
+    bs: u64,
+    /// Bytes per job region (shared-file mode: the whole file), e.g. 1GiB.
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    size: u64,
+    /// Time-based: run this long cycling over the region (10s, 1m, 500ms
+    /// or plain seconds).
+    #[arg(long, value_parser = parse_duration)]
+    runtime: Option<Duration>,
+    /// I/Os in flight per job (io_uring).
+    #[arg(long, default_value_t = 1)]
+    iodepth: u32,
+    /// Reap at least this many completions per wait.
+    #[arg(long, default_value_t = 1)]
+    iodepth_batch: u32,
+    /// Jobs (threads).
+    #[arg(long, default_value_t = 1)]
+    numjobs: usize,
+    /// O_DIRECT.
+    #[arg(long, value_enum, default_value = "off")]
+    direct: DirectArg,
+    /// io_uring or psync.
+    #[arg(long, default_value = "io_uring")]
+    engine: String,
+    /// Registered buffers (READ_FIXED / WRITE_FIXED).
+    #[arg(long)]
+    fixedbufs: bool,
+    /// Registered file.
+    #[arg(long)]
+    registerfiles: bool,
+    /// SQPOLL: a kernel thread submits.
+    #[arg(long)]
+    sqthread_poll: bool,
+    /// IOPOLL (needs O_DIRECT and a device with poll queues).
+    #[arg(long)]
+    hipri: bool,
+    /// Byte offset of job 0's region.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    offset: u64,
+    /// Distance between job regions (default --size: each job its own
+    /// region; 0: all on one region).
+    #[arg(long, value_parser = parse_size)]
+    offset_increment: Option<u64>,
+    /// fdatasync after every N writes.
+    #[arg(long, default_value_t = 0)]
+    fsync_every: u64,
+    /// fdatasync when the writes are done (always on in shared-file mode).
+    #[arg(long)]
+    end_fsync: bool,
+    /// Data: gen (generator bytes at each offset), header (offset +
+    /// checksum per block), fixed (buffers filled once, like fio).
+    #[arg(long, default_value = "gen")]
+    pattern: String,
+    /// Dedup ratio of generated data.
+    #[arg(long, default_value_t = 1.0)]
+    dedup: f64,
+    /// Compression ratio of generated data.
+    #[arg(long, default_value_t = 1.0)]
+    compress: f64,
+    /// Seed of data and offsets.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Read the regions back after the run and check every block.
+    #[arg(long)]
+    verify: bool,
+    /// This rank (default SLURM_PROCID, else 0).
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Ranks in all (default SLURM_NTASKS, else 1).
+    #[arg(long)]
+    ranks: Option<u32>,
+    /// Write this rank's JSON report into DIR (rank-N.json).
+    #[arg(long)]
+    report_dir: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Directory of rank-N.json reports.
+    dir: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -248,6 +358,13 @@ struct FlushArgs {
     json: bool,
 }
 
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     parse_size::parse_size(s).map_err(|e| format!("{s:?}: {e}"))
 }
@@ -259,6 +376,8 @@ fn main() -> ExitCode {
         Command::Flush(args) => cmd_flush(args),
         Command::Gen(args) => cmd_gen(args),
         Command::WriteFile(args) => cmd_write_file(args),
+        Command::Io(args) => cmd_io(args),
+        Command::Report(args) => cmd_report(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -580,5 +699,154 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
         stats.fdatasync_s,
         stats.writes
     );
+    Ok(())
+}
+
+fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use pagewriter::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
+    let shared = a.shared_file.is_some();
+    let path = a.shared_file.or(a.filename).ok_or("--filename or --shared-file")?;
+    let mut cfg = IoConfig::new(path);
+    cfg.rw = Rw::parse(&a.rw)?;
+    cfg.rwmix_read = a.rwmix_read;
+    cfg.bs = usize::try_from(a.bs).map_err(|_| "--bs too large")?;
+    cfg.size = a.size;
+    cfg.runtime = a.runtime;
+    cfg.iodepth = a.iodepth;
+    cfg.iodepth_batch = a.iodepth_batch;
+    cfg.numjobs = a.numjobs;
+    cfg.direct = a.direct.into();
+    cfg.engine = IoEngine::parse(&a.engine)?;
+    cfg.fixedbufs = a.fixedbufs;
+    cfg.registerfiles = a.registerfiles;
+    cfg.sqthread_poll = a.sqthread_poll;
+    cfg.hipri = a.hipri;
+    cfg.offset = a.offset;
+    cfg.offset_increment = a.offset_increment;
+    cfg.fsync_every = a.fsync_every;
+    cfg.end_fsync = a.end_fsync || shared;
+    cfg.pattern = match a.pattern.as_str() {
+        "gen" => Pattern::Gen,
+        "header" => Pattern::Header,
+        "fixed" => Pattern::Fixed,
+        other => return Err(format!("unknown pattern {other:?} (gen, header, fixed)").into()),
+    };
+    cfg.dedup_ratio = a.dedup;
+    cfg.compress_ratio = a.compress;
+    cfg.seed = a.seed;
+    cfg.verify = a.verify;
+    if shared || a.rank.is_some() || a.ranks.is_some() {
+        let env = Ranks::from_slurm_env();
+        cfg.shared = Some(Ranks {
+            rank: a.rank.or(env.map(|r| r.rank)).unwrap_or(0),
+            ranks: a.ranks.or(env.map(|r| r.ranks)).unwrap_or(1),
+            node: env.and_then(|r| r.node),
+        });
+        if !shared {
+            return Err("--rank/--ranks need --shared-file".into());
+        }
+    }
+    let bar = indicatif::ProgressBar::hidden();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("template"),
+    );
+    let report = io::run(&cfg, &mut |p| {
+        if p.elapsed >= Duration::from_secs(2) && bar.is_hidden() {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+        bar.set_message(format!(
+            "{:.1}% {:.3} GB/s {} B done",
+            p.fraction * 100.0,
+            p.bytes_per_sec / 1e9,
+            p.bytes
+        ));
+        bar.tick();
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    if let Some(dir) = &a.report_dir {
+        std::fs::create_dir_all(dir)?;
+        let rank = cfg.shared.map_or(0, |r| r.rank);
+        let tmp = dir.join(format!(".rank-{rank}.json.tmp"));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&report)?)?;
+        std::fs::rename(&tmp, dir.join(format!("rank-{rank}.json")))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_io(&report);
+    Ok(())
+}
+
+fn print_io(r: &pagewriter::workload::io::IoReport) {
+    let c = &r.config;
+    let who = match c.shared {
+        Some(s) => format!(" rank {}/{} on {}", s.rank, s.ranks, r.host),
+        None => String::new(),
+    };
+    println!(
+        "{}{}: rw={:?} bs={} iodepth={} numjobs={} runtime={:.3}s",
+        c.path.display(),
+        who,
+        c.rw,
+        c.bs,
+        c.iodepth,
+        c.numjobs,
+        r.runtime_s
+    );
+    println!("  I/O: {}", r.io_mode);
+    for (name, d) in [("read", &r.read), ("write", &r.write)] {
+        let Some(d) = d else { continue };
+        println!(
+            "  {name}: IOPS={:.0}, BW={:.3} GB/s ({:.1} MiB/s) ({} B in {} I/Os)",
+            d.iops,
+            d.bw_bytes_per_s / 1e9,
+            d.bw_bytes_per_s / (1u64 << 20) as f64,
+            d.bytes,
+            d.ios
+        );
+        let l = &d.lat_us;
+        println!(
+            "    lat (us): min={:.1} avg={:.1} max={:.1}, samples={}",
+            l.min, l.mean, l.max, d.lat_samples
+        );
+        println!(
+            "    percentiles (us): p50={:.1} p90={:.1} p99={:.1} p99.9={:.1} p99.99={:.1}",
+            l.p50, l.p90, l.p99, l.p99_9, l.p99_99
+        );
+    }
+    if r.fsyncs > 0 {
+        println!("  fdatasync calls: {}", r.fsyncs);
+    }
+    if c.verify {
+        println!("  verify: {} blocks OK", r.verified_blocks);
+    }
+}
+
+fn cmd_report(a: ReportArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let agg = pagewriter::workload::io::aggregate(&a.dir)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&agg)?);
+        return Ok(());
+    }
+    println!(
+        "{} of {} ranks: {} bytes in {:.3} s (earliest start to latest end): {:.3} GiB/s aggregate",
+        agg.ranks, agg.ranks_expected, agg.total_bytes, agg.span_s, agg.aggregate_gib_per_s
+    );
+    println!(
+        "slowest: rank {} on {}, {:.3} s",
+        agg.slowest.0, agg.slowest.1, agg.slowest.2
+    );
+    for (rank, host, bytes, gib) in &agg.per_rank {
+        println!("  rank {rank:>4} {host:<20} {bytes:>14} B {gib:8.3} GiB/s");
+    }
+    if (agg.ranks as u32) < agg.ranks_expected {
+        return Err(format!(
+            "only {} of {} ranks reported",
+            agg.ranks, agg.ranks_expected
+        )
+        .into());
+    }
     Ok(())
 }

@@ -57,7 +57,9 @@ impl FlushEngine {
 }
 
 /// Whether the file is opened with `O_DIRECT` (bypassing the page cache).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum DirectIo {
     /// Buffered I/O through the page cache. The default.

@@ -3,6 +3,7 @@
 
 pub mod bulk;
 pub mod flush;
+pub mod io;
 pub mod scale;
 
 /// A small, fast PRNG (wyrand, Wang Yi's public-domain generator): one
