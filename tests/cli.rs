@@ -192,6 +192,79 @@ fn write_file_writes_the_generated_bytes_and_reports_them() {
     );
 }
 
+/// What `srun -n 4` does: four processes with Slurm's rank variables set,
+/// writing one shared file whose size does not divide by 4; then the
+/// aggregate report, and every byte checked against the generator.
+#[test]
+fn four_ranks_as_processes_write_a_shared_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("shared");
+    let reports = dir.path().join("reports");
+    let size: u64 = (12 << 20) + 4096 + 7;
+    let children: Vec<_> = (0..4)
+        .map(|rank| {
+            bin()
+                .args(["io", "--shared-file", file.to_str().unwrap()])
+                .args([
+                    "--size",
+                    &size.to_string(),
+                    "--rw",
+                    "write",
+                    "--bs",
+                    "256KiB",
+                ])
+                .args(["--iodepth", "4", "--numjobs", "2", "--direct", "auto"])
+                .arg("--report-dir")
+                .arg(&reports)
+                .env("SLURM_PROCID", rank.to_string())
+                .env("SLURM_NTASKS", "4")
+                .env("SLURM_NODEID", "0")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("rank {rank}/4")), "{text}");
+    }
+    let g = pagewriter::datagen::Generator::new(pagewriter::datagen::GenConfig {
+        size,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut want = vec![0u8; size as usize];
+    g.fill_at(0, &mut want).unwrap();
+    assert!(
+        std::fs::read(&file).unwrap() == want,
+        "shared file != generator"
+    );
+
+    let out = bin()
+        .arg("report")
+        .arg(&reports)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ranks"], 4);
+    assert_eq!(v["total_bytes"], size);
+    assert!(v["aggregate_gib_per_s"].as_f64().unwrap() > 0.0);
+
+    // A missing rank makes the report fail loudly.
+    std::fs::remove_file(reports.join("rank-2.json")).unwrap();
+    let out = bin().arg("report").arg(&reports).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only 3 of 4 ranks"));
+}
+
 #[test]
 fn bad_arguments_fail_with_a_message() {
     for args in [
@@ -239,6 +312,37 @@ fn bad_arguments_fail_with_a_message() {
             "0",
         ],
         &["write-file", "/nonexistent/dir/f", "--size", "1MiB"],
+        &["io", "--filename", "/tmp/pw-cli-never", "--bs", "0"],
+        &["io", "--filename", "/tmp/pw-cli-never", "--iodepth", "0"],
+        &[
+            "io",
+            "--filename",
+            "/tmp/pw-cli-never",
+            "--rw",
+            "rw",
+            "--rwmix-read",
+            "101",
+        ],
+        &[
+            "io",
+            "--filename",
+            "/tmp/pw-cli-never",
+            "--engine",
+            "libaio",
+        ],
+        &["io", "--filename", "/tmp/pw-cli-never", "--rw", "sideways"],
+        &["io", "--filename", "/tmp/pw-cli-never", "--runtime", "soon"],
+        &["io", "--filename", "/tmp/pw-cli-never", "--rank", "1"],
+        &[
+            "io",
+            "--shared-file",
+            "/tmp/pw-cli-never",
+            "--rank",
+            "4",
+            "--ranks",
+            "4",
+        ],
+        &["report", "/nonexistent/dir"],
     ] {
         let out = bin().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");

@@ -392,7 +392,7 @@ impl SlotRing {
         self.enter_calls += 1;
         match self.ring.submit() {
             Ok(n) => {
-                self.unsubmitted = self.unsubmitted.saturating_sub(n as u32);
+                self.note_submitted(n);
                 Ok(n)
             }
             Err(e) if retryable(&e) => Ok(0),
@@ -412,13 +412,23 @@ impl SlotRing {
         while got < min || self.unsubmitted > 0 {
             self.enter_calls += 1;
             match self.ring.submit_and_wait(min.saturating_sub(got)) {
-                Ok(n) => self.unsubmitted = self.unsubmitted.saturating_sub(n as u32),
+                Ok(n) => self.note_submitted(n),
                 Err(e) if retryable(&e) => {}
                 Err(e) => return Err(e),
             }
             got += self.reap(out);
         }
         Ok(got)
+    }
+
+    /// Accounts `n` SQEs taken by an enter. Under SQPOLL the kernel thread
+    /// takes them by itself (the enter reports 0), so all count as gone.
+    fn note_submitted(&mut self, n: usize) {
+        self.unsubmitted = if self.opts.sqpoll {
+            0
+        } else {
+            self.unsubmitted.saturating_sub(n as u32)
+        };
     }
 
     /// Appends every ready CQE to `out` without entering the kernel.

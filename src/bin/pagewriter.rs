@@ -49,7 +49,11 @@ enum Command {
 #[derive(clap::Args)]
 struct IoArgs {
     /// The file (created if missing, never truncated).
-    #[arg(long, required_unless_present = "shared_file", conflicts_with = "shared_file")]
+    #[arg(
+        long,
+        required_unless_present = "shared_file",
+        conflicts_with = "shared_file"
+    )]
     filename: Option<PathBuf>,
     /// Shared-file mode: split --size bytes of this file into contiguous
     /// parts by rank and thread (remainder to the last part).
@@ -705,7 +709,10 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     use pagewriter::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
     let shared = a.shared_file.is_some();
-    let path = a.shared_file.or(a.filename).ok_or("--filename or --shared-file")?;
+    let path = a
+        .shared_file
+        .or(a.filename)
+        .ok_or("--filename or --shared-file")?;
     let mut cfg = IoConfig::new(path);
     cfg.rw = Rw::parse(&a.rw)?;
     cfg.rwmix_read = a.rwmix_read;

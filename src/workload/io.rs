@@ -285,9 +285,9 @@ impl IoConfig {
                 return bad(format!("rank {} is not in 0..ranks ({})", r.rank, r.ranks));
             }
         }
-        let end = self.file_extent().ok_or_else(|| {
-            Error::InvalidConfig("offset + regions overflow a u64".into())
-        })?;
+        let end = self
+            .file_extent()
+            .ok_or_else(|| Error::InvalidConfig("offset + regions overflow a u64".into()))?;
         Generator::new(self.gen_config(end)).map(|_| ())
     }
 
@@ -513,14 +513,14 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
     let dio = backend.direct();
     if cfg.rw.read_percent(cfg.rwmix_read) < 100 {
         let len = backend.len().map_err(|e| Error::io("stat", None, e))?;
-        if len < extent {
-            if backend.allocate(0, extent).is_err() {
-                let len = backend.len().map_err(|e| Error::io("stat", None, e))?;
-                if len < extent {
-                    backend
-                        .set_len(extent)
-                        .map_err(|e| Error::io("set_len", Some(extent), e))?;
-                }
+        // fallocate never shrinks; where it is not supported, set_len only
+        // when the file is still shorter (another rank may have grown it).
+        if len < extent && backend.allocate(0, extent).is_err() {
+            let len = backend.len().map_err(|e| Error::io("stat", None, e))?;
+            if len < extent {
+                backend
+                    .set_len(extent)
+                    .map_err(|e| Error::io("set_len", Some(extent), e))?;
             }
         }
     }
@@ -655,7 +655,7 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
     let end_wall = start_wall + runtime;
     let secs = runtime.as_secs_f64().max(1e-9);
     let dir = |h: &Histogram<u64>, bytes: u64| {
-        (h.len() > 0).then(|| DirStats {
+        (!h.is_empty()).then(|| DirStats {
             bytes,
             ios: h.len(),
             bw_bytes_per_s: bytes as f64 / secs,
@@ -745,7 +745,11 @@ impl IoIter {
         let random = cfg.rw.random();
         // Random I/Os are whole blocks; a sequential pass ends with the
         // region's remainder.
-        let per_pass = if random { region.1 / bs } else { region.1.div_ceil(bs) };
+        let per_pass = if random {
+            region.1 / bs
+        } else {
+            region.1.div_ceil(bs)
+        };
         let seed = cfg.seed ^ (job as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         Self {
             region,
@@ -873,13 +877,7 @@ fn needs_tail(ctx: &JobCtx<'_>, io: &Io) -> bool {
 }
 
 /// A synchronous I/O on `file`; records latency and bytes.
-fn sync_io(
-    ctx: &JobCtx<'_>,
-    file: &File,
-    io: Io,
-    buf: &mut [u8],
-    out: &mut JobOut,
-) -> Result<()> {
+fn sync_io(ctx: &JobCtx<'_>, file: &File, io: Io, buf: &mut [u8], out: &mut JobOut) -> Result<()> {
     let buf = &mut buf[..io.len];
     let t = Instant::now();
     if io.read {
@@ -897,28 +895,40 @@ fn sync_io(
         ctx.done_bytes.fetch_add(io.len as u64, Ordering::Relaxed);
         return Ok(());
     }
-    out.read.saturating_record((t.elapsed().as_nanos() as u64).max(1));
+    out.read
+        .saturating_record((t.elapsed().as_nanos() as u64).max(1));
     out.read_bytes += io.len as u64;
     ctx.done_bytes.fetch_add(io.len as u64, Ordering::Relaxed);
     Ok(())
 }
 
 fn run_psync(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Result<()> {
-    let mem_align = ctx.dio.map_or(DEFAULT_ALIGN, |a| (a.memory as usize).max(DEFAULT_ALIGN));
+    let mem_align = ctx
+        .dio
+        .map_or(DEFAULT_ALIGN, |a| (a.memory as usize).max(DEFAULT_ALIGN));
     let mut buf = AlignedBuf::zeroed(ctx.cfg.bs, mem_align)
         .ok_or_else(|| Error::InvalidConfig("buffer alignment".into()))?;
     ctx.generator
-        .fill_at(0, &mut buf[..ctx.cfg.bs.min(ctx.generator.config().size as usize)])
+        .fill_at(
+            0,
+            &mut buf[..ctx.cfg.bs.min(ctx.generator.config().size as usize)],
+        )
         .expect("inside the extent");
     let mut writes = 0u64;
     let mut n = 0u64;
     let deadline = begin(ctx, out);
     while let Some(io) = iter.next() {
         n += 1;
-        if n % 64 == 0 && (ctx.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d)) {
+        if n % 64 == 0
+            && (ctx.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d))
+        {
             break;
         }
-        let file = if needs_tail(ctx, &io) { ctx.tail } else { ctx.file };
+        let file = if needs_tail(ctx, &io) {
+            ctx.tail
+        } else {
+            ctx.file
+        };
         sync_io(ctx, file, io, &mut buf, out)?;
         if !io.read {
             writes += 1;
@@ -941,7 +951,9 @@ mod uring {
 
     pub(super) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Result<()> {
         let cfg = ctx.cfg;
-        let mem_align = ctx.dio.map_or(DEFAULT_ALIGN, |a| (a.memory as usize).max(DEFAULT_ALIGN));
+        let mem_align = ctx
+            .dio
+            .map_or(DEFAULT_ALIGN, |a| (a.memory as usize).max(DEFAULT_ALIGN));
         let mut bufs = Vec::with_capacity(cfg.iodepth as usize);
         for k in 0..cfg.iodepth as usize {
             let mut b = AlignedBuf::zeroed(cfg.bs, mem_align)
@@ -949,7 +961,9 @@ mod uring {
             // Pattern::Fixed writes these bytes for ever.
             let at = (k * cfg.bs) as u64 % ctx.generator.config().size;
             let n = (ctx.generator.config().size - at).min(cfg.bs as u64) as usize;
-            ctx.generator.fill_at(at, &mut b[..n]).expect("inside the extent");
+            ctx.generator
+                .fill_at(at, &mut b[..n])
+                .expect("inside the extent");
             bufs.push(b);
         }
         let opts = RingOptions {
@@ -1004,8 +1018,17 @@ mod uring {
                     // page cache never holds stale bytes of this region.
                     while ring.in_flight() > 0 {
                         cqes.clear();
-                        ring.wait(1, &mut cqes).map_err(|e| Error::io("io_uring_enter", None, e))?;
-                        complete(ctx, &mut ring, &mut cqes, &mut active, &mut free, out, &mut writes)?;
+                        ring.wait(1, &mut cqes)
+                            .map_err(|e| Error::io("io_uring_enter", None, e))?;
+                        complete(
+                            ctx,
+                            &mut ring,
+                            &mut cqes,
+                            &mut active,
+                            &mut free,
+                            out,
+                            &mut writes,
+                        )?;
                     }
                     sync_io(ctx, ctx.tail, io, b, out)?;
                     continue;
@@ -1041,12 +1064,29 @@ mod uring {
             ring.wait(min, &mut cqes)
                 .map_err(|e| Error::io("io_uring_enter", None, e))?;
             let before = writes;
-            complete(ctx, &mut ring, &mut cqes, &mut active, &mut free, out, &mut writes)?;
+            complete(
+                ctx,
+                &mut ring,
+                &mut cqes,
+                &mut active,
+                &mut free,
+                out,
+                &mut writes,
+            )?;
             if cfg.fsync_every > 0 && writes / cfg.fsync_every > before / cfg.fsync_every {
                 while ring.in_flight() > 0 {
                     cqes.clear();
-                    ring.wait(1, &mut cqes).map_err(|e| Error::io("io_uring_enter", None, e))?;
-                    complete(ctx, &mut ring, &mut cqes, &mut active, &mut free, out, &mut writes)?;
+                    ring.wait(1, &mut cqes)
+                        .map_err(|e| Error::io("io_uring_enter", None, e))?;
+                    complete(
+                        ctx,
+                        &mut ring,
+                        &mut cqes,
+                        &mut active,
+                        &mut free,
+                        out,
+                        &mut writes,
+                    )?;
                 }
                 ctx.file
                     .sync_data()
@@ -1143,14 +1183,17 @@ pub fn verify_region(
     let mut at = offset;
     while at < offset + len {
         let n = (bs as u64).min(offset + len - at) as usize;
-        file.read_exact_at(&mut got[..n], at).map_err(|e| VerifyError {
-            offset: at,
-            why: format!("read failed: {e}"),
-        })?;
+        file.read_exact_at(&mut got[..n], at)
+            .map_err(|e| VerifyError {
+                offset: at,
+                why: format!("read failed: {e}"),
+            })?;
         let bad = |why: String| VerifyError { offset: at, why };
         match cfg.pattern {
             Pattern::Gen => {
-                generator.fill_at(at, &mut want[..n]).map_err(|e| bad(e.to_string()))?;
+                generator
+                    .fill_at(at, &mut want[..n])
+                    .map_err(|e| bad(e.to_string()))?;
                 if let Some(i) = got[..n].iter().zip(&want[..n]).position(|(a, b)| a != b) {
                     return Err(bad(format!("byte {i} differs from the generator's")));
                 }
