@@ -431,6 +431,14 @@ fn alloc_buffers(
     align: usize,
     stats: &mut WriteStats,
 ) -> Result<Vec<AlignedBuf>> {
+    if !opts.hugepages && align <= DEFAULT_ALIGN {
+        // One mapping advised for transparent huge pages: physically
+        // contiguous buffers need fewer device segments per write
+        // (`.project/io-worker.md`: 1 MiB direct writes split in two on a
+        // 254-segment virtio queue when their pages are scattered).
+        return crate::buffer::thp_slab(opts.buffer_size, opts.buffer_count)
+            .map_err(|e| Error::io("mmap", None, e));
+    }
     let mut bufs = Vec::with_capacity(opts.buffer_count);
     for _ in 0..opts.buffer_count {
         if opts.hugepages {

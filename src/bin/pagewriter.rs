@@ -131,6 +131,9 @@ struct IoArgs {
     /// Read the regions back after the run and check every block.
     #[arg(long)]
     verify: bool,
+    /// io_uring buffers on 2 MiB huge pages (reserved, else transparent).
+    #[arg(long)]
+    hugepages: bool,
     /// This rank (default SLURM_PROCID, else 0).
     #[arg(long)]
     rank: Option<u32>,
@@ -742,6 +745,7 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     cfg.compress_ratio = a.compress;
     cfg.seed = a.seed;
     cfg.verify = a.verify;
+    cfg.hugepages = a.hugepages;
     if shared || a.rank.is_some() || a.ranks.is_some() {
         let env = Ranks::from_slurm_env();
         cfg.shared = Some(Ranks {

@@ -43,13 +43,19 @@ impl Flusher {
         bounce_len: usize,
         align: usize,
     ) -> Self {
-        let bounce = (0..bounce)
-            .map(|_| {
-                let mut b = AlignedBuf::zeroed(bounce_len, align).expect("alignment validated");
-                b.fill(0);
-                b
-            })
-            .collect();
+        // One THP-advised mapping where the alignment allows: physically
+        // contiguous bounce buffers split into fewer device segments.
+        let slab = (bounce > 0 && align <= crate::buffer::DEFAULT_ALIGN)
+            .then(|| crate::buffer::thp_slab(bounce_len, bounce).ok())
+            .flatten();
+        let mut bounce: Vec<AlignedBuf> = slab.unwrap_or_else(|| {
+            (0..bounce)
+                .map(|_| AlignedBuf::zeroed(bounce_len, align).expect("alignment validated"))
+                .collect()
+        });
+        for b in &mut bounce {
+            b.fill(0);
+        }
         #[cfg(all(target_os = "linux", feature = "io-uring"))]
         return Self {
             uring: ring,

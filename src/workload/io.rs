@@ -201,6 +201,10 @@ pub struct IoConfig {
     pub seed: u64,
     /// After the run, read each job's region back and check every block.
     pub verify: bool,
+    /// io_uring buffers on 2 MiB huge pages (reserved, else transparent):
+    /// physically contiguous, so a large I/O needs few segments.
+    #[serde(default)]
+    pub hugepages: bool,
     /// Shared-file mode: split `size` among ranks and jobs.
     pub shared: Option<Ranks>,
 }
@@ -234,6 +238,7 @@ impl IoConfig {
             compress_ratio: 1.0,
             seed: 0,
             verify: false,
+            hugepages: false,
             shared: None,
         }
     }
@@ -954,17 +959,30 @@ mod uring {
         let mem_align = ctx
             .dio
             .map_or(DEFAULT_ALIGN, |a| (a.memory as usize).max(DEFAULT_ALIGN));
-        let mut bufs = Vec::with_capacity(cfg.iodepth as usize);
-        for k in 0..cfg.iodepth as usize {
-            let mut b = AlignedBuf::zeroed(cfg.bs, mem_align)
-                .ok_or_else(|| Error::InvalidConfig("buffer alignment".into()))?;
+        // One mapping for all slots, advised for transparent huge pages:
+        // physically contiguous buffers split into fewer device segments
+        // (`.project/io-worker.md`); --hugepages asks for reserved ones.
+        let mut bufs = if cfg.hugepages {
+            (0..cfg.iodepth)
+                .map(|_| AlignedBuf::huge(cfg.bs).map(|b| b.0))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| Error::io("allocate huge pages", None, e))?
+        } else if mem_align <= DEFAULT_ALIGN {
+            crate::buffer::thp_slab(cfg.bs, cfg.iodepth as usize)
+                .map_err(|e| Error::io("mmap", None, e))?
+        } else {
+            (0..cfg.iodepth)
+                .map(|_| AlignedBuf::zeroed(cfg.bs, mem_align))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| Error::InvalidConfig("buffer alignment".into()))?
+        };
+        for (k, b) in bufs.iter_mut().enumerate() {
             // Pattern::Fixed writes these bytes for ever.
             let at = (k * cfg.bs) as u64 % ctx.generator.config().size;
             let n = (ctx.generator.config().size - at).min(cfg.bs as u64) as usize;
             ctx.generator
                 .fill_at(at, &mut b[..n])
                 .expect("inside the extent");
-            bufs.push(b);
         }
         let opts = RingOptions {
             queue_depth: cfg.iodepth,
