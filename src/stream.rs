@@ -558,6 +558,38 @@ impl Tally {
     }
 }
 
+/// What the fill threads share: the plan, the next chunk number, the stop
+/// flag and their summed generation time.
+struct Fillers<'a, 'p> {
+    plan: &'a Plan<'p>,
+    next: &'a AtomicU64,
+    stop: &'a AtomicBool,
+    gen_ns: &'a AtomicU64,
+}
+
+impl<'a> Fillers<'a, '_> {
+    /// Starts `threads` fill threads in scope `s`; `filled` is moved in so
+    /// that the channel closes when the last of them ends.
+    fn spawn<'s>(
+        &self,
+        s: &'s std::thread::Scope<'s, '_>,
+        threads: usize,
+        free: &chan::Receiver<(usize, AlignedBuf)>,
+        filled: chan::Sender<Filled>,
+    ) where
+        'a: 's,
+    {
+        for _ in 0..threads {
+            let (free, filled) = (free.clone(), filled.clone());
+            let (plan, next, stop, gen_ns) = (self.plan, self.next, self.stop, self.gen_ns);
+            s.spawn(move || {
+                let ns = fill_loop(plan, next, stop, &free, &filled);
+                gen_ns.fetch_add(ns, Ordering::Relaxed);
+            });
+        }
+    }
+}
+
 /// Fill threads: take a free buffer, claim the next chunk, fill, pass on.
 /// Return the nanoseconds spent generating.
 fn fill_loop(
@@ -653,15 +685,13 @@ fn run_pwrite(
     let mut first_error: Option<Error> = None;
     let gen_ns = AtomicU64::new(0);
     std::thread::scope(|s| {
-        for _ in 0..opts.gen_threads {
-            let (free_rx, filled_tx) = (free_rx.clone(), filled_tx.clone());
-            let (next, stop, gen_ns) = (&next, &stop, &gen_ns);
-            s.spawn(move || {
-                let ns = fill_loop(plan, next, stop, &free_rx, &filled_tx);
-                gen_ns.fetch_add(ns, Ordering::Relaxed);
-            });
-        }
-        drop(filled_tx);
+        let fillers = Fillers {
+            plan,
+            next: &next,
+            stop: &stop,
+            gen_ns: &gen_ns,
+        };
+        fillers.spawn(s, opts.gen_threads, &free_rx, filled_tx);
         for _ in 0..opts.writer_threads.min(opts.buffer_count) {
             let (filled_rx, done_tx) = (filled_rx.clone(), done_tx.clone());
             s.spawn(move || {
@@ -811,15 +841,13 @@ mod uring {
         let qd = ring.options().queue_depth;
         let mut cqes: Vec<Completion> = Vec::with_capacity(qd as usize);
         std::thread::scope(|s| {
-            for _ in 0..opts.gen_threads {
-                let (free_rx, filled_tx) = (free_rx.clone(), filled_tx.clone());
-                let (next, stop, gen_ns) = (&next, &stop, &gen_ns);
-                s.spawn(move || {
-                    let ns = fill_loop(plan, next, stop, &free_rx, &filled_tx);
-                    gen_ns.fetch_add(ns, Ordering::Relaxed);
-                });
-            }
-            drop(filled_tx);
+            let fillers = Fillers {
+                plan,
+                next: &next,
+                stop: &stop,
+                gen_ns: &gen_ns,
+            };
+            fillers.spawn(s, opts.gen_threads, &free_rx, filled_tx);
             drop(free_rx);
             let mut free_tx = Some(free_tx);
             loop {

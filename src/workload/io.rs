@@ -1034,20 +1034,15 @@ mod uring {
                     };
                     // After every direct I/O in flight completes, so the
                     // page cache never holds stale bytes of this region.
-                    while ring.in_flight() > 0 {
-                        cqes.clear();
-                        ring.wait(1, &mut cqes)
-                            .map_err(|e| Error::io("io_uring_enter", None, e))?;
-                        complete(
-                            ctx,
-                            &mut ring,
-                            &mut cqes,
-                            &mut active,
-                            &mut free,
-                            out,
-                            &mut writes,
-                        )?;
-                    }
+                    drain(
+                        ctx,
+                        &mut ring,
+                        &mut cqes,
+                        &mut active,
+                        &mut free,
+                        out,
+                        &mut writes,
+                    )?;
                     sync_io(ctx, ctx.tail, io, b, out)?;
                     continue;
                 }
@@ -1092,25 +1087,39 @@ mod uring {
                 &mut writes,
             )?;
             if cfg.fsync_every > 0 && writes / cfg.fsync_every > before / cfg.fsync_every {
-                while ring.in_flight() > 0 {
-                    cqes.clear();
-                    ring.wait(1, &mut cqes)
-                        .map_err(|e| Error::io("io_uring_enter", None, e))?;
-                    complete(
-                        ctx,
-                        &mut ring,
-                        &mut cqes,
-                        &mut active,
-                        &mut free,
-                        out,
-                        &mut writes,
-                    )?;
-                }
+                drain(
+                    ctx,
+                    &mut ring,
+                    &mut cqes,
+                    &mut active,
+                    &mut free,
+                    out,
+                    &mut writes,
+                )?;
                 ctx.file
                     .sync_data()
                     .map_err(|e| Error::io("fdatasync", None, e))?;
                 out.fsyncs += 1;
             }
+        }
+        Ok(())
+    }
+
+    /// Waits for every I/O in flight and accounts it.
+    fn drain(
+        ctx: &JobCtx<'_>,
+        ring: &mut SlotRing,
+        cqes: &mut Vec<Completion>,
+        active: &mut [(Io, usize)],
+        free: &mut Vec<usize>,
+        out: &mut JobOut,
+        writes: &mut u64,
+    ) -> Result<()> {
+        while ring.in_flight() > 0 {
+            cqes.clear();
+            ring.wait(1, cqes)
+                .map_err(|e| Error::io("io_uring_enter", None, e))?;
+            complete(ctx, ring, cqes, active, free, out, writes)?;
         }
         Ok(())
     }
