@@ -538,6 +538,27 @@ impl Tally {
         self.first_missing as usize == self.done.len()
     }
 
+    /// Puts the totals in `stats`; the first error, or an error if not
+    /// every chunk was written.
+    fn finish(
+        &self,
+        plan: &Plan<'_>,
+        stats: &mut WriteStats,
+        gen_ns: &AtomicU64,
+        first_error: Option<Error>,
+    ) -> Result<()> {
+        stats.gen_s = gen_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        stats.bytes = self.bytes;
+        stats.contiguous_bytes = self.contiguous(plan);
+        match first_error {
+            Some(e) => Err(e),
+            None if !self.finished() => Err(Error::InvalidConfig(
+                "a fill thread stopped before the file was complete".into(),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn maybe_report(
         &mut self,
         plan: &Plan<'_>,
@@ -746,16 +767,7 @@ fn run_pwrite(
             tally.maybe_report(plan, start, progress);
         }
     });
-    stats.gen_s = gen_ns.load(Ordering::Relaxed) as f64 / 1e9;
-    stats.bytes = tally.bytes;
-    stats.contiguous_bytes = tally.contiguous(plan);
-    match first_error {
-        Some(e) => Err(e),
-        None if !tally.finished() => Err(Error::InvalidConfig(
-            "a fill thread stopped before the file was complete".into(),
-        )),
-        None => Ok(()),
-    }
+    tally.finish(plan, stats, &gen_ns, first_error)
 }
 
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
@@ -952,16 +964,7 @@ mod uring {
         // ring's buffers are freed: SlotRing's Drop waits for it.
         let mut rest = Vec::new();
         while ring.in_flight() > 0 && ring.wait(1, &mut rest).is_ok() {}
-        stats.gen_s = gen_ns.load(Ordering::Relaxed) as f64 / 1e9;
-        stats.bytes = tally.bytes;
-        stats.contiguous_bytes = tally.contiguous(plan);
-        match first_error {
-            Some(e) => Err(e),
-            None if !tally.finished() => Err(Error::InvalidConfig(
-                "a fill thread stopped before the file was complete".into(),
-            )),
-            None => Ok(()),
-        }
+        tally.finish(plan, stats, &gen_ns, first_error)
     }
 }
 
