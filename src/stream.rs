@@ -35,6 +35,7 @@ use crossbeam_channel as chan;
 use crate::backend::{DioAlign, FileBackend, StorageBackend};
 use crate::buffer::{AlignedBuf, DEFAULT_ALIGN, HugePages};
 use crate::cached_file::DirectIo;
+use crate::cached_file::io_mode::open_with_direct;
 use crate::datagen::{GenConfig, Generator};
 use crate::error::{Error, Result};
 
@@ -394,36 +395,15 @@ impl Plan<'_> {
 /// Opens `path` for writing with `O_DIRECT` as `opts.direct` asks,
 /// without truncating it yet (argument errors must leave it untouched).
 fn open(path: &Path, opts: &WriteOptions) -> Result<(FileBackend, Option<String>)> {
-    let buffered = || FileBackend::open(path).map_err(|e| Error::io("open", None, e));
-    let misfit = |a: DioAlign| {
+    open_with_direct(path, opts.direct, &|b: &FileBackend| {
+        let a = b.direct()?;
         (opts.buffer_size % a.offset as usize != 0).then(|| {
             format!(
                 "buffer_size {} is not a multiple of the O_DIRECT alignment {}",
                 opts.buffer_size, a.offset
             )
         })
-    };
-    match opts.direct {
-        DirectIo::Off => Ok((buffered()?, None)),
-        DirectIo::On => {
-            let b =
-                FileBackend::open_direct(path).map_err(|e| Error::io("open O_DIRECT", None, e))?;
-            match b.direct().and_then(misfit) {
-                Some(why) => Err(Error::InvalidConfig(why)),
-                None => Ok((b, None)),
-            }
-        }
-        DirectIo::Auto => match FileBackend::open_direct(path) {
-            Ok(b) => match b.direct().and_then(misfit) {
-                None => Ok((b, None)),
-                Some(why) => {
-                    drop(b);
-                    Ok((buffered()?, Some(why)))
-                }
-            },
-            Err(e) => Ok((buffered()?, Some(format!("O_DIRECT refused: {e}")))),
-        },
-    }
+    })
 }
 
 fn alloc_buffers(

@@ -329,39 +329,35 @@ impl SlotRing {
         }
         let fixed = s.registered == Some(buf.as_ptr() as usize);
         let ptr = buf[start..].as_mut_ptr();
-        let sqe = match (op, register_file, fixed) {
-            (RingOp::Write, true, true) => {
-                opcode::WriteFixed::new(types::Fixed(0), ptr, len as u32, slot as u16)
-                    .offset(offset)
-                    .build()
-            }
-            (RingOp::Write, false, true) => {
-                opcode::WriteFixed::new(types::Fd(fd), ptr, len as u32, slot as u16)
-                    .offset(offset)
-                    .build()
-            }
-            (RingOp::Write, true, false) => opcode::Write::new(types::Fixed(0), ptr, len as u32)
-                .offset(offset)
-                .build(),
-            (RingOp::Write, false, false) => opcode::Write::new(types::Fd(fd), ptr, len as u32)
-                .offset(offset)
-                .build(),
-            (RingOp::Read, true, true) => {
-                opcode::ReadFixed::new(types::Fixed(0), ptr, len as u32, slot as u16)
-                    .offset(offset)
-                    .build()
-            }
-            (RingOp::Read, false, true) => {
-                opcode::ReadFixed::new(types::Fd(fd), ptr, len as u32, slot as u16)
-                    .offset(offset)
-                    .build()
-            }
-            (RingOp::Read, true, false) => opcode::Read::new(types::Fixed(0), ptr, len as u32)
-                .offset(offset)
-                .build(),
-            (RingOp::Read, false, false) => opcode::Read::new(types::Fd(fd), ptr, len as u32)
-                .offset(offset)
-                .build(),
+        // One SQE builder per file type: `types::Fixed` and `types::Fd`
+        // are different types, so the opcode choice is written once and
+        // expanded for each.
+        macro_rules! sqe_for {
+            ($fd:expr) => {
+                match (op, fixed) {
+                    (RingOp::Write, true) => {
+                        opcode::WriteFixed::new($fd, ptr, len as u32, slot as u16)
+                            .offset(offset)
+                            .build()
+                    }
+                    (RingOp::Write, false) => opcode::Write::new($fd, ptr, len as u32)
+                        .offset(offset)
+                        .build(),
+                    (RingOp::Read, true) => {
+                        opcode::ReadFixed::new($fd, ptr, len as u32, slot as u16)
+                            .offset(offset)
+                            .build()
+                    }
+                    (RingOp::Read, false) => opcode::Read::new($fd, ptr, len as u32)
+                        .offset(offset)
+                        .build(),
+                }
+            };
+        }
+        let sqe = if register_file {
+            sqe_for!(types::Fixed(0))
+        } else {
+            sqe_for!(types::Fd(fd))
         };
         let sqe: squeue::Entry = sqe.user_data(slot as u64);
         // SAFETY: the SQE points into the slot's buffer, which the ring

@@ -63,33 +63,53 @@ pub(crate) fn short_error(e: &std::io::Error) -> String {
     name.to_string()
 }
 
-/// Opens `path` with `O_DIRECT` as `config.direct` asks; returns the
-/// backend and, for `Auto` falling back to buffered, why.
+/// Opens `path` (created if missing, never truncated) with `O_DIRECT` as
+/// `direct` asks. `misfit` says why an `O_DIRECT` file cannot serve the
+/// caller's sizes, if so: with `On` that is an [`Error::InvalidConfig`]
+/// ("O_DIRECT: why"), with `Auto` the file is reopened buffered. Returns
+/// the backend and, for `Auto` falling back to buffered, why.
+///
+/// Shared by the cached file, [`crate::stream`] and the `io` worker, so
+/// all three decide and report `O_DIRECT` the same way.
+pub(crate) fn open_with_direct(
+    path: &std::path::Path,
+    direct: DirectIo,
+    misfit: &dyn Fn(&FileBackend) -> Option<String>,
+) -> Result<(FileBackend, Option<String>)> {
+    let buffered = || FileBackend::open(path).map_err(|e| Error::io("open", None, e));
+    match direct {
+        DirectIo::Off => Ok((buffered()?, None)),
+        DirectIo::On => {
+            let b =
+                FileBackend::open_direct(path).map_err(|e| Error::io("open O_DIRECT", None, e))?;
+            match misfit(&b) {
+                Some(why) => Err(Error::InvalidConfig(format!("O_DIRECT: {why}"))),
+                None => Ok((b, None)),
+            }
+        }
+        DirectIo::Auto => match FileBackend::open_direct(path) {
+            Ok(b) => match misfit(&b) {
+                None => Ok((b, None)),
+                Some(why) => {
+                    drop(b);
+                    Ok((buffered()?, Some(why)))
+                }
+            },
+            Err(e) => Ok((
+                buffered()?,
+                Some(format!("O_DIRECT refused: {}", short_error(&e))),
+            )),
+        },
+    }
+}
+
+/// Opens `path` for a [`PagedCachedFile`](super::PagedCachedFile) with
+/// `O_DIRECT` as `config.direct` asks, write caps and sync lanes set.
 pub(crate) fn open_file(
     path: &std::path::Path,
     config: &Config,
 ) -> Result<(FileBackend, Option<String>)> {
-    let buffered = || FileBackend::open(path).map_err(|e| Error::io("open", None, e));
-    let (backend, why) = match config.direct {
-        DirectIo::Off => (buffered()?, None),
-        DirectIo::On => (
-            FileBackend::open_direct(path).map_err(|e| Error::io("open O_DIRECT", None, e))?,
-            None,
-        ),
-        DirectIo::Auto => match FileBackend::open_direct(path) {
-            Ok(b) => match direct_misfit(&b, config) {
-                None => (b, None),
-                Some(why) => {
-                    drop(b);
-                    (buffered()?, Some(why))
-                }
-            },
-            Err(e) => (
-                buffered()?,
-                Some(format!("O_DIRECT refused: {}", short_error(&e))),
-            ),
-        },
-    };
+    let (backend, why) = open_with_direct(path, config.direct, &|b| direct_misfit(b, config))?;
     let backend = backend
         .with_max_write_bytes(config.max_write_bytes)
         .with_sync_lanes(config.sync_lanes)

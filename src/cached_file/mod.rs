@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 mod commit;
 mod config;
 mod flush;
-mod io_mode;
+pub(crate) mod io_mode;
 mod stats;
 
 pub use config::{Config, DirectIo, FlushEngine};

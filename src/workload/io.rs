@@ -31,6 +31,7 @@ use hdrhistogram::Histogram;
 use crate::backend::{DioAlign, FileBackend, StorageBackend};
 use crate::buffer::{AlignedBuf, DEFAULT_ALIGN};
 use crate::cached_file::DirectIo;
+use crate::cached_file::io_mode::open_with_direct;
 use crate::datagen::{GenConfig, Generator, Permutation};
 use crate::error::{Error, Result};
 use crate::workload::WyRand;
@@ -56,6 +57,8 @@ pub enum Rw {
 impl Rw {
     /// Parses fio's names: read, write, randread, randwrite, rw (readwrite),
     /// randrw.
+    ///
+    /// Errors: [`Error::InvalidConfig`] for any other name.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
             "read" => Self::Read,
@@ -97,7 +100,9 @@ pub enum IoEngine {
 }
 
 impl IoEngine {
-    /// Parses `io_uring` (or `io-uring`) and `psync`.
+    /// Parses `io_uring` (or `io-uring`) and `psync` (or `pwrite`).
+    ///
+    /// Errors: [`Error::InvalidConfig`] for any other name.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "io_uring" | "io-uring" => Ok(Self::IoUring),
@@ -317,7 +322,14 @@ impl IoConfig {
         }
     }
 
-    /// Job `j`'s region: (byte offset, bytes).
+    /// Job `job`'s region: (byte offset, bytes). In shared-file mode the
+    /// parts are aligned to `align` bytes (see [`part`]).
+    ///
+    /// # Panics
+    /// In shared-file mode if `job >= numjobs`, `rank >= ranks`, a count
+    /// is 0 or `align` is 0; otherwise if the offset overflows a `u64`
+    /// (debug builds). [`validate`](Self::validate) rules all of these out
+    /// for `job < numjobs`.
     pub fn region(&self, job: usize, align: u64) -> (u64, u64) {
         match self.shared {
             Some(r) => part(
@@ -454,6 +466,20 @@ struct JobOut {
     fsyncs: u64,
 }
 
+impl JobOut {
+    /// Accounts one completed I/O and its latency.
+    fn record(&mut self, io: Io, latency: Duration) {
+        let ns = (latency.as_nanos() as u64).max(1);
+        if io.read {
+            self.read.saturating_record(ns);
+            self.read_bytes += io.len as u64;
+        } else {
+            self.write.saturating_record(ns);
+            self.write_bytes += io.len as u64;
+        }
+    }
+}
+
 fn new_hist() -> Histogram<u64> {
     // 1 ns .. 1 hour at 3 significant digits.
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds")
@@ -462,33 +488,15 @@ fn new_hist() -> Histogram<u64> {
 /// Opens the file as `cfg.direct` asks; returns it, a buffered descriptor
 /// for unaligned tails, and why `O_DIRECT` is off under `Auto`.
 fn open(cfg: &IoConfig) -> Result<(FileBackend, File, Option<String>)> {
-    let misfit = |a: DioAlign| {
+    let (backend, why) = open_with_direct(&cfg.path, cfg.direct, &|b: &FileBackend| {
+        let a = b.direct()?;
         (cfg.bs % a.offset as usize != 0 || cfg.offset % a.offset as u64 != 0).then(|| {
             format!(
                 "bs {} / offset {} not a multiple of the O_DIRECT alignment {}",
                 cfg.bs, cfg.offset, a.offset
             )
         })
-    };
-    let buffered = || FileBackend::open(&cfg.path).map_err(|e| Error::io("open", None, e));
-    let (backend, why) = match cfg.direct {
-        DirectIo::Off => (buffered()?, None),
-        DirectIo::On => {
-            let b = FileBackend::open_direct(&cfg.path)
-                .map_err(|e| Error::io("open O_DIRECT", None, e))?;
-            if let Some(why) = b.direct().and_then(misfit) {
-                return Err(Error::InvalidConfig(why));
-            }
-            (b, None)
-        }
-        DirectIo::Auto => match FileBackend::open_direct(&cfg.path) {
-            Ok(b) => match b.direct().and_then(misfit) {
-                None => (b, None),
-                Some(why) => (buffered()?, Some(why)),
-            },
-            Err(e) => (buffered()?, Some(format!("O_DIRECT refused: {e}"))),
-        },
-    };
+    })?;
     let tail = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -884,25 +892,19 @@ fn needs_tail(ctx: &JobCtx<'_>, io: &Io) -> bool {
 /// A synchronous I/O on `file`; records latency and bytes.
 fn sync_io(ctx: &JobCtx<'_>, file: &File, io: Io, buf: &mut [u8], out: &mut JobOut) -> Result<()> {
     let buf = &mut buf[..io.len];
+    if !io.read {
+        fill(ctx.cfg, ctx.generator, io.offset, buf);
+    }
+    // Latency is the system call's, not the fill's.
     let t = Instant::now();
     if io.read {
         file.read_exact_at(buf, io.offset)
             .map_err(|e| Error::io("pread", Some(io.offset), e))?;
     } else {
-        fill(ctx.cfg, ctx.generator, io.offset, buf);
-        let t2 = Instant::now();
         file.write_all_at(buf, io.offset)
             .map_err(|e| Error::io("pwrite", Some(io.offset), e))?;
-        // Latency is the system call's, not the fill's.
-        let ns = t2.elapsed().as_nanos() as u64;
-        out.write.saturating_record(ns.max(1));
-        out.write_bytes += io.len as u64;
-        ctx.done_bytes.fetch_add(io.len as u64, Ordering::Relaxed);
-        return Ok(());
     }
-    out.read
-        .saturating_record((t.elapsed().as_nanos() as u64).max(1));
-    out.read_bytes += io.len as u64;
+    out.record(io, t.elapsed());
     ctx.done_bytes.fetch_add(io.len as u64, Ordering::Relaxed);
     Ok(())
 }
@@ -1135,6 +1137,8 @@ mod uring {
         out: &mut JobOut,
         writes: &mut u64,
     ) -> Result<()> {
+        // The progress counter is shared by all jobs: one add per reap.
+        let mut reaped_bytes = 0u64;
         for c in cqes.drain(..) {
             let (io, done) = active[c.slot];
             let op_name = if io.read { "read" } else { "write" };
@@ -1148,16 +1152,9 @@ mod uring {
                             .map_err(|e| Error::io("io_uring push", Some(io.offset), e))?;
                         continue;
                     }
-                    let ns = (c.latency.as_nanos() as u64).max(1);
-                    if io.read {
-                        out.read.saturating_record(ns);
-                        out.read_bytes += io.len as u64;
-                    } else {
-                        out.write.saturating_record(ns);
-                        out.write_bytes += io.len as u64;
-                        *writes += 1;
-                    }
-                    ctx.done_bytes.fetch_add(io.len as u64, Ordering::Relaxed);
+                    out.record(io, c.latency);
+                    *writes += u64::from(!io.read);
+                    reaped_bytes += io.len as u64;
                     free.push(c.slot);
                 }
                 Ok(_) => {
@@ -1182,6 +1179,7 @@ mod uring {
                 Err(e) => return Err(Error::io(op_name, Some(io.offset + done as u64), e)),
             }
         }
+        ctx.done_bytes.fetch_add(reaped_bytes, Ordering::Relaxed);
         Ok(())
     }
 }
