@@ -61,6 +61,44 @@ pub enum Error {
     /// flushes or syncs. Pages written since the last successful sync stay
     /// readable from memory.
     Poisoned,
+    /// The file was opened read-only ([`OpenOptions::read_only`](crate::OpenOptions::read_only));
+    /// no write, `set_len` or `discard` is accepted.
+    ReadOnly,
+    /// Another open of the file holds its lock (an exclusive lock for a
+    /// read-write open, a shared one for read-only): a second writer, or a
+    /// writer while readers hold it.
+    Locked,
+    /// The page at byte `offset` is under a live
+    /// [`WritablePage`](crate::WritablePage) guard: a second guard, a write,
+    /// `discard` or `set_len` over it, or `close`, is refused until the
+    /// guard is dropped.
+    Busy {
+        /// Byte offset of the page under the guard.
+        offset: u64,
+    },
+    /// `offset + len` reaches past the largest file the file system holds
+    /// (`max`, in bytes; probed at open), so the write could never succeed.
+    FileTooLarge {
+        /// Byte offset asked for.
+        offset: u64,
+        /// Length in bytes asked for.
+        len: u64,
+        /// Largest file length the file system accepts, in bytes.
+        max: u64,
+    },
+    /// Some pages could not be written. Every other page of the flush
+    /// reached the OS (and, for `sync`, was made durable); the failed pages
+    /// stay dirty, so a later flush retries them, or
+    /// [`discard`](crate::PagedCachedFile::discard) drops them.
+    PagesFailed {
+        /// Byte ranges (`start..end`) that did not reach the OS, sorted.
+        failed: Vec<std::ops::Range<u64>>,
+        /// The call that failed first in offset order: "pwritev", "pwrite",
+        /// "io_uring writev", "fallocate", ...
+        op: &'static str,
+        /// The operating system's error of that call.
+        source: io::Error,
+    },
     /// An I/O call failed.
     Io {
         /// What was being done: "pwritev", "pwrite", "pread", "fdatasync", ...
@@ -81,7 +119,7 @@ impl Error {
     /// The `io::ErrorKind` of an I/O error, `None` for other variants.
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
-            Error::Io { source, .. } => Some(source.kind()),
+            Error::Io { source, .. } | Error::PagesFailed { source, .. } => Some(source.kind()),
             _ => None,
         }
     }
@@ -119,15 +157,34 @@ impl Error {
             Error::InvalidConfig(s) => Error::InvalidConfig(s.clone()),
             Error::Closed => Error::Closed,
             Error::Poisoned => Error::Poisoned,
+            Error::ReadOnly => Error::ReadOnly,
+            Error::Locked => Error::Locked,
+            Error::Busy { offset } => Error::Busy { offset: *offset },
+            Error::FileTooLarge { offset, len, max } => Error::FileTooLarge {
+                offset: *offset,
+                len: *len,
+                max: *max,
+            },
+            Error::PagesFailed { failed, op, source } => Error::PagesFailed {
+                failed: failed.clone(),
+                op,
+                source: duplicate_io(source),
+            },
             Error::Io { op, offset, source } => Error::Io {
                 op,
                 offset: *offset,
-                source: match source.raw_os_error() {
-                    Some(code) => io::Error::from_raw_os_error(code),
-                    None => io::Error::new(source.kind(), source.to_string()),
-                },
+                source: duplicate_io(source),
             },
         }
+    }
+}
+
+/// A copy of an `io::Error`: the raw OS code where there is one, else the
+/// kind and message.
+fn duplicate_io(source: &io::Error) -> io::Error {
+    match source.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(source.kind(), source.to_string()),
     }
 }
 
@@ -166,6 +223,29 @@ impl fmt::Display for Error {
                 f,
                 "file is poisoned: an earlier fdatasync failed and durability can no longer be promised"
             ),
+            Error::ReadOnly => write!(f, "file is open read-only"),
+            Error::Locked => write!(
+                f,
+                "file is locked by another open (a second writer, or a writer while readers hold it)"
+            ),
+            Error::Busy { offset } => {
+                write!(f, "page at offset {offset} is under a live write guard")
+            }
+            Error::FileTooLarge { offset, len, max } => write!(
+                f,
+                "{len} bytes at offset {offset} reach past the file system's largest file ({max} bytes)"
+            ),
+            Error::PagesFailed { failed, op, source } => {
+                write!(f, "{op} failed ({source}); pages not written:")?;
+                for (i, r) in failed.iter().enumerate().take(8) {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(f, "{sep}{}..{}", r.start, r.end)?;
+                }
+                if failed.len() > 8 {
+                    write!(f, " and {} more ranges", failed.len() - 8)?;
+                }
+                Ok(())
+            }
             Error::Io {
                 op,
                 offset: Some(off),
@@ -183,7 +263,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io { source, .. } => Some(source),
+            Error::Io { source, .. } | Error::PagesFailed { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -196,6 +276,10 @@ impl From<Error> for io::Error {
             other => {
                 let kind = match other {
                     Error::OutOfBounds { .. } => io::ErrorKind::UnexpectedEof,
+                    Error::Locked | Error::Busy { .. } => io::ErrorKind::WouldBlock,
+                    Error::ReadOnly => io::ErrorKind::PermissionDenied,
+                    Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
+                    Error::PagesFailed { ref source, .. } => source.kind(),
                     _ => io::ErrorKind::InvalidInput,
                 };
                 io::Error::new(kind, other)

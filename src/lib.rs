@@ -34,7 +34,7 @@ pub mod stream;
 pub mod testing;
 pub mod workload;
 
-pub use backend::{FileBackend, MemoryBackend, StorageBackend};
+pub use backend::{FileBackend, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
     Config, DirectIo, FlushEngine, IoMode, PageRef, PagedCachedFile, Stats, WritablePage,
 };

@@ -397,7 +397,7 @@ impl Plan<'_> {
 fn open(path: &Path, opts: &WriteOptions) -> Result<(FileBackend, Option<String>)> {
     open_with_direct(path, opts.direct, &|b: &FileBackend| {
         let a = b.direct()?;
-        (opts.buffer_size % a.offset as usize != 0).then(|| {
+        (!opts.buffer_size.is_multiple_of(a.offset as usize)).then(|| {
             format!(
                 "buffer_size {} is not a multiple of the O_DIRECT alignment {}",
                 opts.buffer_size, a.offset

@@ -53,7 +53,13 @@ fn read_only_descriptor_fails_writes_and_keeps_pages() {
             f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
         }
         let err = f.sync().unwrap_err();
-        assert!(matches!(err, Error::Io { .. }), "{engine:?}: {err}");
+        // Every page failed (EBADF), and the error names them all.
+        match &err {
+            Error::PagesFailed { failed, .. } => {
+                assert_eq!(failed[..], [0..4 * PS as u64], "{engine:?}")
+            }
+            other => panic!("{engine:?}: {other}"),
+        }
         for p in 0..4u64 {
             assert_eq!(
                 tag_of(&f.read(p * PS as u64, PS).unwrap()),

@@ -452,7 +452,7 @@ fn failed_write_keeps_pages_dirty_and_retry_succeeds() {
             }
             be.schedule_writes([fault]);
             let err = f.sync().unwrap_err();
-            assert!(matches!(err, Error::Io { .. }), "{err}");
+            assert!(matches!(err, Error::PagesFailed { .. }), "{err}");
             assert!(!f.is_poisoned());
             for p in (0..4u64).chain(10..14) {
                 assert_eq!(

@@ -130,7 +130,7 @@ fn write_faults_keep_pages_dirty_on_every_engine() {
                 // The first write call (first page for per-page) fails.
                 be.schedule_writes([fault]);
                 let err = f.sync().unwrap_err();
-                assert!(matches!(err, Error::Io { .. }), "{err}");
+                assert!(matches!(err, Error::PagesFailed { .. }), "{err}");
                 for p in (0..4u64).chain(10..14) {
                     assert_eq!(
                         tag_of(&f.read(p * PS as u64, PS).unwrap()),

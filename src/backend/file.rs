@@ -1,8 +1,8 @@
 //! [`FileBackend`]: a regular file driven with `pread`, `pwritev`,
 //! `fdatasync` and `fallocate`.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, IoSlice};
+use std::fs::File;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -40,6 +40,104 @@ pub struct DioAlign {
     pub offset: u32,
 }
 
+/// How a file is opened: access, creation and locking. The default is what
+/// a database opening its own file wants: read-write, created if missing
+/// (never truncated), with an exclusive advisory lock.
+///
+/// The lock is `flock(2)` through std's [`File::try_lock`]: exclusive for a
+/// read-write open, shared for a read-only one, held until the file is
+/// dropped. It is advisory (it stops other `pagewriter` opens and programs
+/// that lock, not plain `open`s) and per open file description, so a
+/// second open in the same process conflicts too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    read_only: bool,
+    create: bool,
+    lock: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// Read-write, create if missing, lock.
+    pub fn new() -> Self {
+        Self {
+            read_only: false,
+            create: true,
+            lock: true,
+        }
+    }
+
+    /// Opens read-only: every write is refused with
+    /// [`Error::ReadOnly`](crate::Error::ReadOnly), the file must exist, and
+    /// the lock taken is shared. Default `false`.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// Creates the file if it is missing (read-write only). With `false`
+    /// a missing file is `io::ErrorKind::NotFound`. Default `true`.
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Takes the advisory lock at open. With `false` nothing is locked
+    /// (the engine locks, or shares the file knowingly). Default `true`.
+    pub fn lock(mut self, lock: bool) -> Self {
+        self.lock = lock;
+        self
+    }
+
+    /// Whether writes are refused.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether the open takes the advisory lock.
+    pub fn is_locking(&self) -> bool {
+        self.lock
+    }
+
+    /// Opens `path` as asked, with `O_DIRECT` added when `direct`, and takes
+    /// the lock. Errors: the open's error; `io::ErrorKind::WouldBlock` when
+    /// the lock is held elsewhere.
+    fn open(&self, path: &Path, direct: bool) -> io::Result<File> {
+        let mut o = std::fs::OpenOptions::new();
+        o.read(true);
+        if !self.read_only {
+            o.write(true).create(self.create).truncate(false);
+        }
+        if direct {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        let file = o.open(path)?;
+        if self.lock {
+            let locked = if self.read_only {
+                file.try_lock_shared()
+            } else {
+                file.try_lock()
+            };
+            match locked {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "the file is locked by another open",
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(e),
+            }
+        }
+        Ok(file)
+    }
+}
+
 /// A regular file. Writes go straight to the OS (no buffering here).
 ///
 /// Vectored writes use `pwritev`, split into calls of at most [`IOV_MAX`]
@@ -55,25 +153,43 @@ pub struct FileBackend {
     /// Extra open file descriptions of the same file, one per sync lane
     /// past the first (lane 0 is `file`).
     lanes: Vec<File>,
+    read_only: bool,
+    /// Largest file length the file system accepts (probed at open).
+    max_file_size: Option<u64>,
     max_write_bytes: usize,
     write_calls: AtomicU64,
     sync_calls: AtomicU64,
 }
 
 impl FileBackend {
-    /// Opens `path` for reading and writing, creating it if missing. An
-    /// existing file is never truncated.
+    /// Opens `path` for reading and writing, creating it if missing, without
+    /// a lock. An existing file is never truncated.
     ///
     /// Errors: whatever `open(2)` returns (`EISDIR` for a directory, `EACCES`
     /// for a read-only file, ...).
     pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        Ok(Self::from_file(file))
+        Self::open_with(path, &OpenOptions::new().lock(false), false)
+    }
+
+    /// Opens `path` as `options` say (access, creation, lock), with
+    /// `O_DIRECT` when `direct` (alignment found as in
+    /// [`open_direct`](Self::open_direct)).
+    ///
+    /// Errors: the open's error (`NotFound`, `EISDIR`, `EACCES`, `EINVAL`
+    /// where `O_DIRECT` is refused); `io::ErrorKind::WouldBlock` when
+    /// `options` lock and another open holds the lock.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: &OpenOptions,
+        direct: bool,
+    ) -> io::Result<Self> {
+        let file = options.open(path.as_ref(), direct)?;
+        let mut backend = Self::from_file(file);
+        backend.read_only = options.read_only;
+        if direct {
+            backend.direct = Some(dio_align_of(&backend.file)?);
+        }
+        Ok(backend)
     }
 
     /// Opens `path` like [`open`](Self::open) but with `O_DIRECT`, and
@@ -85,40 +201,18 @@ impl FileBackend {
     /// `O_DIRECT`); `Unsupported` where `statx` reports that this file
     /// cannot do direct I/O.
     pub fn open_direct(path: impl AsRef<Path>) -> io::Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)?;
-        let align = match statx_dio_align(&file)? {
-            Some(a) if a.memory == 0 || a.offset == 0 => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    "statx reports no direct I/O support for this file",
-                ));
-            }
-            Some(a) => a,
-            None => {
-                let lbs = logical_block_size(&file).unwrap_or(4096);
-                DioAlign {
-                    memory: lbs,
-                    offset: lbs,
-                }
-            }
-        };
-        let mut backend = Self::from_file(file);
-        backend.direct = Some(align);
-        Ok(backend)
+        Self::open_with(path, &OpenOptions::new().lock(false), true)
     }
 
     /// Wraps an already opened file, which must be readable and writable.
     pub fn from_file(file: File) -> Self {
+        let max_file_size = probe_max_file_size(&file);
         Self {
             file,
             direct: None,
             lanes: Vec::new(),
+            read_only: false,
+            max_file_size,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             write_calls: AtomicU64::new(0),
             sync_calls: AtomicU64::new(0),
@@ -144,7 +238,7 @@ impl FileBackend {
         self.lanes.clear();
         for _ in 1..lanes.max(1) {
             self.lanes
-                .push(OpenOptions::new().write(true).open(&proc_path)?);
+                .push(std::fs::OpenOptions::new().write(true).open(&proc_path)?);
         }
         Ok(self)
     }
@@ -220,6 +314,57 @@ impl FileBackend {
             }
         }
     }
+}
+
+/// The `O_DIRECT` alignment of a file opened with `O_DIRECT`:
+/// `statx(STATX_DIOALIGN)` where the kernel reports it, else the device's
+/// logical block size (4096 where unknown).
+///
+/// Errors: `Unsupported` where `statx` reports that this file cannot do
+/// direct I/O.
+fn dio_align_of(file: &File) -> io::Result<DioAlign> {
+    match statx_dio_align(file)? {
+        Some(a) if a.memory == 0 || a.offset == 0 => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "statx reports no direct I/O support for this file",
+        )),
+        Some(a) => Ok(a),
+        None => {
+            let lbs = logical_block_size(file).unwrap_or(4096);
+            Ok(DioAlign {
+                memory: lbs,
+                offset: lbs,
+            })
+        }
+    }
+}
+
+/// The file system's largest file length (`s_maxbytes`) for `file`, found
+/// by binary search with `lseek(SEEK_SET)`, which Linux refuses with
+/// `EINVAL` past that length (`generic_file_llseek_size`); about 63 calls,
+/// made once at open. The descriptor's file position is left wherever the
+/// search ends (this backend does only positional I/O). `None` where
+/// `lseek` does not behave so (a pipe, a file system with its own rule).
+fn probe_max_file_size(file: &File) -> Option<u64> {
+    let fd = file.as_raw_fd();
+    let seek_ok = |pos: i64| {
+        // SAFETY: lseek takes only integers; `fd` is open for as long as
+        // `file`, which the caller borrows for this whole function.
+        unsafe { libc::lseek(fd, pos, libc::SEEK_SET) == pos }
+    };
+    if !seek_ok(0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0i64, i64::MAX);
+    if seek_ok(hi) {
+        return Some(hi as u64);
+    }
+    // Invariant: lo seeks, hi does not.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if seek_ok(mid) { lo = mid } else { hi = mid }
+    }
+    Some(lo as u64)
 }
 
 /// `statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN)`: `Some` alignment when
@@ -303,6 +448,51 @@ impl StorageBackend for FileBackend {
 
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         FileExt::read_exact_at(&self.file, buf, offset)
+    }
+
+    fn read_vectored_exact_at(
+        &self,
+        mut offset: u64,
+        mut bufs: &mut [IoSliceMut<'_>],
+    ) -> io::Result<()> {
+        IoSliceMut::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            let n = bufs.len().min(IOV_MAX);
+            let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+            // SAFETY: `IoSliceMut` is ABI-compatible with `struct iovec` on
+            // Unix; the slices (and the memory they point at) are borrowed
+            // mutably for the whole call, so the kernel may write them; `n`
+            // is at most IOV_MAX and fits in a c_int.
+            let rc = unsafe {
+                libc::preadv(
+                    self.file.as_raw_fd(),
+                    bufs.as_ptr().cast::<libc::iovec>(),
+                    n as libc::c_int,
+                    off,
+                )
+            };
+            if rc < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if rc == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            offset += rc as u64;
+            IoSliceMut::advance_slices(&mut bufs, rc as usize);
+        }
+        Ok(())
+    }
+
+    fn max_file_size(&self) -> Option<u64> {
+        self.max_file_size
+    }
+
+    fn file(&self) -> Option<&File> {
+        Some(&self.file)
     }
 
     fn write_all_at(&self, mut offset: u64, mut buf: &[u8]) -> io::Result<()> {

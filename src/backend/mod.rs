@@ -4,7 +4,7 @@
 //! [`PagedCachedFile`](crate::PagedCachedFile) sits above it. All methods take
 //! `&self` and may be called from many threads at once.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, IoSliceMut};
 
 mod file;
 mod memory;
@@ -14,7 +14,7 @@ pub mod ring;
 pub mod uring;
 
 pub use file::{
-    DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, SyscallCounts, queue_attr,
+    DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, OpenOptions, SyscallCounts, queue_attr,
 };
 
 /// A fault a test backend asks an io_uring flush to act out for one write
@@ -52,6 +52,20 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// Fills `buf` from byte `offset`. Reading past the end is
     /// `io::ErrorKind::UnexpectedEof`.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// Fills `bufs` back to back from byte `offset`, as if they were one
+    /// buffer. Reading past the end is `io::ErrorKind::UnexpectedEof`.
+    ///
+    /// The default is one [`read_exact_at`](Self::read_exact_at) per slice;
+    /// [`FileBackend`] overrides it with `preadv`.
+    fn read_vectored_exact_at(&self, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<()> {
+        let mut at = offset;
+        for buf in bufs.iter_mut() {
+            self.read_exact_at(at, buf)?;
+            at += buf.len() as u64;
+        }
+        Ok(())
+    }
 
     /// Writes all of `buf` at byte `offset`, extending the file if needed.
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
@@ -109,6 +123,20 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The largest file length in bytes the storage can hold, where known
+    /// (a file system's maximum file size). Writes reaching past it are
+    /// refused when they are made, instead of failing at every flush.
+    /// Default: `None` (unknown).
+    fn max_file_size(&self) -> Option<u64> {
+        None
+    }
+
+    /// The open file, for engines that lock byte ranges or query it
+    /// themselves. Default: `None` (no file behind this backend).
+    fn file(&self) -> Option<&std::fs::File> {
+        None
+    }
+
     /// For test backends: the fault an io_uring flush should act out for
     /// its next write of `len` bytes at `offset` (io_uring writes go to
     /// [`raw_fd`](Self::raw_fd) directly, past this trait's write methods).
@@ -135,6 +163,15 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         (**self).read_exact_at(offset, buf)
+    }
+    fn read_vectored_exact_at(&self, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<()> {
+        (**self).read_vectored_exact_at(offset, bufs)
+    }
+    fn max_file_size(&self) -> Option<u64> {
+        (**self).max_file_size()
+    }
+    fn file(&self) -> Option<&std::fs::File> {
+        (**self).file()
     }
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         (**self).write_all_at(offset, buf)

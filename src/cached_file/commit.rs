@@ -51,14 +51,34 @@ pub(crate) struct CommitState {
     /// `write_seq` covered by the last published `fdatasync`.
     synced_seq: u64,
     /// The latest failed round: tickets in `(lo, hi]` get its error.
-    failure: Option<(u64, u64, Error)>,
+    failures: VecDeque<FailedRound>,
+}
+
+/// A published round that failed: tickets in `(lo, hi]` get its error,
+/// each exactly once; it is dropped when the last of them has (so a slow
+/// waiter never misses its round's error behind a later one).
+#[derive(Debug)]
+struct FailedRound {
+    lo: u64,
+    hi: u64,
+    error: Error,
+    unread: u64,
 }
 
 #[derive(Debug)]
 struct SyncingRound {
     lo: u64,
     hi: u64,
-    outcome: Option<Result<Option<u64>>>,
+    outcome: Option<RoundOutcome>,
+}
+
+/// What a round did: the `write_seq` its `fdatasync` covered (`None` if it
+/// issued none, or it failed), and the error its callers get, if any: a
+/// write error (the other pages were still synced) or the `fdatasync`'s.
+#[derive(Debug)]
+struct RoundOutcome {
+    covered: Option<u64>,
+    error: Option<Error>,
 }
 
 impl CommitState {
@@ -80,10 +100,20 @@ impl PagedCachedFile {
                 add(&self.counters.commits, 1);
                 return Ok(());
             }
-            if let Some((lo, hi, e)) = &st.failure {
-                if *lo < ticket && ticket <= *hi {
-                    return Err(e.duplicate());
+            // Before `durable`: a later round's success must not hide that
+            // this ticket's round failed.
+            if let Some(i) = st
+                .failures
+                .iter()
+                .position(|f| f.lo < ticket && ticket <= f.hi)
+            {
+                let f = &mut st.failures[i];
+                f.unread -= 1;
+                let error = f.error.duplicate();
+                if f.unread == 0 {
+                    st.failures.remove(i);
                 }
+                return Err(error);
             }
             if self.is_poisoned() {
                 return Err(Error::Poisoned);
@@ -93,32 +123,28 @@ impl PagedCachedFile {
                 self.commit_done.wait(&mut st);
                 continue;
             }
-            self.lead_round(&mut st)?;
+            self.lead_round(&mut st);
         }
     }
 
     /// Runs one round, as its leader, for every ticket not yet covered.
     /// Returns once the round's outcome is recorded (published or queued
-    /// behind an earlier round); a write-stage error is returned directly.
-    fn lead_round(&self, st: &mut MutexGuard<'_, CommitState>) -> Result<()> {
+    /// behind an earlier round); the leader reads it like every waiter.
+    fn lead_round(&self, st: &mut MutexGuard<'_, CommitState>) {
         st.writing = true;
         let (lo, hi) = (st.started, st.next_ticket);
         st.started = hi;
-        let written = MutexGuard::unlocked(st, || -> Result<(Option<Batch>, u64)> {
+        let (written, seq) = MutexGuard::unlocked(st, || {
             let mut f = self.flusher.lock();
-            let batch = self.write_batch(&mut f)?;
-            Ok((batch, self.write_seq.load(Ordering::Acquire)))
+            let written = self.write_batch(&mut f);
+            (written, self.write_seq.load(Ordering::Acquire))
         });
-        let (batch, seq) = match written {
-            Ok(w) => w,
-            Err(e) => {
-                // The unwritten pages are dirty again; a later round retries.
-                st.writing = false;
-                add(&self.counters.commit_rounds, 1);
-                st.failure = Some((lo, hi, e.duplicate()));
-                self.commit_done.notify_all();
-                return Err(e);
-            }
+        // Pages that failed to write go back to the write buffer when the
+        // round settles; the ones that reached the OS are synced all the
+        // same, so one bad page does not keep the others from being durable.
+        let (batch, write_error) = match written {
+            Some(w) => (Some(w.batch), w.error),
+            None => (None, None),
         };
         while st.free_lanes.is_empty() {
             self.commit_done.wait(st);
@@ -133,8 +159,18 @@ impl PagedCachedFile {
         // The next round may start writing now.
         self.commit_done.notify_all();
         let needed = seq > st.synced_seq;
-        let outcome = MutexGuard::unlocked(st, || self.sync_batch(batch, needed, lane));
+        let synced = MutexGuard::unlocked(st, || self.sync_batch(batch, needed, lane));
         st.free_lanes.push(lane);
+        let outcome = match synced {
+            Ok(covered) => RoundOutcome {
+                covered,
+                error: write_error,
+            },
+            Err(e) => RoundOutcome {
+                covered: None,
+                error: Some(e),
+            },
+        };
         let me = st
             .syncing
             .iter_mut()
@@ -143,7 +179,6 @@ impl PagedCachedFile {
         me.outcome = Some(outcome);
         self.publish(st);
         self.commit_done.notify_all();
-        Ok(())
     }
 
     /// Publishes finished rounds in round order.
@@ -154,20 +189,31 @@ impl PagedCachedFile {
             self.counters
                 .max_commit_group
                 .fetch_max(round.hi - round.lo, Ordering::Relaxed);
-            match round.outcome.expect("checked") {
+            let outcome = round.outcome.expect("checked");
+            if let Some(c) = outcome.covered {
+                st.synced_seq = st.synced_seq.max(c);
+            }
+            match outcome.error {
+                Some(error) => st.failures.push_back(FailedRound {
+                    lo: round.lo,
+                    hi: round.hi,
+                    error,
+                    unread: round.hi - round.lo,
+                }),
                 // A success after a failed fdatasync proves nothing about
                 // the pages that one lost.
-                Ok(_) if self.is_poisoned() => {
-                    st.failure = Some((round.lo, round.hi, Error::Poisoned))
-                }
-                Ok(covered) => {
+                None if self.is_poisoned() => st.failures.push_back(FailedRound {
+                    lo: round.lo,
+                    hi: round.hi,
+                    error: Error::Poisoned,
+                    unread: round.hi - round.lo,
+                }),
+                None => {
+                    debug_assert!(round.hi <= st.next_ticket, "durable past the last ticket");
                     st.durable = st.durable.max(round.hi);
-                    if let Some(c) = covered {
-                        st.synced_seq = st.synced_seq.max(c);
-                    }
                 }
-                Err(e) => st.failure = Some((round.lo, round.hi, e)),
             }
+            debug_assert!(st.durable <= st.started && st.started <= st.next_ticket);
         }
     }
 
@@ -185,7 +231,7 @@ impl PagedCachedFile {
         }
         if !needed {
             if let Some(b) = batch {
-                self.settle(b, &[]);
+                self.settle(b);
             }
             return Ok(None);
         }
@@ -199,7 +245,7 @@ impl PagedCachedFile {
         match synced {
             Ok(()) => {
                 if let Some(b) = batch {
-                    self.settle(b, &[]);
+                    self.settle(b);
                 }
                 Ok(Some(covers))
             }

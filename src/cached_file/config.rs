@@ -223,10 +223,9 @@ impl Config {
         }
         if let FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } =
             self.engine
+            && !(1..=4096).contains(&queue_depth)
         {
-            if !(1..=4096).contains(&queue_depth) {
-                return bad(format!("queue depth {queue_depth} is not in 1..=4096"));
-            }
+            return bad(format!("queue depth {queue_depth} is not in 1..=4096"));
         }
         if !(1..=64).contains(&self.sync_lanes) {
             return bad(format!("sync_lanes {} is not in 1..=64", self.sync_lanes));

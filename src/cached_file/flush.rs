@@ -79,7 +79,10 @@ impl Flusher {
 struct WriteFailure {
     failed: Vec<std::ops::Range<usize>>,
     some_written: bool,
-    error: Error,
+    /// Byte offset, call and error of the first failed run in offset order.
+    offset: u64,
+    op: &'static str,
+    error: std::io::Error,
 }
 
 /// The pages one flush drained: one in-flight generation.
@@ -91,33 +94,44 @@ pub(crate) struct Batch {
     /// The stripes drained and the map each gave (also referenced from the
     /// stripe's `flushing` list until settled).
     drained: Vec<(usize, Arc<PageMap>)>,
+    /// Entry ranges (of the sorted batch) that did not reach the OS.
+    pub(super) failed: Vec<std::ops::Range<usize>>,
+    /// What the file holds after this batch's writes at most: the logical
+    /// length when the last page straddled it and the file was cut back.
+    disk_cap: u64,
+}
+
+/// A flush's outcome: the batch (to settle; its `failed` entries go back to
+/// the write buffer) and the error of the pages that failed, if any did.
+pub(crate) struct Written {
+    pub(super) batch: Batch,
+    pub(super) error: Option<Error>,
 }
 
 impl PagedCachedFile {
     /// Flush without `fdatasync`. Returns whether anything was written.
     pub(super) fn flush_to_os(&self) -> Result<bool> {
         let mut f = self.flusher.lock();
-        match self.write_batch(&mut f)? {
-            Some(batch) => {
-                self.settle(batch, &[]);
-                Ok(true)
+        match self.write_batch(&mut f) {
+            Some(Written { batch, error }) => {
+                self.settle(batch);
+                error.map_or(Ok(true), Err)
             }
             None => Ok(false),
         }
     }
 
-    /// Drains every stripe and writes what it found. `Ok(None)` if nothing
-    /// was dirty; `Ok(Some(batch))` when every run reached the OS (the
-    /// caller settles it); on a write error the batch is settled here (the
-    /// unwritten pages go back to the write buffer) and the error returned.
+    /// Drains every stripe and writes what it found: `None` if nothing was
+    /// dirty. Every run is tried, whatever failed before it (one bad page
+    /// must not hold the others hostage); the runs that failed are in
+    /// `batch.failed`, and their error, naming their byte ranges, in
+    /// `error`. The caller settles the batch.
     ///
     /// Must be called with the flusher lock held (`f`): writes of two
     /// flushes never interleave, so a newer version of a page is always
     /// written after an older one (newest wins).
-    pub(super) fn write_batch(&self, f: &mut Flusher) -> Result<Option<Batch>> {
-        let Some(mut batch) = self.drain() else {
-            return Ok(None);
-        };
+    pub(super) fn write_batch(&self, f: &mut Flusher) -> Option<Written> {
+        let mut batch = self.drain()?;
         let limits = RunLimits {
             max_pages: self.config.max_run_pages,
             max_bytes: self.config.max_write_bytes,
@@ -125,68 +139,111 @@ impl PagedCachedFile {
         if let Err(e) = coalesce(&mut batch.entries, limits, &mut f.runs) {
             // Cannot happen: drained pages have distinct page numbers.
             debug_assert!(false, "coalesce failed on drained pages: {e}");
-            let all = 0..batch.entries.len();
-            self.settle(batch, &[all]);
-            return Err(e);
+            batch.failed.push(0..batch.entries.len());
+            return Some(Written {
+                batch,
+                error: Some(e),
+            });
         }
-        if let Err(e) = self.preallocate(&batch) {
-            self.settle_failed(batch);
-            return Err(e);
-        }
+        let mut first: Option<(u64, &'static str, std::io::Error)> = None;
+        self.preallocate(f, &mut batch, &mut first);
         let started = std::time::Instant::now();
         let written = self.write_runs(f, &batch.entries);
         add_elapsed(&self.counters.write_ns, started);
-        match written {
-            Ok(()) => {
-                self.write_seq.fetch_add(1, Ordering::AcqRel);
-                add(&self.counters.flushes, 1);
-                Ok(Some(batch))
-            }
+        let some_written = match written {
+            Ok(()) => !f.runs.is_empty(),
             Err(w) => {
-                if w.some_written {
-                    // Those runs reached the OS: a later sync must cover them.
-                    self.write_seq.fetch_add(1, Ordering::AcqRel);
+                batch.failed.extend(w.failed);
+                if first.as_ref().is_none_or(|(at, ..)| w.offset < *at) {
+                    first = Some((w.offset, w.op, w.error));
                 }
-                self.settle(batch, &w.failed);
-                Err(w.error)
+                w.some_written
+            }
+        };
+        let mut error = None;
+        if some_written {
+            // Those runs reached the OS: a later sync must cover them.
+            self.write_seq.fetch_add(1, Ordering::AcqRel);
+            add(&self.counters.flushes, 1);
+            if let Err(e) = self.cut_tail(&mut batch) {
+                error = Some(e);
             }
         }
+        if let Some((_, op, source)) = first {
+            batch.failed.sort_by_key(|r| r.start);
+            error = Some(Error::PagesFailed {
+                failed: byte_ranges(&batch.entries, &batch.failed),
+                op,
+                source,
+            });
+        }
+        Some(Written { batch, error })
     }
 
-    /// With `O_DIRECT`, extends the file over a batch that writes past its
-    /// end before writing (`fallocate` mode 0, exactly to the batch's end,
-    /// so the file length stays what was written). ext4 serializes
-    /// `O_DIRECT` writes that extend the file under the exclusive inode
-    /// lock, and io_uring then queues them in worker threads; inside the
-    /// file, over allocated blocks, they run under the shared lock, in
-    /// parallel. A backend that cannot preallocate is written as is.
-    ///
-    /// Errors: `ENOSPC` and other `fallocate` errors, before any write.
-    fn preallocate(&self, batch: &Batch) -> Result<()> {
-        if self.io_mode.direct.is_none() {
-            return Ok(());
-        }
-        let Some((off, page)) = batch.entries.last() else {
+    /// A page straddling an unaligned logical length was written whole, so
+    /// the file grew past the length: cut it back (the bytes past it are
+    /// zeros in the page, but nothing past the end may be left on disk).
+    fn cut_tail(&self, batch: &mut Batch) -> Result<()> {
+        let len = self.logical_len.load(Ordering::Acquire);
+        let Some(end) = written_end(batch) else {
             return Ok(());
         };
-        let end = off + page.len() as u64;
-        let disk = self.disk_len.load(Ordering::Acquire);
-        if end <= disk {
+        if end <= len {
             return Ok(());
         }
-        match self.backend.allocate(disk, end - disk) {
-            Ok(()) => {
-                self.disk_len.fetch_max(end, Ordering::AcqRel);
-                Ok(())
-            }
-            Err(e)
-                if e.kind() == std::io::ErrorKind::Unsupported
-                    || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(Error::io("fallocate", Some(disk), e)),
+        batch.disk_cap = len;
+        self.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))
+    }
+
+    /// With `O_DIRECT`, reserves blocks for each run that writes past the
+    /// file's end before writing it (`fallocate` mode 0 over exactly that
+    /// run, so a far page allocates one page, not the gap before it).
+    /// ext4 serializes `O_DIRECT` writes that extend the file under the
+    /// exclusive inode lock, and io_uring then queues them in worker
+    /// threads; inside the file, over allocated blocks, they run under the
+    /// shared lock, in parallel. A backend that cannot preallocate is
+    /// written as is. A run whose `fallocate` fails (`ENOSPC`) is not
+    /// written: it is dropped from `f.runs`, its entries go to
+    /// `batch.failed` and its error into `first` (lowest offset wins).
+    fn preallocate(
+        &self,
+        f: &mut Flusher,
+        batch: &mut Batch,
+        first: &mut Option<(u64, &'static str, std::io::Error)>,
+    ) {
+        if self.io_mode.direct.is_none() {
+            return;
         }
+        let disk = self.disk_len.load(Ordering::Acquire);
+        let mut unsupported = false;
+        f.runs.retain(|run| {
+            let end = run.offset + run.len as u64;
+            if unsupported || end <= disk {
+                return true;
+            }
+            match self.backend.allocate(run.offset, run.len as u64) {
+                Ok(()) => {
+                    self.disk_len.fetch_max(end, Ordering::AcqRel);
+                    true
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Unsupported
+                        || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                {
+                    unsupported = true;
+                    true
+                }
+                Err(e) => {
+                    batch.failed.push(run.entries());
+                    if first.as_ref().is_none_or(|(at, ..)| run.offset < *at) {
+                        *first = Some((run.offset, "fallocate", e));
+                    }
+                    false
+                }
+            }
+        });
     }
 
     /// Moves every stripe's dirty pages to a new in-flight generation (one
@@ -222,6 +279,8 @@ impl PagedCachedFile {
             id,
             entries,
             drained,
+            failed: Vec::new(),
+            disk_cap: u64::MAX,
         })
     }
 
@@ -245,13 +304,14 @@ impl PagedCachedFile {
         if engine == FlushEngine::Vectored {
             vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
         }
-        for (ri, run) in f.runs.iter().enumerate() {
+        let mut failure: Option<WriteFailure> = None;
+        let mut some_written = false;
+        for run in f.runs.iter() {
             let result = match engine {
                 FlushEngine::PerPage => {
                     entries[run.entries()].iter().try_for_each(|(off, page)| {
                         add(&c.write_calls, 1);
-                        be.write_all_at(*off, page)
-                            .map_err(|e| Error::io("pwrite", Some(*off), e))
+                        be.write_all_at(*off, page).map_err(|e| ("pwrite", e))
                     })
                 }
                 FlushEngine::Concat => {
@@ -267,38 +327,57 @@ impl PagedCachedFile {
                     }
                     add(&c.write_calls, 1);
                     be.write_all_at(run.offset, &scratch[..run.len])
-                        .map_err(|e| Error::io("pwrite", Some(run.offset), e))
+                        .map_err(|e| ("pwrite", e))
                 }
                 _ => {
                     add(&c.write_calls, 1);
                     be.write_vectored_all_at(run.offset, &mut vectors[run.entries()])
-                        .map_err(|e| Error::io("pwritev", Some(run.offset), e))
+                        .map_err(|e| ("pwritev", e))
                 }
             };
-            if let Err(error) = result {
-                return Err(WriteFailure {
-                    failed: std::iter::once(run.start..entries.len()).collect(),
-                    some_written: ri > 0,
-                    error,
-                });
+            match result {
+                Ok(()) => {
+                    some_written = true;
+                    count(run);
+                }
+                // A run is retried whole at the next flush, even if part of
+                // it reached the OS (rewriting the same bytes is harmless).
+                Err((op, error)) => match &mut failure {
+                    Some(w) => w.failed.push(run.entries()),
+                    None => {
+                        failure = Some(WriteFailure {
+                            failed: vec![run.entries()],
+                            some_written: false,
+                            offset: run.offset,
+                            op,
+                            error,
+                        })
+                    }
+                },
             }
-            count(run);
         }
-        Ok(())
+        match failure {
+            None => Ok(()),
+            Some(mut w) => {
+                w.some_written = some_written;
+                Err(w)
+            }
+        }
     }
 
-    /// Ends a batch: the entries in `failed` (ranges of the sorted batch)
-    /// did not reach the OS (for a commit: or were not synced); the rest did.
+    /// Ends a batch: the entries in `batch.failed` (ranges of the sorted
+    /// batch) did not reach the OS (for a commit: or were not synced); the
+    /// rest did.
     ///
     /// Failed pages go back to the write buffer at once, unless a newer
     /// version exists (dirty, or in a younger in-flight generation). The
     /// generation then retires, but only after every older generation did:
     /// a younger generation shadows an older one for readers, so removing
     /// it first would let a reader find the older version of a page.
-    pub(super) fn settle(&self, batch: Batch, failed: &[std::ops::Range<usize>]) {
+    pub(super) fn settle(&self, mut batch: Batch) {
         let mut is_failed = vec![false; batch.entries.len()];
-        for r in failed {
-            is_failed[r.clone()].fill(true);
+        for r in std::mem::take(&mut batch.failed) {
+            is_failed[r].fill(true);
         }
         let mut kept = 0usize;
         for (i, (off, page)) in batch.entries.iter().enumerate() {
@@ -321,8 +400,10 @@ impl PagedCachedFile {
                 .expect("generation still in flight");
             let newer = s.dirty.contains_key(&n)
                 || s.flushing[pos + 1..].iter().any(|g| g.contains_key(&n));
-            if !newer {
+            // A page the engine discarded while it was in flight stays gone.
+            if !newer && !s.discarded.contains(&n) {
                 s.dirty.insert(n, Arc::clone(page));
+                s.seq = s.seq.wrapping_add(1);
                 kept += page.len();
             }
         }
@@ -332,16 +413,22 @@ impl PagedCachedFile {
             .find(|g| g.id == batch.id)
             .expect("generation registered at drain");
         slot.done = Some((batch, is_failed, kept));
+        let mut retired = false;
         while queue.front().is_some_and(|g| g.done.is_some()) {
             let (batch, is_failed, kept) = queue.pop_front().and_then(|g| g.done).expect("checked");
             self.retire(batch, &is_failed, kept);
+            retired = true;
+        }
+        if retired && queue.is_empty() {
+            // `set_len` waits for nothing to be in flight.
+            self.all_settled.notify_all();
         }
     }
 
     /// Settles a batch all of whose pages failed.
-    pub(super) fn settle_failed(&self, batch: Batch) {
-        let all = 0..batch.entries.len();
-        self.settle(batch, &[all]);
+    pub(super) fn settle_failed(&self, mut batch: Batch) {
+        batch.failed = std::iter::once(0..batch.entries.len()).collect();
+        self.settle(batch);
     }
 
     /// Removes a finished generation (the oldest): written pages update the
@@ -359,9 +446,10 @@ impl PagedCachedFile {
                 .map(|(e, _)| e)
         };
         if let Some((off, page)) = written().next_back() {
-            // Sorted: the last written page ends highest.
-            self.disk_len
-                .fetch_max(off + page.len() as u64, Ordering::AcqRel);
+            // Sorted: the last written page ends highest (but the file was
+            // cut back to an unaligned logical length, if it ended past it).
+            let end = (off + page.len() as u64).min(batch.disk_cap);
+            self.disk_len.fetch_max(end, Ordering::AcqRel);
         }
         if !self.cache.is_empty() {
             for (off, page) in written() {
@@ -376,11 +464,17 @@ impl PagedCachedFile {
         let mut total = 0usize;
         for (i, map) in &batch.drained {
             total += map.values().map(|p| p.len()).sum::<usize>();
-            self.stripes[*i]
-                .lock()
-                .flushing
-                .retain(|g| !Arc::ptr_eq(g, map));
+            let mut s = self.stripes[*i].lock();
+            s.flushing.retain(|g| !Arc::ptr_eq(g, map));
+            if s.flushing.is_empty() {
+                s.discarded.clear();
+            }
         }
+        debug_assert!(total >= kept, "kept {kept} of {total} bytes");
+        debug_assert!(
+            self.buffered.load(Ordering::Acquire) >= total - kept,
+            "buffered bytes would wrap"
+        );
         self.buffered.fetch_sub(total - kept, Ordering::AcqRel);
         // Recycle the pages nobody else holds (a reader, the read cache, or
         // the write buffer after a failure): drop the maps' references
@@ -470,7 +564,7 @@ fn write_runs_uring(
     };
     add(&file.counters.write_calls, ring.submit_calls() - before);
     let mut failed = Vec::new();
-    let mut first: Option<Error> = None;
+    let mut first: Option<(u64, &'static str, std::io::Error)> = None;
     for (run, u) in runs.iter().zip(uruns.iter_mut()) {
         if u.error.is_none() && !u.iov.is_empty() {
             // Never report a run with bytes left as written.
@@ -485,19 +579,50 @@ fn write_runs_uring(
             }
             Some(e) => {
                 failed.push(run.entries());
-                first.get_or_insert_with(|| Error::io("io_uring writev", Some(run.offset), e));
+                first.get_or_insert((run.offset, "io_uring writev", e));
             }
         }
     }
     if let Err(e) = outcome {
-        first.get_or_insert_with(|| Error::io("io_uring_enter", None, e));
+        let at = runs.first().map_or(0, |r| r.offset);
+        first.get_or_insert((at, "io_uring_enter", e));
     }
     match first {
         None => Ok(()),
-        Some(error) => Err(WriteFailure {
+        Some((offset, op, error)) => Err(WriteFailure {
             some_written: failed.len() < runs.len(),
             failed,
+            offset,
+            op,
             error,
         }),
     }
+}
+
+/// The highest byte offset a batch wrote, if it wrote anything.
+fn written_end(batch: &Batch) -> Option<u64> {
+    // Entries are sorted: the last one not failed ends highest.
+    (0..batch.entries.len())
+        .rev()
+        .find(|i| !batch.failed.iter().any(|r| r.contains(i)))
+        .map(|i| batch.entries[i].0 + batch.entries[i].1.len() as u64)
+}
+
+/// The byte ranges of the entries in `failed` (sorted entry ranges),
+/// adjacent ones merged.
+fn byte_ranges(
+    entries: &[(u64, PageRef)],
+    failed: &[std::ops::Range<usize>],
+) -> Vec<std::ops::Range<u64>> {
+    let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+    for r in failed {
+        for (off, page) in &entries[r.clone()] {
+            let end = off + page.len() as u64;
+            match out.last_mut() {
+                Some(last) if last.end == *off => last.end = end,
+                _ => out.push(*off..end),
+            }
+        }
+    }
+    out
 }

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::config::{Config, DirectIo, FlushEngine};
-use crate::backend::{DioAlign, FileBackend, StorageBackend};
+use crate::backend::{DioAlign, FileBackend, OpenOptions, StorageBackend};
 use crate::error::{Error, Result};
 
 /// The I/O mode in force for a [`PagedCachedFile`](super::PagedCachedFile).
@@ -76,18 +76,37 @@ pub(crate) fn open_with_direct(
     direct: DirectIo,
     misfit: &dyn Fn(&FileBackend) -> Option<String>,
 ) -> Result<(FileBackend, Option<String>)> {
-    let buffered = || FileBackend::open(path).map_err(|e| Error::io("open", None, e));
+    open_with_options(path, &OpenOptions::new().lock(false), direct, misfit)
+}
+
+/// [`open_with_direct`] with access, creation and locking as `options`
+/// say. A lock held elsewhere is [`Error::Locked`].
+pub(crate) fn open_with_options(
+    path: &std::path::Path,
+    options: &OpenOptions,
+    direct: DirectIo,
+    misfit: &dyn Fn(&FileBackend) -> Option<String>,
+) -> Result<(FileBackend, Option<String>)> {
+    let open = |direct: bool, op: &'static str| {
+        FileBackend::open_with(path, options, direct).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked
+            } else {
+                Error::io(op, None, e)
+            }
+        })
+    };
+    let buffered = || open(false, "open");
     match direct {
         DirectIo::Off => Ok((buffered()?, None)),
         DirectIo::On => {
-            let b =
-                FileBackend::open_direct(path).map_err(|e| Error::io("open O_DIRECT", None, e))?;
+            let b = open(true, "open O_DIRECT")?;
             match misfit(&b) {
                 Some(why) => Err(Error::InvalidConfig(format!("O_DIRECT: {why}"))),
                 None => Ok((b, None)),
             }
         }
-        DirectIo::Auto => match FileBackend::open_direct(path) {
+        DirectIo::Auto => match open(true, "open O_DIRECT") {
             Ok(b) => match misfit(&b) {
                 None => Ok((b, None)),
                 Some(why) => {
@@ -95,10 +114,11 @@ pub(crate) fn open_with_direct(
                     Ok((buffered()?, Some(why)))
                 }
             },
-            Err(e) => Ok((
+            Err(Error::Io { source: e, .. }) => Ok((
                 buffered()?,
                 Some(format!("O_DIRECT refused: {}", short_error(&e))),
             )),
+            Err(other) => Err(other),
         },
     }
 }
@@ -107,9 +127,11 @@ pub(crate) fn open_with_direct(
 /// `O_DIRECT` as `config.direct` asks, write caps and sync lanes set.
 pub(crate) fn open_file(
     path: &std::path::Path,
+    options: &OpenOptions,
     config: &Config,
 ) -> Result<(FileBackend, Option<String>)> {
-    let (backend, why) = open_with_direct(path, config.direct, &|b| direct_misfit(b, config))?;
+    let (backend, why) =
+        open_with_options(path, options, config.direct, &|b| direct_misfit(b, config))?;
     let backend = backend
         .with_max_write_bytes(config.max_write_bytes)
         .with_sync_lanes(config.sync_lanes)
@@ -122,13 +144,13 @@ pub(crate) fn open_file(
 /// aligned for the memory alignment, and the file a whole number of pages.
 pub(crate) fn direct_misfit(backend: &dyn StorageBackend, config: &Config) -> Option<String> {
     let a = backend.dio_align()?;
-    if config.page_size % a.offset as usize != 0 {
+    if !config.page_size.is_multiple_of(a.offset as usize) {
         return Some(format!(
             "page size {} is not a multiple of the O_DIRECT alignment {}",
             config.page_size, a.offset
         ));
     }
-    if config.page_align % a.memory as usize != 0 {
+    if !config.page_align.is_multiple_of(a.memory as usize) {
         return Some(format!(
             "page_align {} is not a multiple of the O_DIRECT memory alignment {}",
             config.page_align, a.memory

@@ -37,10 +37,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::backend::StorageBackend;
+use crate::backend::{OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, BufferPool};
 use crate::error::{Error, Result};
 
+mod bytes;
 mod commit;
 mod config;
 mod flush;
@@ -87,6 +88,16 @@ pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
 pub(crate) struct Stripe {
     /// Newest versions written since the last drain.
     dirty: PageMap,
+    /// Bumped on every change to `dirty` or to the disk bytes of a page of
+    /// this stripe (`set_len`); a partial write that read a page from disk
+    /// without the lock inserts its merge only if this has not moved.
+    seq: u64,
+    /// Pages under a live [`WritablePage`] guard (few; usually none).
+    guarded: Vec<u64>,
+    /// Pages discarded while a version of them was in flight: if that
+    /// write fails, the page is not put back. Cleared when nothing of this
+    /// stripe is in flight any more.
+    discarded: Vec<u64>,
     /// What each flush in progress drained from this stripe, oldest first,
     /// until its writes (and for a commit round, its fdatasync) completed.
     /// At most a few: the generation being written, one waiting to sync and
@@ -151,10 +162,25 @@ pub struct PagedCachedFile {
     /// can release before their `fdatasync`) wait here for a settle.
     room: Mutex<()>,
     room_freed: Condvar,
+    /// Notified (under `generations`) when the last in-flight generation
+    /// retires; `set_len` waits for it.
+    all_settled: Condvar,
     commit: Mutex<CommitState>,
     commit_done: Condvar,
     poisoned: AtomicBool,
     closed: AtomicBool,
+    read_only: bool,
+    /// This file took the advisory lock at open, and releases it at
+    /// `close` or drop.
+    locked: bool,
+    /// Largest file length the backend holds (its file system's maximum
+    /// file size), `u64::MAX` where unknown.
+    max_len: u64,
+    /// Write calls in progress plus live guards; `close` refuses while a
+    /// guard lives and waits for the calls.
+    writers: AtomicUsize,
+    /// Live guards; while 0, writes skip the per-page guard checks.
+    guards: AtomicUsize,
     counters: Counters,
 }
 
@@ -183,11 +209,32 @@ impl PagedCachedFile {
     /// [`FlushEngine::IoUring`] where no ring can be set up; "reopen for
     /// sync lanes" if the extra descriptions cannot be opened (use
     /// `sync_lanes(1)` where `/proc` is missing).
+    ///
+    /// The file is locked (an exclusive advisory lock; a second open of it
+    /// fails with [`Error::Locked`]). For read-only, must-exist or unlocked
+    /// opens, use [`open_with`](Self::open_with).
     pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::new(), config)
+    }
+
+    /// Opens the file at `path` as `options` say (read-only or read-write,
+    /// create or must-exist, locked or not), otherwise as
+    /// [`open`](Self::open).
+    ///
+    /// Errors: as [`open`](Self::open); [`Error::Locked`] when `options`
+    /// lock and another open holds the lock; `Error::Io` with op "open" and
+    /// `NotFound` for a missing file that may not be created.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: &OpenOptions,
+        config: Config,
+    ) -> Result<Self> {
         config.validate()?;
-        let (backend, direct_fallback) = io_mode::open_file(path.as_ref(), &config)?;
+        let (backend, direct_fallback) = io_mode::open_file(path.as_ref(), options, &config)?;
         let mut file = Self::new(backend, config)?;
         file.io_mode.direct_fallback = direct_fallback;
+        file.read_only = options.is_read_only();
+        file.locked = options.is_locking();
         Ok(file)
     }
 
@@ -202,6 +249,7 @@ impl PagedCachedFile {
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
         let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
+        let max_len = backend.max_file_size().unwrap_or(u64::MAX);
         if config.direct == DirectIo::On && backend.dio_align().is_none() {
             return Err(Error::InvalidConfig(
                 "DirectIo::On needs a backend opened with O_DIRECT (FileBackend::open_direct)"
@@ -258,10 +306,16 @@ impl PagedCachedFile {
             next_generation: AtomicU64::new(0),
             room: Mutex::new(()),
             room_freed: Condvar::new(),
+            all_settled: Condvar::new(),
             commit: Mutex::new(CommitState::new(lanes)),
             commit_done: Condvar::new(),
             poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            read_only: false,
+            locked: false,
+            max_len,
+            writers: AtomicUsize::new(0),
+            guards: AtomicUsize::new(0),
             counters: Counters::default(),
             config,
         })
@@ -288,8 +342,20 @@ impl PagedCachedFile {
         &*self.backend
     }
 
-    /// Logical length in bytes: the backend's length at open or the end of
-    /// the highest page written since, whichever is larger.
+    /// The open file behind the backend, for engines that lock byte ranges
+    /// or query the file themselves; `None` for a backend without one.
+    /// Writing through it bypasses the write buffer (and its ordering).
+    pub fn file(&self) -> Option<&std::fs::File> {
+        self.backend.file()
+    }
+
+    /// Whether the file was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Logical length in bytes: the backend's length at open, grown by every
+    /// write past it and set by [`set_len`](Self::set_len) both ways.
     pub fn len(&self) -> u64 {
         self.logical_len.load(Ordering::Acquire)
     }
@@ -319,15 +385,19 @@ impl PagedCachedFile {
     /// flushes (or waits for the flush in progress).
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
-    /// [`Error::Overflow`], [`Error::Closed`], [`Error::Poisoned`], or the
+    /// [`Error::Overflow`], [`Error::FileTooLarge`] past the file system's
+    /// largest file, [`Error::Busy`] over a page under a live guard,
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`], or the
     /// error of the flush that backpressure ran (then nothing was written).
     pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.check_writable()?;
+        let _writer = self.begin_write()?;
         self.check_range(offset, data.len())?;
+        self.check_max(offset, data.len() as u64)?;
+        self.check_unguarded(offset, data.len() as u64)?;
         self.wait_for_room()?;
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
             let page = self.pool.copy_of(chunk);
-            self.insert(self.page_no(offset) + i as u64, Arc::new(page));
+            self.insert(self.page_no(offset) + i as u64, Arc::new(page))?;
         }
         Ok(())
     }
@@ -338,37 +408,80 @@ impl PagedCachedFile {
     ///
     /// Errors: as [`write_page`](Self::write_page), plus an `Error::Io` from
     /// reading the current contents.
+    ///
+    /// Guards are exclusive: while one lives, a second guard over any of its
+    /// pages, a write, `discard` or `set_len` over them, and `close`, fail
+    /// with [`Error::Busy`] (they do not wait, so a thread holding a guard
+    /// cannot deadlock on itself).
     pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
-        self.check_writable()?;
-        self.check_range(offset, len)?;
-        self.wait_for_room()?;
-        let mut buf = self.alloc(len);
+        let mut guard = self.guard(offset, len)?;
+        let buf = guard.buf.as_mut().expect("a new guard holds its pages");
         let ps = self.config.page_size;
         let readable = self.readable_len();
         for (i, chunk) in buf.chunks_mut(ps).enumerate() {
             let at = offset + (i * ps) as u64;
             if at < readable {
-                chunk.copy_from_slice(&self.read_page(self.page_no(at))?);
+                match self.read_page(self.page_no(at)) {
+                    Ok(page) => chunk.copy_from_slice(&page),
+                    Err(e) => {
+                        // Nothing was written: drop the guard unapplied.
+                        guard.abandon();
+                        return Err(e);
+                    }
+                }
             }
         }
-        Ok(WritablePage {
-            file: self,
-            offset,
-            buf: Some(buf),
-        })
+        Ok(guard)
     }
 
     /// Like [`write`](Self::write) for pages the caller will fill entirely:
     /// the guard starts zeroed and nothing is read.
     pub fn overwrite(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
-        self.check_writable()?;
+        self.guard(offset, len)
+    }
+
+    /// A zeroed guard over `len` bytes at `offset`, its pages marked.
+    fn guard(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        let writer = self.begin_write()?;
         self.check_range(offset, len)?;
+        self.check_max(offset, len as u64)?;
+        if len > self.config.max_write_buffer_bytes {
+            // One guard's pages must fit in the write buffer.
+            return Err(Error::InvalidConfig(format!(
+                "a guard of {len} bytes exceeds max_write_buffer_bytes {}",
+                self.config.max_write_buffer_bytes
+            )));
+        }
         self.wait_for_room()?;
+        let first = self.page_no(offset);
+        let pages = (len >> self.page_shift) as u64;
+        self.guards.fetch_add(1, Ordering::SeqCst);
+        for p in first..first + pages {
+            let mut s = self.stripe(p).lock();
+            if s.guarded.contains(&p) {
+                drop(s);
+                self.unguard(first..p);
+                self.guards.fetch_sub(1, Ordering::SeqCst);
+                return Err(Error::Busy {
+                    offset: p << self.page_shift,
+                });
+            }
+            s.guarded.push(p);
+        }
+        // The guard holds the writer count until it is dropped.
+        std::mem::forget(writer);
         Ok(WritablePage {
             file: self,
             offset,
             buf: Some(self.alloc(len)),
         })
+    }
+
+    /// Removes the guard marks of `pages`.
+    fn unguard(&self, pages: std::ops::Range<u64>) {
+        for p in pages {
+            self.stripe(p).lock().guarded.retain(|&g| g != p);
+        }
     }
 
     /// The newest bytes of `len` bytes at `offset`: from the write buffer,
@@ -414,6 +527,9 @@ impl PagedCachedFile {
     /// (unless a newer version was written meanwhile) and a later flush
     /// retries them.
     pub fn flush(&self) -> Result<()> {
+        if self.read_only && !self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         self.check_writable()?;
         self.flush_to_os().map(|_| ())
     }
@@ -431,22 +547,73 @@ impl PagedCachedFile {
     /// `sync` retries) or from `fdatasync` (the file is poisoned from then
     /// on; the pages of that round stay in memory and readable).
     pub fn sync(&self) -> Result<()> {
+        if self.read_only && !self.closed.load(Ordering::Acquire) {
+            // Nothing can have been written.
+            return Ok(());
+        }
         self.check_writable()?;
         self.group_commit()
     }
 
     /// Syncs and closes. Afterwards every call but [`stats`](Self::stats)
-    /// returns [`Error::Closed`]. Writers must not race with `close`.
+    /// returns [`Error::Closed`]. A write call running when `close` starts
+    /// is waited for and made durable with the rest; one started after it
+    /// fails with [`Error::Closed`].
     ///
-    /// Errors: as [`sync`](Self::sync); on error the file stays open so the
-    /// caller can retry or read its pages back.
+    /// Errors: [`Error::Busy`] while a [`WritablePage`] guard lives (its
+    /// pages would otherwise be lost when it drops); as
+    /// [`sync`](Self::sync). On error the file stays open so the caller can
+    /// retry or read its pages back.
     pub fn close(&self) -> Result<()> {
-        self.check_writable()?;
-        self.group_commit()?;
-        if self.closed.swap(true, Ordering::AcqRel) {
+        if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        // From here every new write call fails with Closed; wait for the
+        // ones already counted. A guard is counted until it drops, which
+        // could be never from this thread: refuse instead of waiting.
+        while self.writers.load(Ordering::SeqCst) > 0 {
+            if self.guards.load(Ordering::SeqCst) > 0
+                && let Some(offset) = self.a_guarded_page()
+            {
+                self.closed.store(false, Ordering::SeqCst);
+                return Err(Error::Busy { offset });
+            }
+            std::thread::yield_now();
+        }
+        if !self.read_only
+            && let Err(e) = self.group_commit()
+        {
+            self.closed.store(false, Ordering::SeqCst);
+            return Err(e);
+        }
+        self.unlock();
         Ok(())
+    }
+
+    /// Releases the open's advisory lock, if it took one. Explicitly, not
+    /// by closing the descriptor: an io_uring ring with the file registered
+    /// keeps the open file description (and so the lock) alive until the
+    /// kernel's deferred ring teardown, after the file was dropped.
+    fn unlock(&self) {
+        if self.locked
+            && let Some(file) = self.backend.file()
+        {
+            let _ = file.unlock();
+        }
+    }
+
+    /// The byte offset of some page under a live guard, if any.
+    fn a_guarded_page(&self) -> Option<u64> {
+        self.stripes
+            .iter()
+            .find_map(|s| s.lock().guarded.first().copied())
+            .map(|p| p << self.page_shift)
     }
 
     // ---- internals ----
@@ -480,6 +647,62 @@ impl PagedCachedFile {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
         }
+        if self.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Counts a write call in progress (see `close`), then checks that the
+    /// file takes writes. The count is dropped with the token.
+    fn begin_write(&self) -> Result<WriterToken<'_>> {
+        // SeqCst pairs with `close`: it sets `closed` then reads `writers`,
+        // a writer adds to `writers` then reads `closed`; one sees the other.
+        self.writers.fetch_add(1, Ordering::SeqCst);
+        let token = WriterToken(&self.writers);
+        self.check_writable()?;
+        Ok(token)
+    }
+
+    /// Refuses a write whose end is past the file system's largest file.
+    fn check_max(&self, offset: u64, len: u64) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.max_len => Ok(()),
+            _ => Err(Error::FileTooLarge {
+                offset,
+                len,
+                max: self.max_len,
+            }),
+        }
+    }
+
+    /// Refuses a write over a page under a live guard. Checked up front so
+    /// a refused call changes nothing; `insert` checks again under the
+    /// stripe lock for a guard taken meanwhile.
+    fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
+        if self.guards.load(Ordering::SeqCst) == 0 || len == 0 {
+            return Ok(());
+        }
+        let first = self.page_no(offset);
+        let last = self.page_no(offset + (len - 1));
+        // A huge range: look at the (few) guarded pages instead.
+        if last - first >= self.stripes.len() as u64 {
+            for s in self.stripes.iter() {
+                if let Some(&p) = s.lock().guarded.iter().find(|&&p| p >= first && p <= last) {
+                    return Err(Error::Busy {
+                        offset: p << self.page_shift,
+                    });
+                }
+            }
+            return Ok(());
+        }
+        for p in first..=last {
+            if self.stripe(p).lock().guarded.contains(&p) {
+                return Err(Error::Busy {
+                    offset: p << self.page_shift,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -489,7 +712,7 @@ impl PagedCachedFile {
             return Err(Error::ZeroLength);
         }
         let ps = self.config.page_size;
-        if offset % ps as u64 != 0 || len % ps != 0 {
+        if !offset.is_multiple_of(ps as u64) || !len.is_multiple_of(ps) {
             return Err(Error::Unaligned {
                 offset,
                 len,
@@ -530,11 +753,31 @@ impl PagedCachedFile {
         Ok(())
     }
 
-    /// Puts one page into the write buffer.
-    fn insert(&self, page_no: u64, page: PageRef) {
+    /// Puts one whole page into the write buffer; the logical length grows
+    /// to its end. Errors: [`Error::Busy`] if a guard took the page since
+    /// the caller's check.
+    fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
+        let end = (page_no + 1) << self.page_shift;
+        let mut stripe = self.stripe(page_no).lock();
+        if stripe.guarded.contains(&page_no) {
+            return Err(Error::Busy {
+                offset: page_no << self.page_shift,
+            });
+        }
+        self.insert_locked(&mut stripe, page_no, page, end);
+        Ok(())
+    }
+
+    /// Puts one page into the write buffer under its stripe lock and grows
+    /// the logical length to `end` (bytes).
+    fn insert_locked(&self, stripe: &mut Stripe, page_no: u64, page: PageRef, end: u64) {
         let bytes = page.len();
         debug_assert_eq!(bytes, self.config.page_size);
-        let mut stripe = self.stripe(page_no).lock();
+        debug_assert!(end > page_no << self.page_shift && end <= (page_no + 1) << self.page_shift);
+        stripe.seq = stripe.seq.wrapping_add(1);
+        if !stripe.discarded.is_empty() {
+            stripe.discarded.retain(|&p| p != page_no);
+        }
         if stripe.dirty.insert(page_no, page).is_none() {
             // Counted under the stripe lock: a drain (which takes this lock)
             // must never see, and later subtract, a page not yet counted.
@@ -543,23 +786,31 @@ impl PagedCachedFile {
                 .peak_buffered_bytes
                 .fetch_max(now as u64, Ordering::Relaxed);
         }
-        drop(stripe);
-        let end = (page_no + 1) << self.page_shift;
+        // Under the stripe lock too: `set_len` holds every stripe lock when
+        // it lowers the length, so no page can be left buffered past it.
         self.logical_len.fetch_max(end, Ordering::AcqRel);
         add(&self.counters.pages_dirtied, 1);
     }
 
-    fn insert_range(&self, offset: u64, buf: AlignedBuf) {
+    /// Inserts a guard's pages, dropping each page's guard mark under the
+    /// same lock (so no other write slips in between).
+    fn insert_guarded(&self, offset: u64, buf: AlignedBuf) {
         let ps = self.config.page_size;
+        let first = self.page_no(offset);
+        let one = |p: u64, page: PageRef| {
+            let mut s = self.stripe(p).lock();
+            s.guarded.retain(|&g| g != p);
+            self.insert_locked(&mut s, p, page, (p + 1) << self.page_shift);
+        };
         if buf.len() == ps {
-            self.insert(self.page_no(offset), Arc::new(buf));
-            return;
+            one(first, Arc::new(buf));
+        } else {
+            for (i, chunk) in buf.chunks(ps).enumerate() {
+                one(first + i as u64, Arc::new(self.pool.copy_of(chunk)));
+            }
         }
-        for (i, chunk) in buf.chunks(ps).enumerate() {
-            let page =
-                AlignedBuf::copy_from(chunk, self.config.page_align).expect("alignment validated");
-            self.insert(self.page_no(offset) + i as u64, Arc::new(page));
-        }
+        self.guards.fetch_sub(1, Ordering::SeqCst);
+        self.writers.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// The newest version of one page (see the module docs for the order).
@@ -587,17 +838,8 @@ impl PagedCachedFile {
             }
             None => None,
         };
-        let ps = self.config.page_size;
-        let offset = page_no << self.page_shift;
-        let disk_len = self.disk_len.load(Ordering::Acquire);
-        let mut buf = self.alloc(ps);
-        if offset < disk_len {
-            let n = (disk_len - offset).min(ps as u64) as usize;
-            self.backend
-                .read_exact_at(offset, &mut buf[..n])
-                .map_err(|e| Error::io("pread", Some(offset), e))?;
-            add(&self.counters.disk_reads, 1);
-        }
+        let mut buf = self.pool.zeroed();
+        self.read_disk_page(page_no, &mut buf)?;
         let page = Arc::new(buf);
         if let (Some(c), Some(seq)) = (cache, seq) {
             let mut c = c.lock();
@@ -606,6 +848,22 @@ impl PagedCachedFile {
             }
         }
         Ok(page)
+    }
+
+    /// Reads page `page_no` from disk into `buf` (one page, zeroed by the
+    /// caller): the part the backend holds; past it, zeros.
+    fn read_disk_page(&self, page_no: u64, buf: &mut [u8]) -> Result<()> {
+        let ps = self.config.page_size;
+        let offset = page_no << self.page_shift;
+        let disk_len = self.disk_len.load(Ordering::Acquire);
+        if offset < disk_len {
+            let n = (disk_len - offset).min(ps as u64) as usize;
+            self.backend
+                .read_exact_at(offset, &mut buf[..n])
+                .map_err(|e| Error::io("pread", Some(offset), e))?;
+            add(&self.counters.disk_reads, 1);
+        }
+        Ok(())
     }
 
     fn cache_stripe(&self, page_no: u64) -> Option<&Mutex<CacheStripe>> {
@@ -638,9 +896,10 @@ impl PagedCachedFile {
 
 impl Drop for PagedCachedFile {
     fn drop(&mut self) {
-        if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() {
+        if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() && !self.read_only {
             let _ = self.flush_to_os();
         }
+        self.unlock();
     }
 }
 
@@ -658,6 +917,17 @@ impl WritablePage<'_> {
     /// Byte offset of the first page.
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// Drops the guard without writing its pages.
+    fn abandon(mut self) {
+        if let Some(buf) = self.buf.take() {
+            let first = self.file.page_no(self.offset);
+            let pages = (buf.len() >> self.file.page_shift) as u64;
+            self.file.unguard(first..first + pages);
+            self.file.guards.fetch_sub(1, Ordering::SeqCst);
+            self.file.writers.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -677,7 +947,16 @@ impl DerefMut for WritablePage<'_> {
 impl Drop for WritablePage<'_> {
     fn drop(&mut self) {
         if let Some(buf) = self.buf.take() {
-            self.file.insert_range(self.offset, buf);
+            self.file.insert_guarded(self.offset, buf);
         }
+    }
+}
+
+/// A write call in progress, counted in `PagedCachedFile::writers`.
+struct WriterToken<'a>(&'a AtomicUsize);
+
+impl Drop for WriterToken<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -177,6 +177,14 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
         self.inner.dio_align()
     }
 
+    fn max_file_size(&self) -> Option<u64> {
+        self.inner.max_file_size()
+    }
+
+    fn file(&self) -> Option<&std::fs::File> {
+        self.inner.file()
+    }
+
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         self.inner.allocate(offset, len)
     }

@@ -229,7 +229,7 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             Ok(()) => Ok(true),
             Err(Error::Poisoned) if m.poisoned => Ok(false),
             // A write fault reaching a backpressure flush, or the flush.
-            Err(Error::Io { .. }) if !m.poisoned => Ok(false),
+            Err(Error::Io { .. } | Error::PagesFailed { .. }) if !m.poisoned => Ok(false),
             Err(e) => Err(format!("unexpected error {e}")),
         }
     };
@@ -370,8 +370,10 @@ fn sync_outcome(
             Ok(false)
         }
         Err(Error::Poisoned) if m.poisoned => Ok(false),
-        // A write fault: pages stay dirty, a later sync retries them.
-        Err(Error::Io { .. }) if !m.poisoned => Ok(false),
+        // A write fault: the failed pages stay dirty, a later sync retries
+        // them (the others may be durable already; a crash image may hold
+        // either version of a page written since the last good sync).
+        Err(Error::Io { .. } | Error::PagesFailed { .. }) if !m.poisoned => Ok(false),
         Err(e) => Err(format!("unexpected error {e}")),
     }
 }

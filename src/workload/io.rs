@@ -290,10 +290,10 @@ impl IoConfig {
                 "fixedbufs, registerfiles, sqthread_poll and hipri are io_uring options".into(),
             );
         }
-        if let Some(r) = self.shared {
-            if r.ranks == 0 || r.rank >= r.ranks {
-                return bad(format!("rank {} is not in 0..ranks ({})", r.rank, r.ranks));
-            }
+        if let Some(r) = self.shared
+            && (r.ranks == 0 || r.rank >= r.ranks)
+        {
+            return bad(format!("rank {} is not in 0..ranks ({})", r.rank, r.ranks));
         }
         let end = self
             .file_extent()
@@ -490,12 +490,13 @@ fn new_hist() -> Histogram<u64> {
 fn open(cfg: &IoConfig) -> Result<(FileBackend, File, Option<String>)> {
     let (backend, why) = open_with_direct(&cfg.path, cfg.direct, &|b: &FileBackend| {
         let a = b.direct()?;
-        (cfg.bs % a.offset as usize != 0 || cfg.offset % a.offset as u64 != 0).then(|| {
-            format!(
-                "bs {} / offset {} not a multiple of the O_DIRECT alignment {}",
-                cfg.bs, cfg.offset, a.offset
-            )
-        })
+        (!cfg.bs.is_multiple_of(a.offset as usize) || !cfg.offset.is_multiple_of(a.offset as u64))
+            .then(|| {
+                format!(
+                    "bs {} / offset {} not a multiple of the O_DIRECT alignment {}",
+                    cfg.bs, cfg.offset, a.offset
+                )
+            })
     })?;
     let tail = std::fs::OpenOptions::new()
         .read(true)
@@ -885,8 +886,9 @@ fn begin(ctx: &JobCtx<'_>, out: &mut JobOut) -> Option<Instant> {
 /// Whether `io` must go through the buffered descriptor: its length is
 /// not a multiple of the `O_DIRECT` alignment (the end of a region).
 fn needs_tail(ctx: &JobCtx<'_>, io: &Io) -> bool {
-    ctx.dio
-        .is_some_and(|a| io.len % a.offset as usize != 0 || io.offset % a.offset as u64 != 0)
+    ctx.dio.is_some_and(|a| {
+        !io.len.is_multiple_of(a.offset as usize) || !io.offset.is_multiple_of(a.offset as u64)
+    })
 }
 
 /// A synchronous I/O on `file`; records latency and bytes.
@@ -926,7 +928,7 @@ fn run_psync(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Result<()
     let deadline = begin(ctx, out);
     while let Some(io) = iter.next() {
         n += 1;
-        if n % 64 == 0
+        if n.is_multiple_of(64)
             && (ctx.stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d))
         {
             break;
@@ -939,7 +941,7 @@ fn run_psync(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Result<()
         sync_io(ctx, file, io, &mut buf, out)?;
         if !io.read {
             writes += 1;
-            if ctx.cfg.fsync_every > 0 && writes % ctx.cfg.fsync_every == 0 {
+            if ctx.cfg.fsync_every > 0 && writes.is_multiple_of(ctx.cfg.fsync_every) {
                 ctx.file
                     .sync_data()
                     .map_err(|e| Error::io("fdatasync", None, e))?;

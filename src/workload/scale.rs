@@ -541,10 +541,10 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
         .map(|r| (r.threads, r.page_writes_per_s))
         .collect();
     for r in &mut rows {
-        if let Some(&(_, b)) = base.iter().find(|(t, _)| *t == r.threads) {
-            if b > 0.0 {
-                r.vs_per_page = Some(r.page_writes_per_s / b);
-            }
+        if let Some(&(_, b)) = base.iter().find(|(t, _)| *t == r.threads)
+            && b > 0.0
+        {
+            r.vs_per_page = Some(r.page_writes_per_s / b);
         }
     }
     rows

@@ -1,0 +1,481 @@
+//! What an engine calls beside whole pages: writes and reads at any offset
+//! and length, `discard` of buffered pages, and `set_len`.
+//!
+//! A partial page is merged under its stripe lock: from the buffered or
+//! in-flight version, or the read cache, without I/O; only a page found in
+//! none of them is read from disk, outside the lock, and the merge is put in
+//! only if the stripe did not change meanwhile (`Stripe::seq`), else it is
+//! redone. Two partial writes to one page therefore never lose each other's
+//! bytes.
+
+use std::io::IoSliceMut;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::stats::add;
+use super::{PagedCachedFile, Stripe};
+use crate::backend::IOV_MAX;
+use crate::buffer::AlignedBuf;
+use crate::error::{Error, Result};
+
+impl PagedCachedFile {
+    /// Writes all of `buf` at byte `offset`: any offset, any length. Whole
+    /// pages are copied into the write buffer; a partial page is merged
+    /// with its newest version (buffered, in flight or cached, with no
+    /// read; else read once from disk). The logical length grows to
+    /// `offset + buf.len()` (rounded up to a page under `O_DIRECT`, where
+    /// the file is always a whole number of pages). The bytes reach the OS
+    /// at the next flush and are durable after the next successful
+    /// [`sync`](Self::sync). An empty `buf` is accepted and does nothing.
+    ///
+    /// Backpressure applies per page, so a `buf` larger than the write
+    /// buffer is fine; if a flush it runs fails, the pages before that point
+    /// are buffered and the error returned.
+    ///
+    /// Errors: [`Error::Overflow`], [`Error::FileTooLarge`], [`Error::Busy`]
+    /// over a page under a live guard, [`Error::Closed`],
+    /// [`Error::Poisoned`], [`Error::ReadOnly`] (all before anything is
+    /// buffered); `Error::Io` from reading a partial page, or the error of a
+    /// backpressure flush.
+    pub fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let _writer = self.begin_write()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let len = buf.len() as u64;
+        offset.checked_add(len).ok_or(Error::Overflow {
+            offset,
+            len: buf.len(),
+        })?;
+        self.check_max(offset, len)?;
+        self.check_unguarded(offset, len)?;
+        let ps = self.config.page_size;
+        let mask = ps as u64 - 1;
+        let direct = self.io_mode.direct.is_some();
+        let (mut at, mut rest) = (offset, buf);
+        while !rest.is_empty() {
+            self.wait_for_room()?;
+            let page_no = self.page_no(at);
+            let within = (at & mask) as usize;
+            let n = (ps - within).min(rest.len());
+            let (chunk, tail) = rest.split_at(n);
+            if n == ps {
+                self.insert(page_no, Arc::new(self.pool.copy_of(chunk)))?;
+            } else {
+                let end = at + n as u64;
+                let end = if direct { (end + mask) & !mask } else { end };
+                self.merge_into(page_no, within, chunk, end)?;
+            }
+            at += n as u64;
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` with the newest bytes from byte `offset`: buffered and
+    /// in-flight pages are copied in, and every stretch of pages in neither
+    /// is read with one call (`pread` straight into `buf` for a buffered
+    /// file without a read cache; `preadv` into pool pages under `O_DIRECT`
+    /// or when the read cache keeps them). Bytes never written inside the
+    /// file read as zeros. Works on a poisoned file. An empty `buf` is
+    /// accepted.
+    ///
+    /// Errors: [`Error::Overflow`], [`Error::OutOfBounds`] past
+    /// [`len`](Self::len), [`Error::Closed`], `Error::Io` from the read
+    /// (`UnexpectedEof` if the file was truncated by someone else).
+    pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let len = buf.len();
+        let end = offset
+            .checked_add(len as u64)
+            .ok_or(Error::Overflow { offset, len })?;
+        let file_len = self.len();
+        if end > file_len {
+            return Err(Error::OutOfBounds {
+                offset,
+                len,
+                file_len,
+            });
+        }
+        let first = self.page_no(offset);
+        let last = self.page_no(end - 1);
+        let mut stretch: Option<u64> = None;
+        for p in first..=last {
+            let (lo, hi) = self.clip(p, offset, end);
+            let page_start = p << self.page_shift;
+            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
+            if self.copy_newest(p, (lo - page_start) as usize, dst) {
+                if let Some(a) = stretch.take() {
+                    self.read_stretch(a..p, offset, buf)?;
+                }
+            } else if stretch.is_none() {
+                stretch = Some(p);
+            }
+        }
+        if let Some(a) = stretch {
+            self.read_stretch(a..last + 1, offset, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the buffered pages in `len` bytes at `offset` (both multiples
+    /// of the page size) and their read-cache copies: an engine freeing
+    /// pages, cancelling a write, or dropping pages that failed to write
+    /// for good ([`Error::PagesFailed`]). A version already in flight is not
+    /// called back; if its write fails it is not retried. Until a page is
+    /// written again its bytes are unspecified: whatever the file held, or
+    /// the version in flight.
+    ///
+    /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
+    /// [`Error::Overflow`], [`Error::Busy`] over a guarded page,
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`]; a refused
+    /// call changes nothing.
+    pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let _writer = self.begin_write()?;
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let ps = self.config.page_size as u64;
+        let as_usize = usize::try_from(len).unwrap_or(usize::MAX);
+        if !offset.is_multiple_of(ps) || !len.is_multiple_of(ps) {
+            return Err(Error::Unaligned {
+                offset,
+                len: as_usize,
+                page_size: ps as usize,
+            });
+        }
+        let end = offset.checked_add(len).ok_or(Error::Overflow {
+            offset,
+            len: as_usize,
+        })?;
+        self.check_unguarded(offset, len)?;
+        let pages = self.page_no(offset)..self.page_no(end);
+        let mut freed = 0usize;
+        let drop_in = |s: &mut Stripe, freed: &mut usize, p: u64| {
+            if let Some(page) = s.dirty.remove(&p) {
+                *freed += page.len();
+                s.seq = s.seq.wrapping_add(1);
+            }
+            if s.flushing.iter().any(|g| g.contains_key(&p)) && !s.discarded.contains(&p) {
+                s.discarded.push(p);
+            }
+        };
+        if pages.end - pages.start <= 4 * self.stripes.len() as u64 {
+            for p in pages.clone() {
+                drop_in(&mut self.stripe(p).lock(), &mut freed, p);
+            }
+        } else {
+            // A wide range: visit what is buffered instead of every page.
+            for stripe in self.stripes.iter() {
+                let mut s = stripe.lock();
+                let mut hit: Vec<u64> = s.dirty.keys().copied().collect();
+                for g in &s.flushing {
+                    hit.extend(g.keys().copied());
+                }
+                hit.retain(|p| pages.contains(p));
+                for p in hit {
+                    drop_in(&mut s, &mut freed, p);
+                }
+            }
+        }
+        self.uncache(|p| pages.contains(&p));
+        self.release(freed);
+        Ok(())
+    }
+
+    /// Sets the logical length to `len` bytes, ordered with everything
+    /// buffered: growing extends the file with zeros now; shrinking first
+    /// waits for the in-flight writes (a round waiting for its `fdatasync`
+    /// included), cuts the file, then drops every buffered and cached page
+    /// past `len` and zeroes the buffered tail of the page `len` falls in,
+    /// so nothing past the new end is written afterwards. [`len`](Self::len)
+    /// follows at once, both ways; the next [`sync`](Self::sync) makes the
+    /// new length durable even if no page was written.
+    ///
+    /// Writes racing with a shrink over the pages it cuts land before or
+    /// after it, page by page; an engine orders them itself.
+    ///
+    /// Errors: [`Error::Unaligned`] for a length that is not a whole number
+    /// of pages under `O_DIRECT`; [`Error::FileTooLarge`];
+    /// [`Error::Busy`] if a guarded page would be cut; [`Error::Closed`],
+    /// [`Error::Poisoned`], [`Error::ReadOnly`]; `Error::Io` with op
+    /// "ftruncate" (then nothing changed).
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        let _writer = self.begin_write()?;
+        let ps = self.config.page_size as u64;
+        if self.io_mode.direct.is_some() && !len.is_multiple_of(ps) {
+            return Err(Error::Unaligned {
+                offset: len,
+                len: 0,
+                page_size: ps as usize,
+            });
+        }
+        if len > self.max_len {
+            return Err(Error::FileTooLarge {
+                offset: 0,
+                len,
+                max: self.max_len,
+            });
+        }
+        let _flusher = self.flusher.lock();
+        let cur = self.len();
+        let truncate = |len| {
+            self.backend
+                .set_len(len)
+                .map_err(|e| Error::io("ftruncate", Some(len), e))
+        };
+        if len >= cur {
+            truncate(len)?;
+            self.logical_len.fetch_max(len, Ordering::AcqRel);
+            self.disk_len.fetch_max(len, Ordering::AcqRel);
+            self.write_seq.fetch_add(1, Ordering::AcqRel);
+            return Ok(());
+        }
+        // A guard at or past the cut (even past the old end) would write
+        // there when dropped.
+        self.check_unguarded(len, u64::MAX - len)?;
+        {
+            let mut g = self.generations.lock();
+            while !g.is_empty() {
+                self.all_settled.wait(&mut g);
+            }
+        }
+        truncate(len)?;
+        // Pages wholly past `len` go; the one it falls in keeps its head.
+        let cut = (len + ps - 1) >> self.page_shift;
+        let tail = (!len.is_multiple_of(ps)).then(|| (self.page_no(len), (len % ps) as usize));
+        let mut freed = 0usize;
+        {
+            let mut locked: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
+            for s in locked.iter_mut() {
+                s.seq = s.seq.wrapping_add(1);
+                debug_assert!(s.flushing.is_empty(), "set_len waited for in-flight pages");
+                s.dirty.retain(|&p, page| {
+                    let keep = p < cut;
+                    if !keep {
+                        freed += page.len();
+                    }
+                    keep
+                });
+            }
+            if let Some((p, keep)) = tail {
+                let s = &mut locked[(p & self.stripe_mask) as usize];
+                if let Some(page) = s.dirty.get_mut(&p) {
+                    let mut zeroed = self.pool.copy_of(page);
+                    zeroed[keep..].fill(0);
+                    *page = Arc::new(zeroed);
+                }
+            }
+            self.logical_len.store(len, Ordering::Release);
+            self.disk_len.fetch_min(len, Ordering::AcqRel);
+        }
+        let first_gone = tail.map_or(cut, |(p, _)| p);
+        self.uncache(|p| p >= first_gone);
+        self.release(freed);
+        self.write_seq.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    // ---- internals ----
+
+    /// The byte range of page `p` inside `[offset, end)`.
+    fn clip(&self, p: u64, offset: u64, end: u64) -> (u64, u64) {
+        let start = p << self.page_shift;
+        let stop = start + self.config.page_size as u64;
+        (start.max(offset), stop.min(end))
+    }
+
+    /// Copies bytes `within..` of page `p` into `dst` from its newest
+    /// buffered, in-flight or cached version; `false` if it is in none.
+    fn copy_newest(&self, p: u64, within: usize, dst: &mut [u8]) -> bool {
+        {
+            let s = self.stripe(p).lock();
+            let hit = s
+                .dirty
+                .get(&p)
+                .or_else(|| s.flushing.iter().rev().find_map(|g| g.get(&p)));
+            if let Some(page) = hit {
+                dst.copy_from_slice(&page[within..within + dst.len()]);
+                add(&self.counters.buffer_hits, 1);
+                return true;
+            }
+        }
+        if let Some(c) = self.cache_stripe(p)
+            && let Some(page) = c.lock().pages.get(&p)
+        {
+            dst.copy_from_slice(&page[within..within + dst.len()]);
+            add(&self.counters.cache_hits, 1);
+            return true;
+        }
+        false
+    }
+
+    /// Reads pages `pages` from disk into the part of `buf` (which starts
+    /// at byte `offset`) they cover. Past the disk length: zeros.
+    fn read_stretch(&self, pages: std::ops::Range<u64>, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset + buf.len() as u64;
+        let lo = (pages.start << self.page_shift).max(offset);
+        let hi = (pages.end << self.page_shift).min(end);
+        if self.io_mode.direct.is_none() && self.cache.is_empty() {
+            let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
+            let disk = self.disk_len.load(Ordering::Acquire).clamp(lo, hi);
+            let (on_disk, past) = dst.split_at_mut((disk - lo) as usize);
+            if !on_disk.is_empty() {
+                self.backend
+                    .read_exact_at(lo, on_disk)
+                    .map_err(|e| Error::io("pread", Some(lo), e))?;
+                add(&self.counters.disk_reads, 1);
+            }
+            past.fill(0);
+            return Ok(());
+        }
+        // Whole pages: aligned memory for O_DIRECT, and what the cache keeps.
+        let mut p = pages.start;
+        while p < pages.end {
+            let n = ((pages.end - p) as usize).min(IOV_MAX);
+            self.read_pages(p, n, offset, buf)?;
+            p += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads `n` whole pages from page `first` with one `preadv` into pool
+    /// pages, copies what `buf` (starting at byte `offset`) covers, and
+    /// offers the pages to the read cache.
+    fn read_pages(&self, first: u64, n: usize, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let ps = self.config.page_size;
+        let end = offset + buf.len() as u64;
+        // Cache sequence numbers before the read: a flush that updates a
+        // page's cache stripe meanwhile makes this read's copy too old to keep.
+        let seqs: Vec<Option<u64>> = (first..first + n as u64)
+            .map(|p| self.cache_stripe(p).map(|c| c.lock().seq))
+            .collect();
+        let mut pages: Vec<AlignedBuf> = (0..n).map(|_| self.pool.zeroed()).collect();
+        let start = first << self.page_shift;
+        let disk = self.disk_len.load(Ordering::Acquire);
+        let on_disk = disk.saturating_sub(start).min((n * ps) as u64) as usize;
+        if on_disk > 0 {
+            let mut left = on_disk;
+            let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(on_disk.div_ceil(ps));
+            for page in pages.iter_mut() {
+                if left == 0 {
+                    break;
+                }
+                let k = left.min(ps);
+                iov.push(IoSliceMut::new(&mut page[..k]));
+                left -= k;
+            }
+            self.backend
+                .read_vectored_exact_at(start, &mut iov)
+                .map_err(|e| Error::io("preadv", Some(start), e))?;
+            add(&self.counters.disk_reads, 1);
+        }
+        for (i, page) in pages.into_iter().enumerate() {
+            let p = first + i as u64;
+            let (lo, hi) = self.clip(p, offset, end);
+            let within = (lo - (p << self.page_shift)) as usize;
+            buf[(lo - offset) as usize..(hi - offset) as usize]
+                .copy_from_slice(&page[within..within + (hi - lo) as usize]);
+            match (self.cache_stripe(p), seqs[i]) {
+                (Some(c), Some(seq)) => {
+                    let mut c = c.lock();
+                    if c.seq == seq {
+                        self.cache_insert(&mut c, p, Arc::new(page));
+                    }
+                }
+                _ => self.pool.put_all([page]),
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges `bytes` at `within` into page `page_no` and buffers the result;
+    /// the logical length grows to `end`.
+    fn merge_into(&self, page_no: u64, within: usize, bytes: &[u8], end: u64) -> Result<()> {
+        let stripe = self.stripe(page_no);
+        let busy = || Error::Busy {
+            offset: page_no << self.page_shift,
+        };
+        loop {
+            let seq = {
+                let mut s = stripe.lock();
+                if s.guarded.contains(&page_no) {
+                    return Err(busy());
+                }
+                if let Some(page) = s.dirty.get_mut(&page_no).and_then(Arc::get_mut) {
+                    // Nobody else holds the buffered page: merge in place.
+                    page[within..within + bytes.len()].copy_from_slice(bytes);
+                    s.seq = s.seq.wrapping_add(1);
+                    self.logical_len.fetch_max(end, Ordering::AcqRel);
+                    add(&self.counters.pages_dirtied, 1);
+                    return Ok(());
+                }
+                let newest = s
+                    .dirty
+                    .get(&page_no)
+                    .or_else(|| s.flushing.iter().rev().find_map(|g| g.get(&page_no)))
+                    .cloned()
+                    .or_else(|| {
+                        let c = self.cache_stripe(page_no)?;
+                        c.lock().pages.get(&page_no).cloned()
+                    });
+                if let Some(cur) = newest {
+                    let mut page = self.pool.copy_of(&cur);
+                    page[within..within + bytes.len()].copy_from_slice(bytes);
+                    self.insert_locked(&mut s, page_no, Arc::new(page), end);
+                    return Ok(());
+                }
+                s.seq
+            };
+            // In no buffer: read it without the lock, then merge if the
+            // stripe did not change meanwhile.
+            let mut page = self.pool.zeroed();
+            self.read_disk_page(page_no, &mut page)?;
+            page[within..within + bytes.len()].copy_from_slice(bytes);
+            let mut s = stripe.lock();
+            if s.guarded.contains(&page_no) {
+                return Err(busy());
+            }
+            if s.seq == seq {
+                self.insert_locked(&mut s, page_no, Arc::new(page), end);
+                return Ok(());
+            }
+            drop(s);
+            self.pool.put_all([page]);
+        }
+    }
+
+    /// Drops read-cache pages whose number `gone` selects.
+    fn uncache(&self, gone: impl Fn(u64) -> bool) {
+        for c in self.cache.iter() {
+            let mut c = c.lock();
+            c.seq += 1;
+            let mut bytes = c.bytes;
+            c.pages.retain(|&p, page| {
+                let keep = !gone(p);
+                if !keep {
+                    bytes -= page.len();
+                }
+                keep
+            });
+            c.bytes = bytes;
+        }
+    }
+
+    /// Takes `bytes` dropped from the write buffer off the buffer bound and
+    /// wakes writers waiting for room.
+    fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        debug_assert!(self.buffered.load(Ordering::Acquire) >= bytes);
+        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+        let _room = self.room.lock();
+        self.room_freed.notify_all();
+    }
+}

@@ -1,0 +1,254 @@
+//! Failure modes an engine must be able to live with, on a real small file
+//! system (a loop-mounted ext4 made for each test; skipped with a printed
+//! reason where mounting is refused): sparse preallocation, pages the file
+//! system can never hold, and a full disk.
+
+mod common;
+
+use std::io::{self, IoSlice};
+use std::os::unix::fs::MetadataExt;
+
+use common::{ScratchFs, page, tag_of};
+use pagewriter::{
+    Config, DirectIo, Error, FileBackend, FlushEngine, PagedCachedFile, StorageBackend,
+};
+
+const PS: usize = 4096;
+const GIB: u64 = 1 << 30;
+
+/// Engines worth running here: vectored, and io_uring where it works.
+fn engines() -> Vec<FlushEngine> {
+    let mut v = vec![FlushEngine::Vectored];
+    if common::uring_available() {
+        v.push(FlushEngine::IoUring { queue_depth: 8 });
+    }
+    v
+}
+
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string and a zeroed statvfs the call fills.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
+    s.f_bavail * s.f_frsize
+}
+
+#[test]
+fn o_direct_preallocates_only_what_is_written() {
+    let Some(fs) = ScratchFs::ext4(64) else {
+        return;
+    };
+    for engine in engines() {
+        let path = fs.path().join(format!("sparse-{}", engine.name()));
+        let cfg = Config::default().engine(engine).direct(DirectIo::On);
+        let f = match PagedCachedFile::open(&path, cfg.clone()) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("O_DIRECT refused on the scratch ext4 ({e}): skipped");
+                return;
+            }
+        };
+        f.write_page(0, &page(PS, 0, 1)).unwrap();
+        f.write_page(GIB, &page(PS, GIB / PS as u64, 1)).unwrap();
+        f.sync().unwrap();
+        f.close().unwrap();
+        drop(f);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len(), GIB + PS as u64);
+        let allocated = meta.blocks() * 512;
+        // Two pages, plus at most a few extent-tree blocks.
+        assert!(
+            allocated <= 6 * PS as u64,
+            "{engine:?}: {allocated} bytes allocated"
+        );
+        assert!(free_bytes(fs.path()) > 32 << 20, "file system left full");
+        let f = PagedCachedFile::open(&path, cfg).unwrap();
+        assert_eq!(tag_of(&f.read(0, PS).unwrap()), (0, 1));
+        assert_eq!(tag_of(&f.read(GIB, PS).unwrap()), (GIB / PS as u64, 1));
+        drop(f);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn a_page_past_the_largest_file_is_refused_when_written() {
+    let Some(fs) = ScratchFs::ext4(64) else {
+        return;
+    };
+    for direct in [DirectIo::Off, DirectIo::Auto] {
+        let path = fs.path().join(format!("big-{direct:?}"));
+        let cfg = Config::default().direct(direct);
+        {
+            let f = PagedCachedFile::open(&path, cfg.clone()).unwrap();
+            for (off, len) in [(1u64 << 62, PS as u64), (u64::MAX - 8191, PS as u64)] {
+                match f.write_all_at(off, &vec![1u8; len as usize]) {
+                    Err(Error::FileTooLarge { offset, max, .. }) => {
+                        assert_eq!(offset, off);
+                        assert!((GIB..1 << 62).contains(&max), "max {max}");
+                    }
+                    other => panic!("{direct:?}: {other:?}"),
+                }
+            }
+            assert!(matches!(
+                f.write_page(1 << 62, &[1; PS]),
+                Err(Error::FileTooLarge { .. })
+            ));
+            assert!(matches!(
+                f.set_len(1 << 62),
+                Err(Error::FileTooLarge { .. })
+            ));
+            f.write_page(0, &page(PS, 0, 1)).unwrap();
+            f.sync().unwrap();
+            assert_eq!(f.len(), PS as u64);
+        }
+        let f = PagedCachedFile::open(&path, cfg).unwrap();
+        assert_eq!(tag_of(&f.read(0, PS).unwrap()), (0, 1));
+    }
+}
+
+/// A file backend that does not know its file system's largest file, so a
+/// page past it reaches the kernel and fails there (EFBIG) at every flush.
+#[derive(Debug)]
+struct UnknownMax(FileBackend);
+
+impl StorageBackend for UnknownMax {
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(offset, buf)
+    }
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.0.write_vectored_all_at(offset, bufs)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.allocate(offset, len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn dio_align(&self) -> Option<pagewriter::backend::DioAlign> {
+        self.0.dio_align()
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.0.raw_fd()
+    }
+}
+
+#[test]
+fn one_bad_page_does_not_hold_the_others_hostage() {
+    let Some(fs) = ScratchFs::ext4(64) else {
+        return;
+    };
+    let bad = 1u64 << 42; // past ext4's 16 TiB file limit (4 KiB blocks)
+    for engine in engines() {
+        for direct in [false, true] {
+            let path = fs
+                .path()
+                .join(format!("hostage-{}-{direct}", engine.name()));
+            let be = if direct {
+                match FileBackend::open_direct(&path) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        eprintln!("O_DIRECT refused ({e}): direct case skipped");
+                        continue;
+                    }
+                }
+            } else {
+                FileBackend::open(&path).unwrap()
+            };
+            let f = PagedCachedFile::new(UnknownMax(be), Config::default().engine(engine)).unwrap();
+            f.write_page(bad, &[1u8; PS]).unwrap();
+            for p in 0..3u64 {
+                f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+            }
+            let syncs = f.stats().syncs;
+            for round in 0..2 {
+                match f.sync() {
+                    Err(Error::PagesFailed { failed, source, .. }) => {
+                        assert_eq!(failed, vec![bad..bad + PS as u64], "{engine:?} {direct}");
+                        assert_eq!(source.raw_os_error(), Some(libc::EFBIG), "{source}");
+                    }
+                    other => panic!("{engine:?} {direct} round {round}: {other:?}"),
+                }
+                assert!(!f.is_poisoned(), "a write error is not a sync error");
+            }
+            // The good pages were made durable each time all the same.
+            assert_eq!(f.stats().syncs, syncs + 1, "{engine:?} {direct}");
+            let on_disk = std::fs::read(&path).unwrap();
+            for p in 0..3usize {
+                assert_eq!(tag_of(&on_disk[p * PS..]), (p as u64, 1));
+            }
+            // The engine drops the bad page; commits succeed again.
+            f.discard(bad, PS as u64).unwrap();
+            f.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
+            f.sync().unwrap();
+            f.close().unwrap();
+            assert!(std::fs::metadata(&path).unwrap().len() < GIB);
+        }
+    }
+}
+
+#[test]
+fn a_full_disk_keeps_pages_dirty_until_space_returns() {
+    let Some(fs) = ScratchFs::ext4(64) else {
+        return;
+    };
+    for direct in [DirectIo::Off, DirectIo::Auto] {
+        let filler = fs.path().join("filler");
+        let free = free_bytes(fs.path());
+        // Leave about 2 MiB free, then write 8 MiB of pages.
+        let fill = std::fs::File::create(&filler).unwrap();
+        let keep = 2u64 << 20;
+        // SAFETY: plain integer call on an open fd.
+        let rc = unsafe {
+            libc::fallocate(
+                std::os::fd::AsRawFd::as_raw_fd(&fill),
+                0,
+                0,
+                (free - keep) as i64,
+            )
+        };
+        assert_eq!(rc, 0, "fallocate filler: {}", io::Error::last_os_error());
+        fill.sync_all().unwrap();
+        let path = fs.path().join(format!("full-{direct:?}"));
+        let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
+        let pages = (8u64 << 20) / PS as u64;
+        for p in 0..pages {
+            f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+        }
+        let err = f.sync().unwrap_err();
+        assert_eq!(
+            err.io_kind(),
+            Some(io::ErrorKind::StorageFull),
+            "{direct:?}: {err}"
+        );
+        assert!(matches!(err, Error::PagesFailed { .. }), "{err}");
+        assert!(!f.is_poisoned());
+        // Every page still reads back; nothing was lost.
+        for p in [0, pages / 2, pages - 1] {
+            assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, 1));
+        }
+        drop(fill);
+        std::fs::remove_file(&filler).unwrap();
+        f.sync().unwrap();
+        f.close().unwrap();
+        drop(f);
+        let on_disk = std::fs::read(&path).unwrap();
+        assert_eq!(on_disk.len() as u64, pages * PS as u64);
+        for p in 0..pages as usize {
+            assert_eq!(
+                tag_of(&on_disk[p * PS..]),
+                (p as u64, 1),
+                "{direct:?} page {p}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
