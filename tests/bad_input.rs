@@ -56,7 +56,11 @@ fn read_only_descriptor_fails_writes_and_keeps_pages() {
         // Every page failed (EBADF), and the error names them all.
         match &err {
             Error::PagesFailed { failed, .. } => {
-                assert_eq!(failed[..], [0..4 * PS as u64], "{engine:?}")
+                assert_eq!(
+                    (failed.len(), &failed[0]),
+                    (1, &(0..4 * PS as u64)),
+                    "{engine:?}"
+                )
             }
             other => panic!("{engine:?}: {other}"),
         }
