@@ -516,3 +516,19 @@ fn close_waits_for_running_writers_and_loses_nothing() {
         }
     }
 }
+
+#[test]
+fn lock_wait_takes_a_lock_released_meanwhile() {
+    let d = dir();
+    let path = d.path().join("wait");
+    let a = PagedCachedFile::open(&path, Config::default()).unwrap();
+    let started = std::time::Instant::now();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(a);
+    });
+    let o = OpenOptions::new().lock_wait(std::time::Duration::from_secs(10));
+    PagedCachedFile::open_with(&path, &o, Config::default()).unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+    t.join().unwrap();
+}

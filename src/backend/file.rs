@@ -54,6 +54,7 @@ pub struct OpenOptions {
     read_only: bool,
     create: bool,
     lock: bool,
+    lock_wait: std::time::Duration,
 }
 
 impl Default for OpenOptions {
@@ -69,7 +70,19 @@ impl OpenOptions {
             read_only: false,
             create: true,
             lock: true,
+            lock_wait: std::time::Duration::ZERO,
         }
+    }
+
+    /// How long to retry a lock held elsewhere before giving up (polled
+    /// every millisecond). Default zero: fail at once. An engine restarting
+    /// after its process was killed may want a second or so: a killed
+    /// process's io_uring ring holds its registered file, and with it the
+    /// lock, until the kernel's deferred ring teardown has finished the
+    /// writes that were in flight, which usually takes milliseconds.
+    pub fn lock_wait(mut self, wait: std::time::Duration) -> Self {
+        self.lock_wait = wait;
+        self
     }
 
     /// Opens read-only: every write is refused with
@@ -117,14 +130,21 @@ impl OpenOptions {
             o.custom_flags(libc::O_DIRECT);
         }
         let file = o.open(path)?;
-        if self.lock {
+        if !self.lock {
+            return Ok(file);
+        }
+        let deadline = std::time::Instant::now() + self.lock_wait;
+        loop {
             let locked = if self.read_only {
                 file.try_lock_shared()
             } else {
                 file.try_lock()
             };
             match locked {
-                Ok(()) => {}
+                Ok(()) => return Ok(file),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
                 Err(std::fs::TryLockError::WouldBlock) => {
                     return Err(io::Error::new(
                         io::ErrorKind::WouldBlock,
@@ -134,7 +154,6 @@ impl OpenOptions {
                 Err(std::fs::TryLockError::Error(e)) => return Err(e),
             }
         }
-        Ok(file)
     }
 }
 

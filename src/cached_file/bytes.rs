@@ -306,7 +306,7 @@ impl PagedCachedFile {
             }
         }
         if let Some(c) = self.cache_stripe(p)
-            && let Some(page) = c.lock().pages.get(&p)
+            && let Some(page) = c.lock().get(p)
         {
             dst.copy_from_slice(&page[within..within + dst.len()]);
             add(&self.counters.cache_hits, 1);
@@ -422,7 +422,7 @@ impl PagedCachedFile {
                     .cloned()
                     .or_else(|| {
                         let c = self.cache_stripe(page_no)?;
-                        c.lock().pages.get(&page_no).cloned()
+                        c.lock().get(page_no).cloned()
                     });
                 if let Some(cur) = newest {
                     let mut page = self.pool.copy_of(&cur);
@@ -455,15 +455,7 @@ impl PagedCachedFile {
         for c in self.cache.iter() {
             let mut c = c.lock();
             c.seq += 1;
-            let mut bytes = c.bytes;
-            c.pages.retain(|&p, page| {
-                let keep = !gone(p);
-                if !keep {
-                    bytes -= page.len();
-                }
-                keep
-            });
-            c.bytes = bytes;
+            c.remove_where(&gone, &mut |old| self.recycle(old));
         }
     }
 

@@ -42,6 +42,7 @@ use crate::buffer::{AlignedBuf, BufferPool};
 use crate::error::{Error, Result};
 
 mod bytes;
+mod cache;
 mod commit;
 mod config;
 mod flush;
@@ -52,6 +53,7 @@ pub use config::{Config, DirectIo, FlushEngine};
 pub use io_mode::IoMode;
 pub use stats::Stats;
 
+use cache::CacheStripe;
 use commit::CommitState;
 use flush::Flusher;
 use stats::{Counters, add};
@@ -103,17 +105,6 @@ pub(crate) struct Stripe {
     /// At most a few: the generation being written, one waiting to sync and
     /// one syncing.
     flushing: Vec<Arc<PageMap>>,
-}
-
-/// One lock stripe of the read cache.
-#[derive(Default)]
-struct CacheStripe {
-    pages: PageMap,
-    bytes: usize,
-    /// Bumped whenever a flush updates this stripe; a reader that read the
-    /// backend inserts its page only if `seq` has not moved meanwhile, so a
-    /// slow reader never caches bytes older than a completed write.
-    seq: u64,
 }
 
 /// A file of fixed-size pages with a bounded, striped write buffer.
@@ -829,8 +820,8 @@ impl PagedCachedFile {
         let cache = self.cache_stripe(page_no);
         let seq = match cache {
             Some(c) => {
-                let c = c.lock();
-                if let Some(page) = c.pages.get(&page_no) {
+                let mut c = c.lock();
+                if let Some(page) = c.get(page_no) {
                     add(&self.counters.cache_hits, 1);
                     return Ok(page.clone());
                 }
@@ -870,26 +861,20 @@ impl PagedCachedFile {
         self.cache.get((page_no & self.stripe_mask) as usize)
     }
 
-    /// Inserts a clean page, evicting arbitrary pages (hash order, which is
-    /// close to random) until the stripe is within its budget.
+    /// Inserts a clean page into its cache stripe (CLOCK eviction within
+    /// the stripe's budget); evicted pages go back to the pool.
     fn cache_insert(&self, c: &mut CacheStripe, page_no: u64, page: PageRef) {
-        let bytes = page.len();
-        if bytes > self.cache_budget_per_stripe {
-            if let Some(old) = c.pages.remove(&page_no) {
-                c.bytes -= old.len();
-            }
-            return;
-        }
-        match c.pages.insert(page_no, page) {
-            Some(old) => c.bytes = c.bytes - old.len() + bytes,
-            None => c.bytes += bytes,
-        }
-        while c.bytes > self.cache_budget_per_stripe {
-            let victim = c.pages.keys().copied().find(|&k| k != page_no);
-            let Some(victim) = victim else { break };
-            if let Some(old) = c.pages.remove(&victim) {
-                c.bytes -= old.len();
-            }
+        c.insert(page_no, page, self.cache_budget_per_stripe, &mut |old| {
+            self.recycle(old)
+        });
+    }
+
+    /// Gives a page's memory back to the pool if nothing else holds it
+    /// (a reader may still), so a steady write load with the read cache on
+    /// does not allocate a page per write.
+    fn recycle(&self, page: PageRef) {
+        if let Ok(buf) = Arc::try_unwrap(page) {
+            self.pool.put_all([buf]);
         }
     }
 }
