@@ -31,6 +31,7 @@ pub mod coalesce;
 pub mod datagen;
 pub mod error;
 pub mod stream;
+pub(crate) mod sync;
 pub mod testing;
 pub mod workload;
 

@@ -26,7 +26,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use parking_lot::MutexGuard;
+use crate::sync::MutexGuard;
 
 use super::PagedCachedFile;
 use super::flush::Batch;

@@ -33,9 +33,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
-use parking_lot::{Condvar, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex};
 
 use crate::backend::{OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, BufferPool};

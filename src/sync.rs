@@ -1,0 +1,95 @@
+//! The locks and atomics of the cached file, behind one facade: parking_lot
+//! and std in every normal build; with the `shuttle` feature, shuttle's
+//! (randomized schedule exploration), so `tests/shuttle_commit.rs` can model
+//! check the pipelined group commit on the real code.
+//!
+//! Only [`crate::cached_file`] goes through here: its lock order and
+//! wakeups are what the model check is about. A build with `shuttle` works
+//! only inside `shuttle::check_*`.
+
+#[cfg(not(feature = "shuttle"))]
+pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+#[cfg(not(feature = "shuttle"))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+
+#[cfg(feature = "shuttle")]
+pub(crate) use self::model::{Condvar, Mutex, MutexGuard};
+#[cfg(feature = "shuttle")]
+pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+
+/// parking_lot's API (what the cached file uses of it) over shuttle's
+/// std-like primitives.
+#[cfg(feature = "shuttle")]
+mod model {
+    use std::ops::{Deref, DerefMut};
+
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(shuttle::sync::Mutex<T>);
+
+    /// A guard that can be given up and taken again in place
+    /// ([`MutexGuard::unlocked`], [`Condvar::wait`]).
+    pub(crate) struct MutexGuard<'a, T> {
+        mutex: &'a Mutex<T>,
+        guard: Option<shuttle::sync::MutexGuard<'a, T>>,
+    }
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(shuttle::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            MutexGuard {
+                mutex: self,
+                guard: Some(self.0.lock().unwrap_or_else(|p| p.into_inner())),
+            }
+        }
+    }
+
+    impl<T> MutexGuard<'_, T> {
+        /// Runs `f` with the lock released, then takes it again.
+        pub(crate) fn unlocked<U>(this: &mut Self, f: impl FnOnce() -> U) -> U {
+            this.guard = None;
+            let out = f();
+            this.guard = Some(this.mutex.0.lock().unwrap_or_else(|p| p.into_inner()));
+            out
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.guard.as_deref().expect("guard held")
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.guard.as_deref_mut().expect("guard held")
+        }
+    }
+
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(shuttle::sync::Condvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Self(shuttle::sync::Condvar::new())
+        }
+
+        pub(crate) fn wait<T>(&self, g: &mut MutexGuard<'_, T>) {
+            let inner = g.guard.take().expect("guard held");
+            g.guard = Some(self.0.wait(inner).unwrap_or_else(|p| p.into_inner()));
+        }
+
+        /// No timeouts in the model: a wait that only a timeout would end
+        /// shows up as a deadlock, which is the point.
+        pub(crate) fn wait_for<T>(&self, g: &mut MutexGuard<'_, T>, _timeout: std::time::Duration) {
+            self.wait(g)
+        }
+
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+}
