@@ -46,7 +46,7 @@ fn op() -> impl Strategy<Value = Op> {
             (0..SMALL, Just(0u64)),
             (1..PS, Just(PS)),
             (Just(0u64), 1..PS),
-            (Just(u64::MAX & !(PS - 1)), Just(2 * PS)),
+            (Just(!(PS - 1)), Just(2 * PS)),
         ]
         .prop_map(|(off, len)| Op::BadDiscard { off, len }),
         1 => Just(Op::Sync),
