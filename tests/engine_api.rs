@@ -417,28 +417,50 @@ fn must_exist_open_does_not_create_and_the_file_is_reachable() {
 // ---- guards and close ----
 
 #[test]
-fn guards_are_exclusive_and_close_refuses_a_live_one() {
+fn guards_latch_their_pages_and_close_refuses_a_live_one() {
     let (be, f) = crash_file(Config::default());
+    let f = Arc::new(f);
     let mut g = f.write(0, 2 * PS).unwrap();
     g[..4].copy_from_slice(b"head");
-    assert!(matches!(f.write(PS as u64, PS), Err(Error::Busy { offset }) if offset == PS as u64));
-    assert!(matches!(f.overwrite(0, PS), Err(Error::Busy { offset: 0 })));
-    assert!(matches!(
-        f.write_page(PS as u64, &[1; PS]),
-        Err(Error::Busy { .. })
-    ));
-    assert!(matches!(f.write_all_at(5, b"x"), Err(Error::Busy { .. })));
-    assert!(matches!(f.discard(0, PS as u64), Err(Error::Busy { .. })));
-    // Other pages are free.
+    // A second guard and a write over the latched pages wait for the drop,
+    // then land after it; other pages are free meanwhile.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiters: Vec<_> = [0u8, 1]
+        .into_iter()
+        .map(|k| {
+            let (f, tx) = (Arc::clone(&f), tx.clone());
+            std::thread::spawn(move || {
+                if k == 0 {
+                    let mut g2 = f.write(PS as u64, PS).unwrap();
+                    g2[..4].copy_from_slice(b"2nd!");
+                } else {
+                    f.write_all_at(4, b"!").unwrap();
+                }
+                tx.send(k).unwrap();
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(rx.try_recv().is_err(), "a write went past a live guard");
     f.write_page(2 * PS as u64, &[2; PS]).unwrap();
+    // Structural calls refuse instead of waiting.
+    assert!(matches!(
+        f.discard(0, PS as u64),
+        Err(Error::Busy { offset: 0 })
+    ));
     assert!(matches!(f.set_len(PS as u64), Err(Error::Busy { offset }) if offset == PS as u64));
+    assert!(matches!(f.close(), Err(Error::Busy { .. })));
     assert_eq!(f.len(), 3 * PS as u64);
-    assert!(matches!(f.close(), Err(Error::Busy { offset: 0 })));
-    // The refused close left the file open and working.
     drop(g);
-    f.write_all_at(4, b"!").unwrap();
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(rx.try_iter().count(), 2);
+    // The refused close left the file open and working.
     f.close().unwrap();
-    assert_eq!(&be.durable_image()[..5], b"head!");
+    let img = be.durable_image();
+    assert_eq!(&img[..5], b"head!");
+    assert_eq!(&img[PS..PS + 4], b"2nd!");
     assert!(matches!(f.write_page(0, &[0; PS]), Err(Error::Closed)));
     assert!(matches!(f.write(0, PS), Err(Error::Closed)));
 }

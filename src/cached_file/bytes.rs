@@ -32,11 +32,13 @@ impl PagedCachedFile {
     /// buffer is fine; if a flush it runs fails, the pages before that point
     /// are buffered and the error returned.
     ///
-    /// Errors: [`Error::Overflow`], [`Error::FileTooLarge`], [`Error::Busy`]
-    /// over a page under a live guard, [`Error::Closed`],
-    /// [`Error::Poisoned`], [`Error::ReadOnly`] (all before anything is
-    /// buffered); `Error::Io` from reading a partial page, or the error of a
-    /// backpressure flush.
+    /// A page under a live guard is written after the guard is dropped (the
+    /// call waits).
+    ///
+    /// Errors: [`Error::Overflow`], [`Error::FileTooLarge`],
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`] (all
+    /// before anything is buffered); `Error::Io` from reading a partial
+    /// page, or the error of a backpressure flush.
     pub fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         let _writer = self.begin_write()?;
         if buf.is_empty() {
@@ -48,7 +50,6 @@ impl PagedCachedFile {
             len: buf.len(),
         })?;
         self.check_max(offset, len)?;
-        self.check_unguarded(offset, len)?;
         let ps = self.config.page_size;
         let mask = ps as u64 - 1;
         let direct = self.io_mode.direct.is_some();
@@ -60,7 +61,7 @@ impl PagedCachedFile {
             let n = (ps - within).min(rest.len());
             let (chunk, tail) = rest.split_at(n);
             if n == ps {
-                self.insert(page_no, Arc::new(self.pool.copy_of(chunk)))?;
+                self.insert(page_no, Arc::new(self.pool.copy_of(chunk)));
             } else {
                 let end = at + n as u64;
                 let end = if direct { (end + mask) & !mask } else { end };
@@ -398,15 +399,10 @@ impl PagedCachedFile {
     /// the logical length grows to `end`.
     fn merge_into(&self, page_no: u64, within: usize, bytes: &[u8], end: u64) -> Result<()> {
         let stripe = self.stripe(page_no);
-        let busy = || Error::Busy {
-            offset: page_no << self.page_shift,
-        };
         loop {
             let seq = {
                 let mut s = stripe.lock();
-                if s.guarded.contains(&page_no) {
-                    return Err(busy());
-                }
+                self.wait_unguarded(&mut s, page_no);
                 if let Some(page) = s.dirty.get_mut(&page_no).and_then(Arc::get_mut) {
                     // Nobody else holds the buffered page: merge in place.
                     page[within..within + bytes.len()].copy_from_slice(bytes);
@@ -438,10 +434,7 @@ impl PagedCachedFile {
             self.read_disk_page(page_no, &mut page)?;
             page[within..within + bytes.len()].copy_from_slice(bytes);
             let mut s = stripe.lock();
-            if s.guarded.contains(&page_no) {
-                return Err(busy());
-            }
-            if s.seq == seq {
+            if s.seq == seq && !s.guarded.contains(&page_no) {
                 self.insert_locked(&mut s, page_no, Arc::new(page), end);
                 return Ok(());
             }

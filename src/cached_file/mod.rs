@@ -35,7 +35,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard};
 
 use crate::backend::{OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, BufferPool};
@@ -153,6 +153,9 @@ pub struct PagedCachedFile {
     /// can release before their `fdatasync`) wait here for a settle.
     room: Mutex<()>,
     room_freed: Condvar,
+    /// One per stripe: notified when a guard on a page of that stripe is
+    /// dropped.
+    unguarded: Box<[Condvar]>,
     /// Notified (under `generations`) when the last in-flight generation
     /// retires; `set_len` waits for it.
     all_settled: Condvar,
@@ -170,7 +173,7 @@ pub struct PagedCachedFile {
     /// Write calls in progress plus live guards; `close` refuses while a
     /// guard lives and waits for the calls.
     writers: AtomicUsize,
-    /// Live guards; while 0, writes skip the per-page guard checks.
+    /// Live guards; while 0, `discard` and `set_len` skip the guard scan.
     guards: AtomicUsize,
     counters: Counters,
 }
@@ -297,6 +300,7 @@ impl PagedCachedFile {
             next_generation: AtomicU64::new(0),
             room: Mutex::new(()),
             room_freed: Condvar::new(),
+            unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
             all_settled: Condvar::new(),
             commit: Mutex::new(CommitState::new(lanes)),
             commit_done: Condvar::new(),
@@ -377,18 +381,18 @@ impl PagedCachedFile {
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::FileTooLarge`] past the file system's
-    /// largest file, [`Error::Busy`] over a page under a live guard,
-    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`], or the
-    /// error of the flush that backpressure ran (then nothing was written).
+    /// largest file, [`Error::Closed`], [`Error::Poisoned`],
+    /// [`Error::ReadOnly`], or the error of the flush that backpressure ran
+    /// (then nothing was written). A page under a live guard is written
+    /// after the guard is dropped (the call waits).
     pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
         let _writer = self.begin_write()?;
         self.check_range(offset, data.len())?;
         self.check_max(offset, data.len() as u64)?;
-        self.check_unguarded(offset, data.len() as u64)?;
         self.wait_for_room()?;
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
             let page = self.pool.copy_of(chunk);
-            self.insert(self.page_no(offset) + i as u64, Arc::new(page))?;
+            self.insert(self.page_no(offset) + i as u64, Arc::new(page));
         }
         Ok(())
     }
@@ -400,10 +404,12 @@ impl PagedCachedFile {
     /// Errors: as [`write_page`](Self::write_page), plus an `Error::Io` from
     /// reading the current contents.
     ///
-    /// Guards are exclusive: while one lives, a second guard over any of its
-    /// pages, a write, `discard` or `set_len` over them, and `close`, fail
-    /// with [`Error::Busy`] (they do not wait, so a thread holding a guard
-    /// cannot deadlock on itself).
+    /// A guard is a latch on its pages: while it lives, a second guard or a
+    /// write over any of them waits until it is dropped (so a thread must
+    /// not ask for a page it holds a guard on: that waits forever, like
+    /// relocking a mutex; guards over several pages latch them in page
+    /// order). `discard` and `set_len` over them, and `close`, do not wait
+    /// but fail with [`Error::Busy`].
     pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
         let mut guard = self.guard(offset, len)?;
         let buf = guard.buf.as_mut().expect("a new guard holds its pages");
@@ -447,16 +453,11 @@ impl PagedCachedFile {
         let first = self.page_no(offset);
         let pages = (len >> self.page_shift) as u64;
         self.guards.fetch_add(1, Ordering::SeqCst);
+        // Latched in page order, so guards over overlapping ranges cannot
+        // wait on each other in a cycle.
         for p in first..first + pages {
             let mut s = self.stripe(p).lock();
-            if s.guarded.contains(&p) {
-                drop(s);
-                self.unguard(first..p);
-                self.guards.fetch_sub(1, Ordering::SeqCst);
-                return Err(Error::Busy {
-                    offset: p << self.page_shift,
-                });
-            }
+            self.wait_unguarded(&mut s, p);
             s.guarded.push(p);
         }
         // The guard holds the writer count until it is dropped.
@@ -468,10 +469,19 @@ impl PagedCachedFile {
         })
     }
 
-    /// Removes the guard marks of `pages`.
+    /// Removes the guard marks of `pages` and wakes their waiters.
     fn unguard(&self, pages: std::ops::Range<u64>) {
         for p in pages {
             self.stripe(p).lock().guarded.retain(|&g| g != p);
+            self.unguarded[(p & self.stripe_mask) as usize].notify_all();
+        }
+    }
+
+    /// Waits, with page `page_no`'s stripe locked (`s`), until no guard
+    /// holds the page.
+    fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
+        while s.guarded.contains(&page_no) {
+            self.unguarded[(page_no & self.stripe_mask) as usize].wait(s);
         }
     }
 
@@ -667,9 +677,8 @@ impl PagedCachedFile {
         }
     }
 
-    /// Refuses a write over a page under a live guard. Checked up front so
-    /// a refused call changes nothing; `insert` checks again under the
-    /// stripe lock for a guard taken meanwhile.
+    /// Refuses `discard` or `set_len` over a page under a live guard
+    /// (checked up front, so a refused call changes nothing).
     fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
         if self.guards.load(Ordering::SeqCst) == 0 || len == 0 {
             return Ok(());
@@ -744,19 +753,13 @@ impl PagedCachedFile {
         Ok(())
     }
 
-    /// Puts one whole page into the write buffer; the logical length grows
-    /// to its end. Errors: [`Error::Busy`] if a guard took the page since
-    /// the caller's check.
-    fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
+    /// Puts one whole page into the write buffer (after any guard on it
+    /// is dropped); the logical length grows to its end.
+    fn insert(&self, page_no: u64, page: PageRef) {
         let end = (page_no + 1) << self.page_shift;
         let mut stripe = self.stripe(page_no).lock();
-        if stripe.guarded.contains(&page_no) {
-            return Err(Error::Busy {
-                offset: page_no << self.page_shift,
-            });
-        }
+        self.wait_unguarded(&mut stripe, page_no);
         self.insert_locked(&mut stripe, page_no, page, end);
-        Ok(())
     }
 
     /// Puts one page into the write buffer under its stripe lock and grows
@@ -792,6 +795,7 @@ impl PagedCachedFile {
             let mut s = self.stripe(p).lock();
             s.guarded.retain(|&g| g != p);
             self.insert_locked(&mut s, p, page, (p + 1) << self.page_shift);
+            self.unguarded[(p & self.stripe_mask) as usize].notify_all();
         };
         if buf.len() == ps {
             one(first, Arc::new(buf));
