@@ -16,11 +16,19 @@ use crate::buffer::AlignedBuf;
 use crate::coalesce::{Run, RunLimits, coalesce};
 use crate::error::{Error, Result};
 
+/// Largest hole between two runs past the end of an `O_DIRECT` file that
+/// one `fallocate` covers (bytes): 64 KiB. Writers filling fresh pages side
+/// by side leave such holes for a moment; a page further out gets its own
+/// call, so sparse files stay sparse.
+pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
+
 /// State owned by whoever holds the flusher lock, kept between flushes so
 /// that a steady-state flush does not reallocate it.
 #[derive(Default)]
 pub(crate) struct Flusher {
     runs: Vec<Run>,
+    /// Per run: its preallocation failed (reused between flushes).
+    alloc_failed: Vec<bool>,
     /// Copy buffer of the `Concat` engine, aligned like the pages (so it
     /// also works with O_DIRECT); grown to the largest run.
     scratch: Option<AlignedBuf>,
@@ -197,16 +205,18 @@ impl PagedCachedFile {
             .map_err(|e| Error::io("ftruncate", Some(len), e))
     }
 
-    /// With `O_DIRECT`, reserves blocks for each run that writes past the
-    /// file's end before writing it (`fallocate` mode 0 over exactly that
-    /// run, so a far page allocates one page, not the gap before it).
+    /// With `O_DIRECT`, reserves blocks for the runs that write past the
+    /// file's end before writing them: `fallocate` mode 0 over each group of
+    /// such runs whose gaps are at most [`PREALLOC_MAX_GAP`] bytes, so a far
+    /// page allocates its own page, never the gap before it, while pages
+    /// that concurrent writers left a few pages apart cost one call.
     /// ext4 serializes `O_DIRECT` writes that extend the file under the
     /// exclusive inode lock, and io_uring then queues them in worker
     /// threads; inside the file, over allocated blocks, they run under the
     /// shared lock, in parallel. A backend that cannot preallocate is
-    /// written as is. A run whose `fallocate` fails (`ENOSPC`) is not
-    /// written: it is dropped from `f.runs`, its entries go to
-    /// `batch.failed` and its error into `first` (lowest offset wins).
+    /// written as is. Runs whose `fallocate` fails (`ENOSPC`) are not
+    /// written: they leave `f.runs`, their entries go to `batch.failed` and
+    /// the error into `first` (lowest offset wins).
     fn preallocate(
         &self,
         f: &mut Flusher,
@@ -217,32 +227,48 @@ impl PagedCachedFile {
             return;
         }
         let disk = self.disk_len.load(Ordering::Acquire);
-        let mut unsupported = false;
-        f.runs.retain(|run| {
-            let end = run.offset + run.len as u64;
-            if unsupported || end <= disk {
-                return true;
+        let Some(start) = f.runs.iter().position(|r| r.offset + r.len as u64 > disk) else {
+            return;
+        };
+        f.alloc_failed.clear();
+        f.alloc_failed.resize(f.runs.len(), false);
+        let mut i = start;
+        while i < f.runs.len() {
+            // One group: runs i..j, each within PREALLOC_MAX_GAP of the last.
+            let from = f.runs[i].offset;
+            let mut to = from + f.runs[i].len as u64;
+            let mut j = i + 1;
+            while j < f.runs.len() && f.runs[j].offset - to <= PREALLOC_MAX_GAP {
+                to = f.runs[j].offset + f.runs[j].len as u64;
+                j += 1;
             }
-            match self.backend.allocate(run.offset, run.len as u64) {
+            match self.backend.allocate(from, to - from) {
                 Ok(()) => {
-                    self.disk_len.fetch_max(end, Ordering::AcqRel);
-                    true
+                    self.disk_len.fetch_max(to, Ordering::AcqRel);
                 }
                 Err(e)
                     if e.kind() == std::io::ErrorKind::Unsupported
                         || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
                 {
-                    unsupported = true;
-                    true
+                    return;
                 }
                 Err(e) => {
-                    batch.failed.push(run.entries());
-                    if first.as_ref().is_none_or(|(at, ..)| run.offset < *at) {
-                        *first = Some((run.offset, "fallocate", e));
+                    f.alloc_failed[i..j].fill(true);
+                    for run in &f.runs[i..j] {
+                        batch.failed.push(run.entries());
                     }
-                    false
+                    if first.as_ref().is_none_or(|(at, ..)| from < *at) {
+                        *first = Some((from, "fallocate", e));
+                    }
                 }
             }
+            i = j;
+        }
+        let mut k = 0;
+        let failed = &f.alloc_failed;
+        f.runs.retain(|_| {
+            k += 1;
+            !failed[k - 1]
         });
     }
 
