@@ -32,7 +32,8 @@ pub struct AlignedBuf {
 pub const HUGE_PAGE: usize = 2 << 20;
 
 /// How the memory of a huge-page buffer was obtained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum HugePages {
     /// `mmap(MAP_HUGETLB | MAP_HUGE_2MB)`: reserved 2 MiB huge pages.
     Reserved,

@@ -47,7 +47,7 @@ pub enum Error {
         /// The file's logical length in bytes.
         file_len: u64,
     },
-    /// Two pages handed to [`coalesce`](crate::coalesce::coalesce) overlap:
+    /// Two pages handed to the coalescer overlap:
     /// the entry at `offset` starts before the previous one ends.
     Overlap {
         /// Byte offset of the entry that overlaps its predecessor.

@@ -20,23 +20,29 @@
 //! # Ok::<(), pagewriter::Error>(())
 //! ```
 //!
-//! Layout: [`backend`] (where bytes go), [`buffer`] (aligned page memory),
-//! [`coalesce`] (pages -> runs), [`PagedCachedFile`] (write buffer, flush,
-//! group commit), [`workload`] (the benchmarks the CLI and benches share).
+//! Layout: [`backend`] (where bytes go: files, `O_DIRECT`, io_uring rings),
+//! [`buffer`] (aligned page memory), [`PagedCachedFile`] (write buffer,
+//! flush, group commit). With the `testing` feature, `testing` holds
+//! fault-injecting and crash-simulating backends and the model checker, for
+//! testing an engine built on top. The tools (data generator, streaming
+//! writer, benchmarks, the `pagewriter` CLI) are the separate crate
+//! `pagewriter-bench`.
 
 pub mod backend;
 pub mod buffer;
-pub mod cached_file;
+mod cached_file;
+#[cfg(any(test, feature = "testing"))]
 pub mod coalesce;
-pub mod datagen;
+#[cfg(not(any(test, feature = "testing")))]
+mod coalesce;
 pub mod error;
-pub mod stream;
 pub(crate) mod sync;
+#[cfg(feature = "testing")]
 pub mod testing;
-pub mod workload;
 
 pub use backend::{FileBackend, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
-    Config, DirectIo, FlushEngine, IoMode, PageRef, PagedCachedFile, Stats, WritablePage,
+    Config, DirectIo, FlushEngine, IoMode, MAX_STRIPES, MAX_SYNC_LANES, PageRef, PagedCachedFile,
+    Stats, WritablePage,
 };
 pub use error::{Error, Result};

@@ -75,41 +75,6 @@ fn read_only_descriptor_fails_writes_and_keeps_pages() {
     }
 }
 
-/// Runs the CLI's bulk flush under `ulimit -f` (SIGXFSZ ignored, as a
-/// server would): writes past the limit are short, then EFBIG.
-fn flush_under_fsize_limit(engine: &str, direct: &str) -> std::process::Output {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let script = format!(
-        "trap '' XFSZ; ulimit -f 2048; exec '{}' flush --size 8MiB --engines {engine} --direct {direct} --repeats 1 --warmup 0 --path '{}'",
-        env!("CARGO_BIN_EXE_pagewriter"),
-        dir.path().display()
-    );
-    Command::new("sh").arg("-c").arg(script).output().unwrap()
-}
-
-#[test]
-fn full_disk_is_a_typed_error_not_a_panic() {
-    let mut engines = vec!["per-page", "concat", "vectored"];
-    if common::uring_available() {
-        engines.push("io-uring");
-    }
-    for engine in engines {
-        for direct in ["off", "auto"] {
-            let out = flush_under_fsize_limit(engine, direct);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(
-                !out.status.success(),
-                "{engine} {direct}: succeeded past the file size limit"
-            );
-            assert!(!err.contains("panicked"), "{engine} {direct}: {err}");
-            assert!(
-                err.contains("File too large") || err.contains("EFBIG"),
-                "{engine} {direct}: expected EFBIG, got: {err}"
-            );
-        }
-    }
-}
-
 #[test]
 fn full_disk_keeps_pages_dirty_for_a_retry() {
     // In-process: a file backend on a descriptor whose writes fail like a

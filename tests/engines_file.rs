@@ -268,10 +268,11 @@ fn concurrent_writers_readers_and_commits_on_every_engine() {
     }
 }
 
-/// A file whose descriptor cannot be registered with a ring (as if
-/// io_uring setup were refused), to drive the real setup-failure path.
+/// A file backend whose `file()` is an io_uring ring's own descriptor,
+/// which the kernel refuses to register in a ring (EBADF): ring setup for
+/// the flush engine fails for real.
 #[derive(Debug)]
-struct UnregistrableFd(FileBackend);
+struct UnregistrableFd(FileBackend, std::fs::File);
 
 impl StorageBackend for UnregistrableFd {
     fn len(&self) -> std::io::Result<u64> {
@@ -289,15 +290,27 @@ impl StorageBackend for UnregistrableFd {
     fn sync_data(&self) -> std::io::Result<()> {
         self.0.sync_data()
     }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        Some(1_000_000)
+    fn file(&self) -> Option<&std::fs::File> {
+        Some(&self.1)
     }
 }
 
 #[test]
 fn io_uring_setup_failure_is_an_error_or_a_reported_fallback() {
+    if !common::uring_available() {
+        eprintln!("io_uring unavailable here: skipped");
+        return;
+    }
     let dir = test_dir();
-    let be = || UnregistrableFd(FileBackend::open(dir.path().join("fb")).unwrap());
+    let be = || {
+        use std::os::fd::AsFd;
+        let ring = io_uring::IoUring::new(2).unwrap();
+        let fd = ring.as_fd().try_clone_to_owned().unwrap();
+        UnregistrableFd(
+            FileBackend::open(dir.path().join("fb")).unwrap(),
+            std::fs::File::from(fd),
+        )
+    };
     let err = PagedCachedFile::new(
         be(),
         Config::default().engine(FlushEngine::IoUring { queue_depth: 8 }),

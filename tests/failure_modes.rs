@@ -25,12 +25,17 @@ fn engines() -> Vec<FlushEngine> {
     v
 }
 
+/// Bytes free to an unprivileged user on the file system of `path`
+/// (`stat -f`: available blocks x block size).
 fn free_bytes(path: &std::path::Path) -> u64 {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a valid C string and a zeroed statvfs the call fills.
-    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut s) }, 0);
-    s.f_bavail * s.f_frsize
+    let out = std::process::Command::new("stat")
+        .args(["-f", "-c", "%a %S"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut it = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+    it.next().unwrap() * it.next().unwrap()
 }
 
 #[test]
@@ -136,8 +141,8 @@ impl StorageBackend for UnknownMax {
     fn dio_align(&self) -> Option<pagewriter::backend::DioAlign> {
         self.0.dio_align()
     }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.0.raw_fd()
+    fn file(&self) -> Option<&std::fs::File> {
+        StorageBackend::file(&self.0)
     }
 }
 
@@ -204,19 +209,10 @@ fn a_full_disk_keeps_pages_dirty_until_space_returns() {
         let filler = fs.path().join("filler");
         let free = free_bytes(fs.path());
         // Leave about 2 MiB free, then write 8 MiB of pages.
-        let fill = std::fs::File::create(&filler).unwrap();
+        let fill = FileBackend::open(&filler).unwrap();
         let keep = 2u64 << 20;
-        // SAFETY: plain integer call on an open fd.
-        let rc = unsafe {
-            libc::fallocate(
-                std::os::fd::AsRawFd::as_raw_fd(&fill),
-                0,
-                0,
-                (free - keep) as i64,
-            )
-        };
-        assert_eq!(rc, 0, "fallocate filler: {}", io::Error::last_os_error());
-        fill.sync_all().unwrap();
+        fill.allocate(0, free - keep).expect("fallocate filler");
+        fill.sync_data().unwrap();
         let path = fs.path().join(format!("full-{direct:?}"));
         let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
         let pages = (8u64 << 20) / PS as u64;

@@ -11,7 +11,7 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{direct_available, file_engines, page, tag_of};
-use pagewriter::workload::WyRand;
+use pagewriter::testing::Rng as WyRand;
 use pagewriter::{Config, DirectIo, PagedCachedFile};
 use parking_lot::Mutex;
 

@@ -21,7 +21,8 @@ pub const IOV_MAX: usize = 1024;
 pub const DEFAULT_MAX_WRITE_BYTES: usize = 1 << 20;
 
 /// System calls a [`FileBackend`] has made, counted since it was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct SyscallCounts {
     /// `pwrite` and `pwritev` calls, retries after a short write or `EINTR`
     /// included.
@@ -32,7 +33,8 @@ pub struct SyscallCounts {
 
 /// `O_DIRECT` alignment of a file in bytes: buffer addresses must be
 /// multiples of `memory`, file offsets and lengths multiples of `offset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct DioAlign {
     /// Alignment of buffer addresses.
     pub memory: u32,
@@ -575,10 +577,6 @@ impl StorageBackend for FileBackend {
                 file.sync_data()
             }
         }
-    }
-
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        Some(self.file.as_raw_fd())
     }
 
     fn dio_align(&self) -> Option<DioAlign> {

@@ -7,6 +7,7 @@
 use std::io::{self, IoSlice, IoSliceMut};
 
 mod file;
+mod io_mode;
 mod memory;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod ring;
@@ -16,9 +17,15 @@ pub mod uring;
 pub use file::{
     DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, OpenOptions, SyscallCounts, queue_attr,
 };
+pub use io_mode::{
+    DirectIo, FlushEngine, IoMode, MAX_QUEUE_DEPTH, open_with_direct, open_with_options,
+    short_error,
+};
 
-/// A fault a test backend asks an io_uring flush to act out for one write
-/// (see [`StorageBackend::uring_fault`]).
+/// A fault a test backend asks an io_uring flush to act out for one write:
+/// the io_uring fail point. Its hook, `StorageBackend::uring_fault`, exists
+/// only with the `testing` feature (io_uring writes go to the file
+/// descriptor directly, past the trait's write methods).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UringFault {
     /// Submit only the first `n` bytes: the kernel makes a real short write
@@ -137,19 +144,13 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
+    #[cfg(feature = "testing")]
     /// For test backends: the fault an io_uring flush should act out for
     /// its next write of `len` bytes at `offset` (io_uring writes go to
-    /// [`raw_fd`](Self::raw_fd) directly, past this trait's write methods).
+    /// the [`file`](Self::file) directly, past this trait's write methods).
     /// Default: none.
     fn uring_fault(&self, offset: u64, len: usize) -> Option<UringFault> {
         let _ = (offset, len);
-        None
-    }
-
-    /// The raw file descriptor, for engines that submit I/O themselves
-    /// (io_uring). `None` for backends without one.
-    #[cfg(unix)]
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         None
     }
 }
@@ -194,11 +195,8 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     fn dio_align(&self) -> Option<DioAlign> {
         (**self).dio_align()
     }
+    #[cfg(feature = "testing")]
     fn uring_fault(&self, offset: u64, len: usize) -> Option<UringFault> {
         (**self).uring_fault(offset, len)
-    }
-    #[cfg(unix)]
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        (**self).raw_fd()
     }
 }

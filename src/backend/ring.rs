@@ -7,14 +7,15 @@
 //! touched: [`buf`](SlotRing::buf) and [`take`](SlotRing::take) return
 //! `None` for it until its CQE is reaped, and dropping the ring waits for
 //! every SQE in flight. That makes the ring safe to drive from ordinary
-//! code: the streaming writer ([`crate::stream`]) and the fio-style worker
-//! ([`crate::workload::io`]) are built on it.
+//! code: the streaming writer and the fio-style I/O worker of the tools
+//! crate (`pagewriter-bench`) are built on it.
 //!
 //! Short transfers are reported, not continued: the caller resubmits the
 //! rest (it knows whether a short read at end of file is an error).
 
+use std::fs::File;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, squeue, types};
@@ -121,7 +122,9 @@ struct Slot {
 /// A ring with its own buffers; see the [module docs](self).
 pub struct SlotRing {
     ring: IoUring,
-    fd: RawFd,
+    /// The ring's own descriptor of the file (a dup), so SQEs never name a
+    /// descriptor that was closed (or reused) behind the ring's back.
+    fd: OwnedFd,
     opts: RingOptions,
     slots: Vec<Slot>,
     in_flight: u32,
@@ -141,26 +144,30 @@ impl std::fmt::Debug for SlotRing {
 }
 
 impl SlotRing {
-    /// A ring on `fd` (which must stay open while the ring lives) owning
-    /// `bufs` as slots `0..bufs.len()`.
+    /// A ring on `file` (through a duplicate descriptor the ring owns)
+    /// owning `bufs` as slots `0..bufs.len()`.
     ///
     /// Errors: `io_uring setup` (`EINVAL` for a queue depth outside
-    /// 1..=4096 or unsupported flags, `EPERM`/`ENOSYS` where io_uring is
+    /// 1..=[`MAX_QUEUE_DEPTH`](crate::backend::MAX_QUEUE_DEPTH) or unsupported flags, `EPERM`/`ENOSYS` where io_uring is
     /// disabled), `register files`, `register buffers` (`ENOMEM`/`EPERM`
     /// past `RLIMIT_MEMLOCK`, `EINVAL` for more than 16384 buffers or one
     /// over 1 GiB); the buffers are dropped with the error.
     pub fn new(
-        fd: RawFd,
+        file: &File,
         opts: RingOptions,
         bufs: Vec<AlignedBuf>,
     ) -> Result<Self, RingSetupError> {
         let fail = |stage, source| RingSetupError { stage, source };
-        if !(1..=crate::backend::uring::MAX_QUEUE_DEPTH).contains(&opts.queue_depth) {
+        if !(1..=crate::backend::MAX_QUEUE_DEPTH).contains(&opts.queue_depth) {
             return Err(fail(
                 "io_uring setup",
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("queue depth {} is not in 1..=4096", opts.queue_depth),
+                    format!(
+                        "queue depth {} is not in 1..={}",
+                        opts.queue_depth,
+                        crate::backend::MAX_QUEUE_DEPTH
+                    ),
                 ),
             ));
         }
@@ -185,9 +192,13 @@ impl SlotRing {
         let ring = build(true)
             .or_else(|_| build(false))
             .map_err(|e| fail("io_uring setup", e))?;
+        let fd = file
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| fail("dup file descriptor", e))?;
         if opts.register_file {
             ring.submitter()
-                .register_files(&[fd])
+                .register_files(&[fd.as_raw_fd()])
                 .map_err(|e| fail("register files", e))?;
         }
         let mut slots: Vec<Slot> = bufs
@@ -311,7 +322,7 @@ impl SlotRing {
         if self.in_flight >= self.opts.queue_depth {
             return Err(invalid("queue depth reached"));
         }
-        let fd = self.fd;
+        let fd = self.fd.as_raw_fd();
         let register_file = self.opts.register_file;
         let s = self
             .slots
@@ -488,7 +499,6 @@ impl Drop for SlotRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
 
     fn bufs(n: usize, len: usize) -> Vec<AlignedBuf> {
@@ -508,7 +518,7 @@ mod tests {
                 sqpoll: false,
                 iopoll: false,
             };
-            let mut ring = match SlotRing::new(f.as_raw_fd(), opts, bufs(4, 8192)) {
+            let mut ring = match SlotRing::new(&f, opts, bufs(4, 8192)) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("io_uring unavailable ({e}); skipped");
@@ -551,7 +561,7 @@ mod tests {
     #[test]
     fn a_swapped_buffer_goes_out_with_the_plain_opcode() {
         let f = tempfile::tempfile().unwrap();
-        let Ok(mut ring) = SlotRing::new(f.as_raw_fd(), RingOptions::new(2), bufs(1, 4096)) else {
+        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(2), bufs(1, 4096)) else {
             return;
         };
         let old = ring.take(0).unwrap();
@@ -575,7 +585,7 @@ mod tests {
         let path = dir.path().join("ro");
         std::fs::write(&path, b"x").unwrap();
         let ro = std::fs::File::open(&path).unwrap();
-        let Ok(mut ring) = SlotRing::new(ro.as_raw_fd(), RingOptions::new(2), bufs(2, 4096)) else {
+        let Ok(mut ring) = SlotRing::new(&ro, RingOptions::new(2), bufs(2, 4096)) else {
             return;
         };
         assert!(ring.push(5, RingOp::Write, 0, 0, 1).is_err());
@@ -588,6 +598,6 @@ mod tests {
             Some(libc::EBADF)
         );
         assert!(ring.buf(0).is_some(), "slot is free again after its CQE");
-        assert!(SlotRing::new(ro.as_raw_fd(), RingOptions::new(0), Vec::new()).is_err());
+        assert!(SlotRing::new(&ro, RingOptions::new(0), Vec::new()).is_err());
     }
 }

@@ -6,16 +6,13 @@
 //! `io_uring_enter` per batch of submissions, completions reaped as they
 //! come while the queue is kept full.
 
+use std::fs::File;
 use std::io::{self, IoSlice};
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use io_uring::{IoUring, opcode, types};
 
-use super::{IOV_MAX, UringFault};
-
-/// Most SQEs in flight: 4096 (the kernel's cap on SQ entries is 32768;
-/// beyond a few hundred a single NVMe queue gains nothing).
-pub const MAX_QUEUE_DEPTH: u32 = 4096;
+use super::{IOV_MAX, MAX_QUEUE_DEPTH, UringFault};
 
 /// Resubmissions of one run after `EAGAIN` before it counts as failed.
 const MAX_EAGAIN: u32 = 1000;
@@ -54,6 +51,9 @@ impl<'a, 'b> UringRun<'a, 'b> {
 /// A ring bound to one file.
 pub struct UringWriter {
     ring: IoUring,
+    /// The ring's own descriptor of the file (a dup): registered at
+    /// setup, so it lives exactly as long as the writer.
+    _file: OwnedFd,
     queue_depth: u32,
     submit_calls: u64,
 }
@@ -69,12 +69,14 @@ impl std::fmt::Debug for UringWriter {
 
 impl UringWriter {
     /// Sets up a ring of `queue_depth` SQ entries (1..=[`MAX_QUEUE_DEPTH`])
-    /// and registers `fd`, which must stay open for the writer's lifetime.
+    /// and registers a duplicate of `file`'s descriptor, which the writer
+    /// owns (so it stays open for the ring's lifetime, whatever the caller
+    /// does with `file`).
     ///
     /// Errors: `EINVAL` for a bad queue depth; `ENOSYS` (no io_uring),
     /// `EPERM` (seccomp, or `kernel.io_uring_disabled`), `ENOMEM`
     /// (`RLIMIT_MEMLOCK` on old kernels) from the setup.
-    pub fn new(fd: RawFd, queue_depth: u32) -> io::Result<Self> {
+    pub fn new(file: &File, queue_depth: u32) -> io::Result<Self> {
         if !(1..=MAX_QUEUE_DEPTH).contains(&queue_depth) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -84,9 +86,11 @@ impl UringWriter {
         // CQ is twice the SQ by default, so `queue_depth` in flight never
         // overflows it.
         let ring = IoUring::new(queue_depth)?;
-        ring.submitter().register_files(&[fd])?;
+        let fd = file.as_fd().try_clone_to_owned()?;
+        ring.submitter().register_files(&[fd.as_raw_fd()])?;
         Ok(Self {
             ring,
+            _file: fd,
             queue_depth,
             submit_calls: 0,
         })
@@ -384,7 +388,6 @@ impl UringWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
 
     /// A fresh read-write file in a temporary directory (kept alive by the
@@ -404,7 +407,7 @@ mod tests {
     #[test]
     fn writes_runs_at_queue_depth_and_beyond_iov_max() {
         let (_dir, file) = scratch_file("u");
-        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 4) else {
+        let Ok(mut w) = UringWriter::new(&file, 4) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
         };
@@ -441,7 +444,7 @@ mod tests {
     #[test]
     fn injected_short_writes_are_continued_and_errors_reported() {
         let (_dir, file) = scratch_file("s");
-        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 8) else {
+        let Ok(mut w) = UringWriter::new(&file, 8) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
         };
@@ -477,7 +480,7 @@ mod tests {
     #[test]
     fn copied_jobs_reuse_slots_and_continue_short_writes() {
         let (_dir, file) = scratch_file("c");
-        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 2) else {
+        let Ok(mut w) = UringWriter::new(&file, 2) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
         };
@@ -516,11 +519,13 @@ mod tests {
 
     #[test]
     fn bad_queue_depth_and_fd_are_errors() {
-        assert!(UringWriter::new(0, 0).is_err());
-        assert!(UringWriter::new(0, MAX_QUEUE_DEPTH + 1).is_err());
-        if IoUring::new(4).is_ok() {
-            // Registering a closed descriptor fails with EBADF.
-            assert!(UringWriter::new(1_000_000, 4).is_err());
+        let (_dir, file) = scratch_file("qd");
+        assert!(UringWriter::new(&file, 0).is_err());
+        assert!(UringWriter::new(&file, MAX_QUEUE_DEPTH + 1).is_err());
+        if let Ok(ring) = IoUring::new(4) {
+            // A ring's own descriptor cannot be registered in a ring: EBADF.
+            let fd = ring.as_fd().try_clone_to_owned().unwrap();
+            assert!(UringWriter::new(&File::from(fd), 4).is_err());
         }
     }
 
@@ -531,7 +536,7 @@ mod tests {
         let path = dir.path().join("ro");
         std::fs::write(&path, b"x").unwrap();
         let file = std::fs::File::open(&path).unwrap();
-        let Ok(mut w) = UringWriter::new(file.as_raw_fd(), 2) else {
+        let Ok(mut w) = UringWriter::new(&file, 2) else {
             eprintln!("io_uring unavailable here; skipped");
             return;
         };

@@ -1,83 +1,15 @@
 //! Configuration of a [`PagedCachedFile`](super::PagedCachedFile).
 
 use crate::backend::{DEFAULT_MAX_WRITE_BYTES, IOV_MAX};
+use crate::backend::{DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
 use crate::buffer::DEFAULT_ALIGN;
 use crate::error::{Error, Result};
 
-/// How a flush turns runs of contiguous dirty pages into write calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum FlushEngine {
-    /// One `pwrite` per page, in offset order. The baseline that collapses
-    /// under concurrent writers; kept to measure against.
-    PerPage,
-    /// Each run is copied into one buffer and written with one `pwrite`.
-    /// Few system calls, but every byte is copied once more.
-    Concat,
-    /// Each run is written with one `pwritev` straight from the page
-    /// buffers (zero copy). The default.
-    #[default]
-    Vectored,
-    /// Each run is one `IORING_OP_WRITEV` SQE on a ring per file, up to
-    /// `queue_depth` (1..=4096) in flight (Linux, cargo feature `io-uring`).
-    /// Opening fails if the ring cannot be set up.
-    IoUring {
-        /// Most SQEs in flight.
-        queue_depth: u32,
-    },
-    /// `IoUring` where a ring can be set up, else `Vectored`; the file's
-    /// [`IoMode`](super::IoMode) says which and why.
-    Auto {
-        /// Queue depth if io_uring is used.
-        queue_depth: u32,
-    },
-}
+/// Most lock stripes of the write buffer and the read cache.
+pub const MAX_STRIPES: usize = 4096;
 
-impl FlushEngine {
-    /// Short lower-case name used by the CLI and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            FlushEngine::PerPage => "per-page",
-            FlushEngine::Concat => "concat",
-            FlushEngine::Vectored => "vectored",
-            FlushEngine::IoUring { .. } => "io-uring",
-            FlushEngine::Auto { .. } => "auto",
-        }
-    }
-
-    /// The system call each write of this engine makes.
-    pub fn syscall(self) -> &'static str {
-        match self {
-            FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
-            FlushEngine::Vectored => "pwritev",
-            FlushEngine::IoUring { .. } => "io_uring writev",
-            FlushEngine::Auto { .. } => "io_uring writev or pwritev",
-        }
-    }
-}
-
-/// Whether the file is opened with `O_DIRECT` (bypassing the page cache).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum DirectIo {
-    /// Buffered I/O through the page cache. The default.
-    #[default]
-    Off,
-    /// `O_DIRECT`; opening fails where the file system refuses it or the
-    /// page size / page alignment do not meet its alignment.
-    On,
-    /// `O_DIRECT` where possible, else buffered; the file's
-    /// [`IoMode`](super::IoMode) says which and why.
-    Auto,
-}
-
-impl serde::Serialize for FlushEngine {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
+/// Most sync lanes ([`Config::sync_lanes`]).
+pub const MAX_SYNC_LANES: usize = 64;
 
 /// Settings of a [`PagedCachedFile`](super::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
@@ -101,14 +33,14 @@ pub struct Config {
     /// Default 1024.
     pub max_run_pages: usize,
     /// Number of lock stripes of the write buffer and read cache; a power of
-    /// two in 1..=4096. Default 64.
+    /// two in 1..=[`MAX_STRIPES`]. Default 64.
     pub stripes: usize,
     /// Alignment of page memory in bytes; a power of two. Default 4096
     /// (enough for `O_DIRECT` on any common device).
     pub page_align: usize,
     /// `O_DIRECT` or buffered. Default [`DirectIo::Off`].
     pub direct: DirectIo,
-    /// Most commit rounds in `fdatasync` at once, 1..=64 (capped by the
+    /// Most commit rounds in `fdatasync` at once, 1..=[`MAX_SYNC_LANES`] (capped by the
     /// backend's [`sync_lanes`](crate::StorageBackend::sync_lanes)).
     /// Overlapping `fdatasync`s let the file system batch their journal
     /// commits; on ext4 here 4 lanes gave 1.1-1.4x the commits/s of 1 at 8
@@ -209,9 +141,9 @@ impl Config {
                 self.max_run_pages
             ));
         }
-        if !(1..=4096).contains(&self.stripes) || !self.stripes.is_power_of_two() {
+        if !(1..=MAX_STRIPES).contains(&self.stripes) || !self.stripes.is_power_of_two() {
             return bad(format!(
-                "stripes {} is not a power of two in 1..=4096",
+                "stripes {} is not a power of two in 1..={MAX_STRIPES}",
                 self.stripes
             ));
         }
@@ -223,12 +155,17 @@ impl Config {
         }
         if let FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } =
             self.engine
-            && !(1..=4096).contains(&queue_depth)
+            && !(1..=MAX_QUEUE_DEPTH).contains(&queue_depth)
         {
-            return bad(format!("queue depth {queue_depth} is not in 1..=4096"));
+            return bad(format!(
+                "queue depth {queue_depth} is not in 1..={MAX_QUEUE_DEPTH}"
+            ));
         }
-        if !(1..=64).contains(&self.sync_lanes) {
-            return bad(format!("sync_lanes {} is not in 1..=64", self.sync_lanes));
+        if !(1..=MAX_SYNC_LANES).contains(&self.sync_lanes) {
+            return bad(format!(
+                "sync_lanes {} is not in 1..={MAX_SYNC_LANES}",
+                self.sync_lanes
+            ));
         }
         Ok(())
     }

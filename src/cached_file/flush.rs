@@ -46,7 +46,7 @@ impl Flusher {
     /// `bounce` buffers of `bounce_len` bytes when it also does `O_DIRECT`
     /// (one per SQE in flight), pre-faulted so no flush pays for it.
     pub(crate) fn new(
-        ring: Option<super::io_mode::Ring>,
+        ring: Option<super::open::Ring>,
         bounce: usize,
         bounce_len: usize,
         align: usize,
@@ -549,8 +549,11 @@ fn write_runs_uring(
         rest = tail;
     }
     let before = ring.submit_calls();
-    let be = &*file.backend;
-    let fault = |off, len| be.uring_fault(off, len);
+    // The io_uring fail point: compiled out of normal builds.
+    #[cfg(feature = "testing")]
+    let fault = |off, len| file.backend.uring_fault(off, len);
+    #[cfg(not(feature = "testing"))]
+    let fault = |_: u64, _: usize| None;
     let outcome = if file.io_mode.direct.is_some() {
         // O_DIRECT: one contiguous segment per SQE, copied into a bounce
         // buffer (the kernel's per-segment cost there exceeds the copy).

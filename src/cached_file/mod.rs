@@ -46,11 +46,11 @@ mod cache;
 mod commit;
 mod config;
 mod flush;
-pub(crate) mod io_mode;
+mod open;
 mod stats;
 
-pub use config::{Config, DirectIo, FlushEngine};
-pub use io_mode::IoMode;
+pub use crate::backend::{DirectIo, FlushEngine, IoMode};
+pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES};
 pub use stats::Stats;
 
 use cache::CacheStripe;
@@ -224,7 +224,7 @@ impl PagedCachedFile {
         config: Config,
     ) -> Result<Self> {
         config.validate()?;
-        let (backend, direct_fallback) = io_mode::open_file(path.as_ref(), options, &config)?;
+        let (backend, direct_fallback) = open::open_file(path.as_ref(), options, &config)?;
         let mut file = Self::new(backend, config)?;
         file.io_mode.direct_fallback = direct_fallback;
         file.read_only = options.is_read_only();
@@ -250,10 +250,10 @@ impl PagedCachedFile {
                     .into(),
             ));
         }
-        if let Some(why) = io_mode::direct_misfit(&backend, &config) {
+        if let Some(why) = open::direct_misfit(&backend, &config) {
             return Err(Error::InvalidConfig(format!("O_DIRECT: {why}")));
         }
-        let (engine, engine_fallback, ring) = io_mode::resolve_engine(&backend, &config)?;
+        let (engine, engine_fallback, ring) = open::resolve_engine(&backend, &config)?;
         let io_mode = IoMode {
             engine,
             engine_fallback,

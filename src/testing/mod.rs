@@ -6,6 +6,56 @@
 
 pub mod model;
 
+/// Whether this machine lets a process set up an io_uring ring (the kernel
+/// has it, `io_uring_disabled` allows it, seccomp does not refuse it), so
+/// tests can skip io_uring cases with a message instead of failing.
+pub fn uring_available() -> bool {
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    return io_uring::IoUring::new(2).is_ok();
+    #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
+    false
+}
+
+/// Whether the file system holding `dir` opens files with `O_DIRECT`
+/// (probed on `dir/direct-probe`, which is left there).
+pub fn direct_available(dir: &std::path::Path) -> bool {
+    crate::FileBackend::open_direct(dir.join("direct-probe")).is_ok()
+}
+
+/// A seeded random stream for tests (splitmix64, Steele et al. 2014):
+/// crash images and page contents that replay from a seed.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A stream seeded with `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A value in `0..n` (`n` > 0; modulo bias is irrelevant for tests).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// Fills `buf` with random bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let w = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&w[..chunk.len()]);
+        }
+    }
+}
+
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,11 +254,6 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
             None => self.inner.sync_data_on(lane),
         }
     }
-
-    #[cfg(unix)]
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.inner.raw_fd()
-    }
 }
 
 /// A file that remembers what was durable. The live image takes every
@@ -281,7 +326,7 @@ impl CrashBackend {
     pub fn crash_image(&self, seed: u64) -> Vec<u8> {
         let st = self.state.lock();
         let mut image = st.durable.clone();
-        let mut rng = crate::workload::WyRand::new(seed);
+        let mut rng = Rng::new(seed);
         for (offset, bytes) in &st.log {
             match rng.below(3) {
                 0 => apply(&mut image, *offset, bytes),

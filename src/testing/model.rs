@@ -20,11 +20,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::Rng;
 use super::{CrashBackend, FaultyBackend, WriteFault};
 use crate::backend::{FileBackend, StorageBackend};
 use crate::cached_file::{Config, FlushEngine, PagedCachedFile};
 use crate::error::Error;
-use crate::workload::WyRand;
 
 /// Pages the model addresses: 0..MAX_PAGES.
 pub const MAX_PAGES: u64 = 64;
@@ -113,7 +113,7 @@ impl ModelConfig {
 /// distinct, so a torn page shows which version each sector came from.
 pub fn page_bytes(page_size: usize, page: u64, version: u64) -> Vec<u8> {
     let mut v = vec![0u8; page_size];
-    WyRand::new(page.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_add(1)).fill(&mut v);
+    Rng::new(page.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ version.wrapping_add(1)).fill(&mut v);
     v
 }
 

@@ -33,13 +33,8 @@ pub fn tag_of(bytes: &[u8]) -> (u64, u64) {
     )
 }
 
-/// Whether an io_uring ring can be set up here.
-pub fn uring_available() -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = pagewriter::Config::default().engine(FlushEngine::Auto { queue_depth: 4 });
-    let f = pagewriter::PagedCachedFile::open(dir.path().join("probe"), cfg).unwrap();
-    matches!(f.io_mode().engine, FlushEngine::IoUring { .. })
-}
+#[allow(unused_imports)]
+pub use pagewriter::testing::{direct_available, uring_available};
 
 /// Every engine that works on a real file: [`ENGINES`] plus io_uring where
 /// a ring can be set up (said on stderr where not).
@@ -51,11 +46,6 @@ pub fn file_engines() -> Vec<FlushEngine> {
         eprintln!("io_uring unavailable here: its cases are skipped");
     }
     v
-}
-
-/// Whether O_DIRECT works in `dir`.
-pub fn direct_available(dir: &std::path::Path) -> bool {
-    pagewriter::FileBackend::open_direct(dir.join("direct-probe")).is_ok()
 }
 
 /// A small ext4 file system on a loop device, mounted for one test and

@@ -1,18 +1,16 @@
 //! `workload::io` (`pagewriter io`) on real files: bytes written, verify,
 //! shared-file partitions across ranks, reports, bad arguments.
 
-mod common;
-
 use std::os::unix::fs::FileExt;
 
-use pagewriter::datagen::{GenConfig, Generator};
-use pagewriter::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
 use pagewriter::{DirectIo, Error};
+use pagewriter_bench::datagen::{GenConfig, Generator};
+use pagewriter_bench::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
 use proptest::prelude::*;
 
 fn engines() -> Vec<IoEngine> {
     let mut v = vec![IoEngine::Psync];
-    if common::uring_available() {
+    if pagewriter::testing::uring_available() {
         v.push(IoEngine::IoUring);
     } else {
         eprintln!("io_uring unavailable here: its cases are skipped");
@@ -292,7 +290,7 @@ fn bad_arguments_are_clear_errors() {
     assert!(Rw::parse("sideways").is_err());
     assert!(IoEngine::parse("libaio").is_err());
 
-    if common::direct_available(dir.path()) {
+    if pagewriter::testing::direct_available(dir.path()) {
         let mut cfg = base.clone();
         cfg.direct = DirectIo::On;
         cfg.bs = 1000;
@@ -306,7 +304,8 @@ fn bad_arguments_are_clear_errors() {
 #[test]
 fn hipri_runs_or_says_the_device_has_no_poll_queues() {
     let dir = tempfile::tempdir().unwrap();
-    if !common::uring_available() || !common::direct_available(dir.path()) {
+    if !pagewriter::testing::uring_available() || !pagewriter::testing::direct_available(dir.path())
+    {
         eprintln!("needs io_uring and O_DIRECT; skipped");
         return;
     }
@@ -352,7 +351,7 @@ proptest! {
 
 #[test]
 fn ring_options_all_write_the_same_bytes() {
-    if !common::uring_available() {
+    if !pagewriter::testing::uring_available() {
         eprintln!("io_uring unavailable here; skipped");
         return;
     }

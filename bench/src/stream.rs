@@ -25,19 +25,18 @@
 //! cut to `size`.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel as chan;
 
-use crate::backend::{DioAlign, FileBackend, StorageBackend};
-use crate::buffer::{AlignedBuf, DEFAULT_ALIGN, HugePages};
-use crate::cached_file::DirectIo;
-use crate::cached_file::io_mode::open_with_direct;
 use crate::datagen::{GenConfig, Generator};
-use crate::error::{Error, Result};
+use pagewriter::DirectIo;
+use pagewriter::backend::open_with_direct;
+use pagewriter::backend::{DioAlign, FileBackend, StorageBackend};
+use pagewriter::buffer::{AlignedBuf, DEFAULT_ALIGN, HugePages};
+use pagewriter::error::{Error, Result};
 
 /// Largest `buffer_size`: 1 GiB (one io_uring SQE moves at most 2 GiB - 1,
 /// and a registered buffer may be at most 1 GiB).
@@ -416,7 +415,7 @@ fn alloc_buffers(
         // contiguous buffers need fewer device segments per write
         // (`.project/io-worker.md`: 1 MiB direct writes split in two on a
         // 254-segment virtio queue when their pages are scattered).
-        return crate::buffer::thp_slab(opts.buffer_size, opts.buffer_count)
+        return pagewriter::buffer::thp_slab(opts.buffer_size, opts.buffer_count)
             .map_err(|e| Error::io("mmap", None, e));
     }
     let mut bufs = Vec::with_capacity(opts.buffer_count);
@@ -753,7 +752,7 @@ fn run_pwrite(
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 mod uring {
     use super::*;
-    use crate::backend::ring::{Completion, RingOp, RingOptions, SlotRing};
+    use pagewriter::backend::ring::{Completion, RingOp, RingOptions, SlotRing};
 
     /// The ring for `opts`, or the buffers back for `pwrite` (engine
     /// `Auto` where io_uring is refused; the reason goes to `fallbacks`).
@@ -763,7 +762,7 @@ mod uring {
         bufs: Vec<AlignedBuf>,
         stats: &mut WriteStats,
     ) -> Result<std::result::Result<SlotRing, Vec<AlignedBuf>>> {
-        let fd = backend.file().as_raw_fd();
+        let file = backend.file();
         let mut ro = RingOptions::new(stats.queue_depth);
         ro.fixed_buffers = opts.fixed_buffers;
         // Setup errors drop the buffers; keep the lengths to remake them.
@@ -775,7 +774,7 @@ mod uring {
         };
         let n = bufs.len();
         let hugepages = opts.hugepages;
-        match SlotRing::new(fd, ro, bufs) {
+        match SlotRing::new(file, ro, bufs) {
             Ok(ring) => {
                 stats.fixed_buffers = ro.fixed_buffers;
                 Ok(Ok(ring))
@@ -790,7 +789,7 @@ mod uring {
                 } else {
                     remake(n)
                 };
-                match SlotRing::new(fd, ro, bufs) {
+                match SlotRing::new(file, ro, bufs) {
                     Ok(ring) => Ok(Ok(ring)),
                     Err(e) => Err(Error::io("io_uring setup", None, e.source)),
                 }
@@ -967,7 +966,7 @@ pub fn auto_options(path: &Path, base: &WriteOptions) -> (WriteOptions, Vec<Stri
         .unwrap_or(Path::new("."));
     let file = File::open(path).or_else(|_| File::open(probe)).ok();
     let attr = |name: &str| -> Option<u64> {
-        crate::backend::queue_attr(file.as_ref()?, name)?
+        pagewriter::backend::queue_attr(file.as_ref()?, name)?
             .parse()
             .ok()
     };

@@ -8,7 +8,7 @@
 //! `cargo bench --bench datagen`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use pagewriter::datagen::{GenConfig, Generator};
+use pagewriter_bench::datagen::{GenConfig, Generator};
 
 fn generation(c: &mut Criterion) {
     let mut g = c.benchmark_group("datagen");
@@ -41,7 +41,7 @@ fn generation(c: &mut Criterion) {
 }
 
 fn write_file(c: &mut Criterion) {
-    use pagewriter::stream::{self, StreamEngine, WriteOptions};
+    use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
     let mut g = c.benchmark_group("write_file");
     let size: u64 = 256 << 20;
     g.throughput(Throughput::Bytes(size));

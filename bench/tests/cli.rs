@@ -163,7 +163,7 @@ fn write_file_writes_the_generated_bytes_and_reports_them() {
     assert_eq!(v["bytes"], 3 << 20);
     assert!(v["gb_per_s"].as_f64().unwrap() > 0.0);
     assert!(v["io_mode"].as_str().unwrap().contains("1048576 B buffers"));
-    let g = pagewriter::datagen::Generator::new(pagewriter::datagen::GenConfig {
+    let g = pagewriter_bench::datagen::Generator::new(pagewriter_bench::datagen::GenConfig {
         size: 3 << 20,
         compress_ratio: 2.0,
         seed: 9,
@@ -230,7 +230,7 @@ fn four_ranks_as_processes_write_a_shared_file() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains(&format!("rank {rank}/4")), "{text}");
     }
-    let g = pagewriter::datagen::Generator::new(pagewriter::datagen::GenConfig {
+    let g = pagewriter_bench::datagen::Generator::new(pagewriter_bench::datagen::GenConfig {
         size,
         ..Default::default()
     })
@@ -351,5 +351,40 @@ fn bad_arguments_fail_with_a_message() {
             err.contains("pagewriter:") || err.contains("error:"),
             "{args:?}: {err}"
         );
+    }
+}
+
+/// Runs the CLI's bulk flush under `ulimit -f` (SIGXFSZ ignored, as a
+/// server would): writes past the limit are short, then EFBIG.
+fn flush_under_fsize_limit(engine: &str, direct: &str) -> std::process::Output {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let script = format!(
+        "trap '' XFSZ; ulimit -f 2048; exec '{}' flush --size 8MiB --engines {engine} --direct {direct} --repeats 1 --warmup 0 --path '{}'",
+        env!("CARGO_BIN_EXE_pagewriter"),
+        dir.path().display()
+    );
+    Command::new("sh").arg("-c").arg(script).output().unwrap()
+}
+
+#[test]
+fn full_disk_is_a_typed_error_not_a_panic() {
+    let mut engines = vec!["per-page", "concat", "vectored"];
+    if pagewriter::testing::uring_available() {
+        engines.push("io-uring");
+    }
+    for engine in engines {
+        for direct in ["off", "auto"] {
+            let out = flush_under_fsize_limit(engine, direct);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success(),
+                "{engine} {direct}: succeeded past the file size limit"
+            );
+            assert!(!err.contains("panicked"), "{engine} {direct}: {err}");
+            assert!(
+                err.contains("File too large") || err.contains("EFBIG"),
+                "{engine} {direct}: expected EFBIG, got: {err}"
+            );
+        }
     }
 }

@@ -1,18 +1,16 @@
 //! `stream::write_file` on real files: the bytes, O_DIRECT tails, ENOSPC
 //! part way, bad arguments, progress.
 
-mod common;
-
 use std::path::Path;
 
-use pagewriter::datagen::Generator;
-use pagewriter::stream::{self, StreamEngine, WriteOptions};
 use pagewriter::{DirectIo, Error};
+use pagewriter_bench::datagen::Generator;
+use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
 
 /// Engines to run: pwrite always, io_uring where a ring can be set up.
 fn engines() -> Vec<StreamEngine> {
     let mut v = vec![StreamEngine::Pwrite];
-    if common::uring_available() {
+    if pagewriter::testing::uring_available() {
         v.push(StreamEngine::IoUring);
     } else {
         eprintln!("io_uring unavailable here: its cases are skipped");
@@ -98,7 +96,7 @@ fn bytes_do_not_depend_on_buffer_size_threads_or_engine() {
 #[test]
 fn o_direct_writes_an_unaligned_tail_and_cuts_the_file_to_size() {
     let dir = tempfile::tempdir().unwrap();
-    if !common::direct_available(dir.path()) {
+    if !pagewriter::testing::direct_available(dir.path()) {
         eprintln!("O_DIRECT refused here; skipped");
         return;
     }
@@ -177,7 +175,7 @@ fn bad_arguments_are_errors_and_leave_an_existing_file_alone() {
         assert!(matches!(err.error, Error::InvalidConfig(_)), "{err}");
         assert_eq!(err.stats.bytes, 0);
     }
-    if common::direct_available(dir.path()) {
+    if pagewriter::testing::direct_available(dir.path()) {
         let opts = WriteOptions {
             buffer_size: 1000,
             ..small(StreamEngine::Auto, DirectIo::On)

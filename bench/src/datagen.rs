@@ -19,8 +19,8 @@
 //! The random bytes come from `WyRand` (one multiply per 8 bytes); blocks
 //! are filled in parallel by [`Generator::fill_at_parallel`].
 
-use crate::error::{Error, Result};
-use crate::workload::WyRand;
+use crate::rng::WyRand;
+use pagewriter::error::{Error, Result};
 
 /// Compression grain in bytes: each chunk is random bytes then zeros.
 pub const CHUNK: usize = 256;

@@ -5,9 +5,9 @@
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use pagewriter::coalesce::{RunLimits, coalesce};
-use pagewriter::workload::WyRand;
-use pagewriter::workload::flush::{Layout, dirty};
 use pagewriter::{Config, FlushEngine, PagedCachedFile};
+use pagewriter_bench::rng::WyRand;
+use pagewriter_bench::workload::flush::{Layout, dirty};
 
 const PS: usize = 4096;
 

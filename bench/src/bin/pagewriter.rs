@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use pagewriter::datagen;
-use pagewriter::workload::bulk::{self, BulkConfig, BulkRun};
-use pagewriter::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
 use pagewriter::{DirectIo, FlushEngine};
+use pagewriter_bench::datagen;
+use pagewriter_bench::workload::bulk::{self, BulkConfig, BulkRun};
+use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
 
 #[derive(Parser)]
 #[command(
@@ -621,7 +621,7 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use pagewriter::stream::{self, StreamEngine, WriteOptions};
+    use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
     let mut opts = WriteOptions {
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,
@@ -710,7 +710,7 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use pagewriter::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
+    use pagewriter_bench::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
     let shared = a.shared_file.is_some();
     let path = a
         .shared_file
@@ -790,7 +790,7 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn print_io(r: &pagewriter::workload::io::IoReport) {
+fn print_io(r: &pagewriter_bench::workload::io::IoReport) {
     let c = &r.config;
     let who = match c.shared {
         Some(s) => format!(" rank {}/{} on {}", s.rank, s.ranks, r.host),
@@ -836,7 +836,7 @@ fn print_io(r: &pagewriter::workload::io::IoReport) {
 }
 
 fn cmd_report(a: ReportArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let agg = pagewriter::workload::io::aggregate(&a.dir)?;
+    let agg = pagewriter_bench::workload::io::aggregate(&a.dir)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&agg)?);
         return Ok(());

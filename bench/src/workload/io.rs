@@ -18,7 +18,7 @@
 //! checksum at the start of each block; `Pattern::Fixed` fills each buffer
 //! once and writes it again and again, as fio does by default.
 //!
-//! [`SlotRing`]: crate::backend::ring::SlotRing
+//! [`SlotRing`]: pagewriter::backend::ring::SlotRing
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -28,13 +28,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 
-use crate::backend::{DioAlign, FileBackend, StorageBackend};
-use crate::buffer::{AlignedBuf, DEFAULT_ALIGN};
-use crate::cached_file::DirectIo;
-use crate::cached_file::io_mode::open_with_direct;
 use crate::datagen::{GenConfig, Generator, Permutation};
-use crate::error::{Error, Result};
-use crate::workload::WyRand;
+use crate::rng::WyRand;
+use pagewriter::DirectIo;
+use pagewriter::backend::open_with_direct;
+use pagewriter::backend::{DioAlign, FileBackend, StorageBackend};
+use pagewriter::buffer::{AlignedBuf, DEFAULT_ALIGN};
+use pagewriter::error::{Error, Result};
 
 /// Access pattern, as fio's `rw`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -539,7 +539,7 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
         }
     }
     if cfg.hipri
-        && let Some(v) = crate::backend::queue_attr(backend.file(), "io_poll")
+        && let Some(v) = pagewriter::backend::queue_attr(backend.file(), "io_poll")
         && v.trim() == "0"
     {
         return Err(Error::InvalidConfig(
@@ -955,8 +955,7 @@ fn run_psync(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Result<()
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 mod uring {
     use super::*;
-    use crate::backend::ring::{Completion, RingOp, RingOptions, SlotRing};
-    use std::os::fd::AsRawFd;
+    use pagewriter::backend::ring::{Completion, RingOp, RingOptions, SlotRing};
 
     pub(super) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Result<()> {
         let cfg = ctx.cfg;
@@ -972,7 +971,7 @@ mod uring {
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(|e| Error::io("allocate huge pages", None, e))?
         } else if mem_align <= DEFAULT_ALIGN {
-            crate::buffer::thp_slab(cfg.bs, cfg.iodepth as usize)
+            pagewriter::buffer::thp_slab(cfg.bs, cfg.iodepth as usize)
                 .map_err(|e| Error::io("mmap", None, e))?
         } else {
             (0..cfg.iodepth)
@@ -995,8 +994,8 @@ mod uring {
             sqpoll: cfg.sqthread_poll,
             iopoll: cfg.hipri,
         };
-        let mut ring = SlotRing::new(ctx.file.as_raw_fd(), opts, bufs)
-            .map_err(|e| Error::io(e.stage, None, e.source))?;
+        let mut ring =
+            SlotRing::new(ctx.file, opts, bufs).map_err(|e| Error::io(e.stage, None, e.source))?;
         let mut free: Vec<usize> = (0..cfg.iodepth as usize).rev().collect();
         // Per slot: the I/O, bytes done so far.
         let mut active: Vec<(Io, usize)> = vec![

@@ -7,9 +7,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::WyRand;
-use crate::cached_file::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
-use crate::error::{Error, Result};
+use crate::rng::WyRand;
+use pagewriter::error::{Error, Result};
+use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
 
 /// Settings of a bulk flush run.
 #[derive(Debug, Clone, Serialize)]
@@ -63,7 +63,7 @@ impl Default for BulkConfig {
 pub struct BulkRun {
     /// Engine used (after any fallback).
     pub engine: FlushEngine,
-    /// I/O mode as printed by [`IoMode`](crate::IoMode).
+    /// I/O mode as printed by [`IoMode`](pagewriter::IoMode).
     pub io_mode: String,
     /// Repeat number, 0-based.
     pub repeat: usize,

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::WyRand;
-use crate::cached_file::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
 use crate::datagen::{GenConfig, Generator};
-use crate::error::{Error, Result};
+use crate::rng::WyRand;
+use pagewriter::error::{Error, Result};
+use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
 
 /// What a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,8 +32,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    /// The modes `scale` runs by default, baseline first (io-uring's queue
-    /// depth comes from [`ScaleConfig::queue_depth`]).
+    /// The modes `scale` runs by default, baseline first (io-uring at queue
+    /// depth 32; the CLI's `--queue-depth` changes it).
     pub const DEFAULT: [Mode; 5] = [
         Mode::Engine(FlushEngine::PerPage),
         Mode::Engine(FlushEngine::Concat),
@@ -268,7 +268,7 @@ pub struct Row {
 pub struct ScaleReport {
     /// The settings.
     pub config: ScaleConfig,
-    /// How each mode did I/O, as [`IoMode`](crate::IoMode) prints it.
+    /// How each mode did I/O, as [`IoMode`](pagewriter::IoMode) prints it.
     pub io_modes: Vec<(Mode, String)>,
     /// Medians, in the order of `config.threads` x `config.modes`.
     pub rows: Vec<Row>,

@@ -1,10 +1,4 @@
-//! Workloads shared by the CLI (`pagewriter scale`) and the criterion
-//! benches, so both measure the same loop.
-
-pub mod bulk;
-pub mod flush;
-pub mod io;
-pub mod scale;
+//! The tools' random numbers: offsets, page fill, data generation.
 
 /// A small, fast PRNG (wyrand, Wang Yi's public-domain generator): one
 /// multiply and one xor-fold per 64 bits. Used for offsets and page fill; not

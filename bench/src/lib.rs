@@ -1,0 +1,13 @@
+//! # pagewriter-bench
+//!
+//! The tools beside the page writer: synthetic data with exact dedup and
+//! compression ratios ([`datagen`]), a streaming file writer at the storage
+//! limit ([`stream`]), and the workloads the `pagewriter` CLI and the
+//! criterion benches share ([`workload`]: `scale`, bulk flush, the fio-style
+//! `io` worker). Built on the core crate `pagewriter`; an engine that embeds
+//! the page writer does not depend on this crate.
+
+pub mod datagen;
+pub mod rng;
+pub mod stream;
+pub mod workload;

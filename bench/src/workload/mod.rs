@@ -1,0 +1,7 @@
+//! Workloads shared by the CLI (`pagewriter scale`) and the criterion
+//! benches, so both measure the same loop.
+
+pub mod bulk;
+pub mod flush;
+pub mod io;
+pub mod scale;

@@ -1,0 +1,209 @@
+//! What I/O a file actually does: the engine and `O_DIRECT` decisions made
+//! at open, with the reason for every fallback (nothing falls back
+//! silently).
+
+use std::fmt;
+
+use super::{DioAlign, FileBackend, OpenOptions};
+use crate::error::{Error, Result};
+
+/// Most SQEs in flight on one ring (io_uring's own limit on SQ entries is
+/// 32768; 4096 is past what any device here gains from).
+pub const MAX_QUEUE_DEPTH: u32 = 4096;
+
+/// The I/O mode in force for a [`PagedCachedFile`](crate::PagedCachedFile), a
+/// streaming writer or an I/O worker.
+///
+/// `Display` gives one line for reports, e.g. `io_uring QD32, O_DIRECT
+/// (align 512)` or `pwritev (io_uring refused: Operation not permitted),
+/// buffered`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct IoMode {
+    /// The engine flushes use (never `Auto`).
+    pub engine: FlushEngine,
+    /// Why the engine is not the one asked for, if it is not.
+    pub engine_fallback: Option<String>,
+    /// `O_DIRECT` alignment if the file bypasses the page cache.
+    pub direct: Option<DioAlign>,
+    /// Why the file is buffered although `O_DIRECT` was asked for (`Auto`).
+    pub direct_fallback: Option<String>,
+}
+
+impl fmt::Display for IoMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.engine {
+            FlushEngine::IoUring { queue_depth } => write!(f, "io_uring QD{queue_depth}")?,
+            FlushEngine::PerPage => write!(f, "pwrite per page")?,
+            FlushEngine::Concat => write!(f, "pwrite per run (copied)")?,
+            other => write!(f, "{}", other.syscall())?,
+        }
+        if let Some(why) = &self.engine_fallback {
+            write!(f, " ({why})")?;
+        }
+        match (&self.direct, &self.direct_fallback) {
+            (Some(a), _) if a.memory == a.offset => write!(f, ", O_DIRECT (align {})", a.offset),
+            (Some(a), _) => write!(
+                f,
+                ", O_DIRECT (align {} memory, {} offset)",
+                a.memory, a.offset
+            ),
+            (None, Some(why)) => write!(f, ", buffered ({why})"),
+            (None, None) => write!(f, ", buffered"),
+        }
+    }
+}
+
+/// Short name of an I/O error for reports: the errno's name where known
+/// (`EINVAL`, `EPERM`, ...), else the error's message.
+pub fn short_error(e: &std::io::Error) -> String {
+    let name = match e.raw_os_error() {
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::ENOSYS) => "ENOSYS",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::EACCES) => "EACCES",
+        _ => return e.to_string(),
+    };
+    name.to_string()
+}
+
+/// Opens `path` (created if missing, never truncated) with `O_DIRECT` as
+/// `direct` asks. `misfit` says why an `O_DIRECT` file cannot serve the
+/// caller's sizes, if so: with `On` that is an [`Error::InvalidConfig`]
+/// ("O_DIRECT: why"), with `Auto` the file is reopened buffered. Returns
+/// the backend and, for `Auto` falling back to buffered, why.
+///
+/// Shared by the cached file and the tools that bypass it (the streaming
+/// writer, the I/O worker), so all decide and report `O_DIRECT` the same
+/// way.
+///
+/// Errors: `Error::Io` with op "open" or "open O_DIRECT";
+/// [`Error::InvalidConfig`] with `On` and a misfit.
+pub fn open_with_direct(
+    path: &std::path::Path,
+    direct: DirectIo,
+    misfit: &dyn Fn(&FileBackend) -> Option<String>,
+) -> Result<(FileBackend, Option<String>)> {
+    open_with_options(path, &OpenOptions::new().lock(false), direct, misfit)
+}
+
+/// [`open_with_direct`] with access, creation and locking as `options`
+/// say. A lock held elsewhere is [`Error::Locked`].
+pub fn open_with_options(
+    path: &std::path::Path,
+    options: &OpenOptions,
+    direct: DirectIo,
+    misfit: &dyn Fn(&FileBackend) -> Option<String>,
+) -> Result<(FileBackend, Option<String>)> {
+    let open = |direct: bool, op: &'static str| {
+        FileBackend::open_with(path, options, direct).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Error::Locked
+            } else {
+                Error::io(op, None, e)
+            }
+        })
+    };
+    let buffered = || open(false, "open");
+    match direct {
+        DirectIo::Off => Ok((buffered()?, None)),
+        DirectIo::On => {
+            let b = open(true, "open O_DIRECT")?;
+            match misfit(&b) {
+                Some(why) => Err(Error::InvalidConfig(format!("O_DIRECT: {why}"))),
+                None => Ok((b, None)),
+            }
+        }
+        DirectIo::Auto => match open(true, "open O_DIRECT") {
+            Ok(b) => match misfit(&b) {
+                None => Ok((b, None)),
+                Some(why) => {
+                    drop(b);
+                    Ok((buffered()?, Some(why)))
+                }
+            },
+            Err(Error::Io { source: e, .. }) => Ok((
+                buffered()?,
+                Some(format!("O_DIRECT refused: {}", short_error(&e))),
+            )),
+            Err(other) => Err(other),
+        },
+    }
+}
+
+/// How a flush turns runs of contiguous dirty pages into write calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FlushEngine {
+    /// One `pwrite` per page, in offset order. The baseline that collapses
+    /// under concurrent writers; kept to measure against.
+    PerPage,
+    /// Each run is copied into one buffer and written with one `pwrite`.
+    /// Few system calls, but every byte is copied once more.
+    Concat,
+    /// Each run is written with one `pwritev` straight from the page
+    /// buffers (zero copy). The default.
+    #[default]
+    Vectored,
+    /// Each run is one `IORING_OP_WRITEV` SQE on a ring per file, up to
+    /// `queue_depth` (1..=[`MAX_QUEUE_DEPTH`]) in flight (Linux, cargo feature `io-uring`).
+    /// Opening fails if the ring cannot be set up.
+    IoUring {
+        /// Most SQEs in flight.
+        queue_depth: u32,
+    },
+    /// `IoUring` where a ring can be set up, else `Vectored`; the file's
+    /// [`IoMode`] says which and why.
+    Auto {
+        /// Queue depth if io_uring is used.
+        queue_depth: u32,
+    },
+}
+
+impl FlushEngine {
+    /// Short lower-case name used by the CLI and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushEngine::PerPage => "per-page",
+            FlushEngine::Concat => "concat",
+            FlushEngine::Vectored => "vectored",
+            FlushEngine::IoUring { .. } => "io-uring",
+            FlushEngine::Auto { .. } => "auto",
+        }
+    }
+
+    /// The system call each write of this engine makes.
+    pub fn syscall(self) -> &'static str {
+        match self {
+            FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
+            FlushEngine::Vectored => "pwritev",
+            FlushEngine::IoUring { .. } => "io_uring writev",
+            FlushEngine::Auto { .. } => "io_uring writev or pwritev",
+        }
+    }
+}
+
+/// Whether the file is opened with `O_DIRECT` (bypassing the page cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum DirectIo {
+    /// Buffered I/O through the page cache. The default.
+    #[default]
+    Off,
+    /// `O_DIRECT`; opening fails where the file system refuses it or the
+    /// page size / page alignment do not meet its alignment.
+    On,
+    /// `O_DIRECT` where possible, else buffered; the file's
+    /// [`IoMode`] says which and why.
+    Auto,
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for FlushEngine {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
