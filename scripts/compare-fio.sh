@@ -35,9 +35,9 @@
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
-size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io
+size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
-usage="usage: $0 [--suites flush,write-file,io] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32]"
+usage="usage: $0 [--suites flush,write-file,io] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -50,6 +50,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
+    --plot) plot_dir=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -70,11 +71,21 @@ print(n*(1024 if i or not u else 1000)**"_KMGT".index(u or "_"))' "$1"; }
 size_b=$(to_bytes "$size"); bs_b=$(to_bytes "$bs")
 wf_size_b=$(to_bytes "$wf_size"); wf_bs_b=$(to_bytes "$wf_bs"); io_size_b=$(to_bytes "$io_size")
 
+if [ -n "$plot_dir" ]; then
+  # Checked before any round runs.
+  mkdir -p "$plot_dir" && [ -w "$plot_dir" ] || { echo "--plot $plot_dir: not a writable directory" >&2; exit 2; }
+  plot_dir=$(cd "$plot_dir" && pwd)
+fi
+rounds_log=$(mktemp)
+trap 'rm -f "$rounds_log"' EXIT
+# record SUITE CASE RATIO...: every round's ratio, for the plots.
+record() { local s=$1 c=$2; shift 2; printf '%s\t%s\t%s\n' "$s" "$c" "$*" >>"$rounds_log"; }
+
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 pw=$PWD/target/release/pagewriter
 file=$(cd "$dir" && pwd)/.pagewriter-compare-fio.pwtmp
-trap 'rm -f "$file"' EXIT
+trap 'rm -f "$file" "$rounds_log"' EXIT
 
 # name | pagewriter engine | direct | fio ioengine | fio iodepth
 cases=(
@@ -122,6 +133,7 @@ for c in "${cases[@]}"; do
   done
   med=$(printf '%s\n' "${ratios[@]}" | median)
   summary+=("$(printf '%-18s median ratio %s  (%s)' "$name" "$med" "${ratios[*]}")")
+  record flush "$name" "${ratios[@]}"
 done
 fi
 
@@ -147,6 +159,7 @@ print("%.4f" % (j["write"]["io_bytes"] / (j["job_runtime"] / 1000) / 1e9))')
 done
 med=$(printf '%s\n' "${ratios[@]}" | median)
 summary+=("$(printf '%-18s median ratio %s  (%s)' write-file "$med" "${ratios[*]}")")
+record write-file write-file "${ratios[@]}"
 fi
 if has_suite io; then
 echo "suite io: file $io_size ($io_size_b B), ${io_runtime}s per run, O_DIRECT, io_uring"
@@ -163,15 +176,22 @@ for c in "${io_cases[@]}"; do
   IFS='|' read -r name rw cbs depth <<<"$c"
   dir_key=write; case "$rw" in *read) dir_key=read ;; esac
   bw_r=() p99_r=()
+  fio_json=$(mktemp)
   for r in $(seq 1 "$rounds"); do
+    # The last round draws the latency curve, beside fio's of the round before.
+    plot_args=()
+    if [ -n "$plot_dir" ] && [ "$r" = "$rounds" ]; then
+      plot_args=(--plot "$plot_dir/io-$name-latency.svg")
+      [ -s "$fio_json" ] && plot_args+=(--reference "$fio_json")
+    fi
     read -r a ap99 < <("$pw" io --filename "$file" --rw "$rw" --bs "$cbs" --iodepth "$depth" \
-        --direct on --size "$io_size_b" --runtime "$io_runtime" --pattern fixed --json |
+        --direct on --size "$io_size_b" --runtime "$io_runtime" --pattern fixed --json "${plot_args[@]}" |
       python3 -c 'import json,sys
 d=json.load(sys.stdin)["'$dir_key'"]
 print("%.1f %.1f" % (d["bw_bytes_per_s"], d["lat_us"]["p99"]))')
     read -r b bp99 < <(fio --name="$name" --filename="$file" --rw="$rw" --bs="$cbs" --iodepth="$depth" \
         --direct=1 --ioengine=io_uring --size="$io_size_b" --runtime="$io_runtime" --time_based \
-        --lat_percentiles=1 --output-format=json |
+        --lat_percentiles=1 --output-format=json | tee "$fio_json" |
       python3 -c 'import json,sys
 d=json.load(sys.stdin)["jobs"][0]["'$dir_key'"]
 print("%.1f %.1f" % (d["bw_bytes"], d["lat_ns"]["percentile"]["99.000000"] / 1e3))')
@@ -183,9 +203,31 @@ print("%.1f %.1f" % (d["bw_bytes"], d["lat_ns"]["percentile"]["99.000000"] / 1e3
   done
   summary+=("$(printf '%-18s median bw ratio %s (%s)  median p99 ratio %s (%s)' "$name" \
     "$(printf '%s\n' "${bw_r[@]}" | median)" "${bw_r[*]}" "$(printf '%s\n' "${p99_r[@]}" | median)" "${p99_r[*]}")")
+  record io "$name bw" "${bw_r[@]}"
+  record io "$name p99" "${p99_r[@]}"
+  rm -f "$fio_json"
 done
 rm -f "$file"
 fi
 
 echo
 printf '%s\n' "${summary[@]}"
+
+if [ -n "$plot_dir" ]; then
+  # One SVG per suite: every round's ratio per case.
+  for suite in $(cut -f1 "$rounds_log" | sort -u); do
+    json="$plot_dir/$suite-rounds.json"
+    python3 - "$rounds_log" "$suite" "$rounds" >"$json" <<'PY'
+import json, sys
+log, suite, rounds = sys.argv[1], sys.argv[2], sys.argv[3]
+cases = {}
+for line in open(log):
+    s, case, ratios = line.rstrip("\n").split("\t")
+    if s == suite:
+        cases[case] = [float(r) for r in ratios.split()]
+print(json.dumps({"title": f"compare-fio {suite}: pagewriter / fio per round ({rounds} rounds)", "cases": cases}))
+PY
+    "$pw" plot-rounds "$json" --plot "$plot_dir/$suite.svg"
+  done
+fi
+

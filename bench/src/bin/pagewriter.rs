@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use pagewriter::{DirectIo, FlushEngine};
 use pagewriter_bench::datagen;
+use pagewriter_bench::plot;
 use pagewriter_bench::workload::bulk::{self, BulkConfig, BulkRun};
 use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
 
@@ -44,6 +45,8 @@ enum Command {
     Io(IoArgs),
     /// Aggregate the per-rank JSON reports of `io --report-dir DIR`.
     Report(ReportArgs),
+    /// Plot every round's ratio per case (scripts/compare-fio.sh --plot).
+    PlotRounds(PlotRoundsArgs),
 }
 
 #[derive(clap::Args)]
@@ -146,6 +149,13 @@ struct IoArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Draw the latency percentile curve per direction into this SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// fio's JSON output (`--output-format=json`) of the same job: its
+    /// latency curve is drawn dashed beside ours.
+    #[arg(long, requires = "plot")]
+    reference: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -155,6 +165,19 @@ struct ReportArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Draw per-rank bandwidth bars and the aggregate into this SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct PlotRoundsArgs {
+    /// JSON `{"title": "...", "cases": {"case": [ratio, ...]}}` (what
+    /// scripts/compare-fio.sh --plot writes).
+    input: PathBuf,
+    /// The SVG to write.
+    #[arg(long)]
+    plot: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -328,6 +351,13 @@ struct ScaleArgs {
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
+    /// Draw commits/s and p99 latency against threads into this SVG.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// A reference drawn dashed in the plot: JSON `{"label": ..., "points":
+    /// [{"threads": 1, "commits_per_s": .., "p99_us": ..}, ..]}`.
+    #[arg(long, requires = "plot")]
+    reference: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -385,6 +415,7 @@ fn main() -> ExitCode {
         Command::WriteFile(args) => cmd_write_file(args),
         Command::Io(args) => cmd_io(args),
         Command::Report(args) => cmd_report(args),
+        Command::PlotRounds(args) => cmd_plot_rounds(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -450,6 +481,14 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         compress_ratio: a.compress,
     };
     config.validate()?;
+    // Plot path and reference are checked before minutes of work.
+    if let Some(p) = &a.plot {
+        plot::check_writable(p)?;
+    }
+    let reference: Option<plot::Reference> = match &a.reference {
+        Some(p) => Some(read_json(p)?),
+        None => None,
+    };
     let total = config.threads.len() * config.modes.len() * config.repeats;
     let mut done = 0;
     let report = scale::run(&config, |c| {
@@ -466,6 +505,10 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_scale(&report);
+    }
+    if let Some(p) = &a.plot {
+        plot::line_svg(&plot::scale_figure(&report, reference.as_ref()), p)?;
+        eprintln!("plot: {}", p.display());
     }
     Ok(())
 }
@@ -716,6 +759,13 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
         .shared_file
         .or(a.filename)
         .ok_or("--filename or --shared-file")?;
+    if let Some(p) = &a.plot {
+        plot::check_writable(p)?;
+    }
+    let fio: Option<serde_json::Value> = match &a.reference {
+        Some(p) => Some(read_json(p)?),
+        None => None,
+    };
     let mut cfg = IoConfig::new(path);
     cfg.rw = Rw::parse(&a.rw)?;
     cfg.rwmix_read = a.rwmix_read;
@@ -782,11 +832,31 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(&tmp, serde_json::to_vec_pretty(&report)?)?;
         std::fs::rename(&tmp, dir.join(format!("rank-{rank}.json")))?;
     }
+    if let Some(p) = &a.plot {
+        plot::line_svg(&plot::io_figure(&report, fio.as_ref()), p)?;
+        eprintln!("plot: {}", p.display());
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     print_io(&report);
+    Ok(())
+}
+
+/// Reads a JSON file into `T`; errors name the file.
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &std::path::Path,
+) -> Result<T, Box<dyn std::error::Error>> {
+    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+fn cmd_plot_rounds(a: PlotRoundsArgs) -> Result<(), Box<dyn std::error::Error>> {
+    plot::check_writable(&a.plot)?;
+    let rounds: plot::Rounds = read_json(&a.input)?;
+    plot::line_svg(&plot::rounds_figure(&rounds), &a.plot)?;
+    eprintln!("plot: {}", a.plot.display());
     Ok(())
 }
 
@@ -836,7 +906,19 @@ fn print_io(r: &pagewriter_bench::workload::io::IoReport) {
 }
 
 fn cmd_report(a: ReportArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(p) = &a.plot {
+        plot::check_writable(p)?;
+    }
     let agg = pagewriter_bench::workload::io::aggregate(&a.dir)?;
+    if let Some(p) = &a.plot {
+        plot::bars_svg(
+            &plot::report_title(&agg),
+            "bandwidth (GiB/s)",
+            &plot::report_bars(&agg),
+            p,
+        )?;
+        eprintln!("plot: {}", p.display());
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&agg)?);
         return Ok(());

@@ -55,6 +55,18 @@ pub enum Rw {
 }
 
 impl Rw {
+    /// fio's name of this pattern.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::RandRead => "randread",
+            Self::RandWrite => "randwrite",
+            Self::Rw => "rw",
+            Self::RandRw => "randrw",
+        }
+    }
+
     /// Parses fio's names: read, write, randread, randwrite, rw (readwrite),
     /// randrw.
     ///
@@ -384,7 +396,16 @@ pub struct DirStats {
     pub lat_samples: u64,
     /// Latency, µs: min, mean, p50, p90, p99, p99.9, p99.99, max.
     pub lat_us: LatencyUs,
+    /// The latency percentile curve: (percentile, µs) at each of
+    /// [`PERCENTILES`], for plots. Empty in reports written before it was.
+    #[serde(default)]
+    pub percentiles_us: Vec<(f64, f64)>,
 }
+
+/// Percentiles of the latency curve in a report ([`DirStats::percentiles_us`]).
+pub const PERCENTILES: [f64; 14] = [
+    1.0, 5.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999,
+];
 
 /// Latency figures in µs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -685,6 +706,10 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
                 p99_99: h.value_at_quantile(0.9999) as f64 / 1e3,
                 max: h.max() as f64 / 1e3,
             },
+            percentiles_us: PERCENTILES
+                .iter()
+                .map(|&p| (p, h.value_at_quantile(p / 100.0) as f64 / 1e3))
+                .collect(),
         })
     };
     let unix = |t: SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
