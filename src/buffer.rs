@@ -49,6 +49,31 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
+    /// Like [`zeroed`](Self::zeroed), but an allocation the allocator
+    /// refuses (a length past what the process can get) is
+    /// not an abort: `Ok(None)` for a bad layout,
+    /// `Err(len)` when the memory cannot be had, never an abort.
+    pub fn try_zeroed(len: usize, align: usize) -> Result<Option<Self>, usize> {
+        let Ok(layout) = Layout::from_size_align(len, align) else {
+            return Ok(None);
+        };
+        if len == 0 {
+            return Ok(Self::zeroed(0, align));
+        }
+        // SAFETY: `layout` has a non-zero size (checked above).
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        match NonNull::new(raw) {
+            Some(ptr) => Ok(Some(Self {
+                ptr,
+                len,
+                align,
+                cap: len,
+                mmapped: false,
+            })),
+            None => Err(len),
+        }
+    }
+
     /// A zeroed buffer of `len` bytes aligned to `align` bytes.
     ///
     /// Returns `None` if `align` is not a power of two or `len` rounded up to

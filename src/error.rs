@@ -99,6 +99,12 @@ pub enum Error {
         /// The operating system's error of that call.
         source: io::Error,
     },
+    /// Memory for `bytes` bytes could not be had (a read of more than the
+    /// process can hold); nothing was changed.
+    NoMemory {
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// An I/O call failed.
     Io {
         /// What was being done: "pwritev", "pwrite", "pread", "fdatasync", ...
@@ -158,6 +164,7 @@ impl Error {
             Error::Closed => Error::Closed,
             Error::Poisoned => Error::Poisoned,
             Error::ReadOnly => Error::ReadOnly,
+            Error::NoMemory { bytes } => Error::NoMemory { bytes: *bytes },
             Error::Locked => Error::Locked,
             Error::Busy { offset } => Error::Busy { offset: *offset },
             Error::FileTooLarge { offset, len, max } => Error::FileTooLarge {
@@ -224,6 +231,9 @@ impl fmt::Display for Error {
                 "file is poisoned: an earlier fdatasync failed and durability can no longer be promised"
             ),
             Error::ReadOnly => write!(f, "file is open read-only"),
+            Error::NoMemory { bytes } => {
+                write!(f, "cannot allocate {bytes} bytes of memory for this call")
+            }
             Error::Locked => write!(
                 f,
                 "file is locked by another open (a second writer, or a writer while readers hold it)"
@@ -278,6 +288,7 @@ impl From<Error> for io::Error {
                     Error::OutOfBounds { .. } => io::ErrorKind::UnexpectedEof,
                     Error::Locked | Error::Busy { .. } => io::ErrorKind::WouldBlock,
                     Error::ReadOnly => io::ErrorKind::PermissionDenied,
+                    Error::NoMemory { .. } => io::ErrorKind::OutOfMemory,
                     Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
                     Error::PagesFailed { ref source, .. } => source.kind(),
                     _ => io::ErrorKind::InvalidInput,

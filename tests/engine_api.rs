@@ -554,3 +554,26 @@ fn lock_wait_takes_a_lock_released_meanwhile() {
     assert!(started.elapsed() >= std::time::Duration::from_millis(100));
     t.join().unwrap();
 }
+
+#[test]
+fn huge_reads_and_guards_are_typed_errors_not_aborts() {
+    let (_be, f) = crash_file(Config::default());
+    // A guard larger than the write buffer.
+    assert!(matches!(
+        f.write(0, usize::MAX & !(PS - 1)),
+        Err(Error::InvalidConfig(_) | Error::FileTooLarge { .. } | Error::Overflow { .. })
+    ));
+    assert!(matches!(f.write(0, 1 << 40), Err(Error::InvalidConfig(_))));
+    // Past the end: bounds, before any allocation.
+    assert!(matches!(f.read(0, 1 << 40), Err(Error::OutOfBounds { .. })));
+    // Inside a 2 TiB sparse file: memory the process cannot get.
+    if std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|m| m.trim() == "1") {
+        eprintln!("vm.overcommit_memory=1 would hand out 1 TiB: the memory case is skipped");
+        return;
+    }
+    let d = dir();
+    let f = PagedCachedFile::open(d.path().join("sparse"), Config::default()).unwrap();
+    f.set_len(2 << 40).unwrap();
+    assert!(matches!(f.read(0, 1 << 40), Err(Error::NoMemory { bytes }) if bytes == 1 << 40));
+    f.set_len(0).unwrap();
+}

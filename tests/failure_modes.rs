@@ -40,7 +40,7 @@ fn free_bytes(path: &std::path::Path) -> u64 {
 
 #[test]
 fn o_direct_preallocates_only_what_is_written() {
-    let Some(fs) = ScratchFs::ext4(64) else {
+    let Some(fs) = ScratchFs::ext4(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 64) else {
         return;
     };
     for engine in engines() {
@@ -77,7 +77,7 @@ fn o_direct_preallocates_only_what_is_written() {
 
 #[test]
 fn a_page_past_the_largest_file_is_refused_when_written() {
-    let Some(fs) = ScratchFs::ext4(64) else {
+    let Some(fs) = ScratchFs::ext4(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 64) else {
         return;
     };
     for direct in [DirectIo::Off, DirectIo::Auto] {
@@ -148,7 +148,7 @@ impl StorageBackend for UnknownMax {
 
 #[test]
 fn one_bad_page_does_not_hold_the_others_hostage() {
-    let Some(fs) = ScratchFs::ext4(64) else {
+    let Some(fs) = ScratchFs::ext4(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 64) else {
         return;
     };
     let bad = 1u64 << 42; // past ext4's 16 TiB file limit (4 KiB blocks)
@@ -202,7 +202,7 @@ fn one_bad_page_does_not_hold_the_others_hostage() {
 
 #[test]
 fn a_full_disk_keeps_pages_dirty_until_space_returns() {
-    let Some(fs) = ScratchFs::ext4(64) else {
+    let Some(fs) = ScratchFs::ext4(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 64) else {
         return;
     };
     for direct in [DirectIo::Off, DirectIo::Auto] {

@@ -153,12 +153,7 @@ impl Generator {
                 cfg.compress_ratio
             ));
         }
-        if !cfg.block_size.is_power_of_two() || !(512..=1 << 20).contains(&cfg.block_size) {
-            return bad(format!(
-                "block size {} is not a power of two in 512..=1MiB",
-                cfg.block_size
-            ));
-        }
+        check_block_size(cfg.block_size)?;
         let blocks = cfg.size.div_ceil(cfg.block_size as u64);
         let unique = ((blocks as f64 / cfg.dedup_ratio).round() as u64).clamp(1, blocks);
         let random_per_chunk = if cfg.compress_ratio == 1.0 {
@@ -296,13 +291,32 @@ pub struct MeasuredRatios {
     pub compress_ratio: f64,
 }
 
+/// The dedup block sizes the generator and [`measure`] take: powers of two
+/// in 512..=1 MiB.
+///
+/// Errors: [`Error::InvalidConfig`] naming the size.
+pub fn check_block_size(block_size: usize) -> Result<()> {
+    if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
+        return Err(Error::InvalidConfig(format!(
+            "block size {block_size} is not a power of two in 512..=1MiB"
+        )));
+    }
+    Ok(())
+}
+
 /// Measures the dedup ratio at `block_size` and the LZ4 compression ratio
 /// (per 64 KiB of unique data) of the bytes `read` yields, in order.
 /// A final partial block counts as a block.
+///
+/// Errors: `InvalidInput` for a block size [`check_block_size`] refuses
+/// (before anything is read) and for an empty input (0 blocks measured is
+/// no measurement); the reader's errors.
 pub fn measure(
     mut read: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
     block_size: usize,
 ) -> std::io::Result<MeasuredRatios> {
+    check_block_size(block_size)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     use std::collections::HashSet;
     let mut seen: HashSet<u128> = HashSet::new();
     let (mut blocks, mut bytes) = (0u64, 0u64);
@@ -338,6 +352,12 @@ pub fn measure(
     if !pending.is_empty() {
         raw += pending.len() as u64;
         packed += lz4_flex::block::compress(&pending).len() as u64;
+    }
+    if blocks == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "nothing to measure: the input is empty",
+        ));
     }
     Ok(MeasuredRatios {
         bytes,

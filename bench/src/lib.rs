@@ -10,5 +10,6 @@
 pub mod datagen;
 pub mod plot;
 pub mod rng;
+pub mod room;
 pub mod stream;
 pub mod workload;

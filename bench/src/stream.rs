@@ -84,6 +84,9 @@ pub struct WriteOptions {
     pub hugepages: bool,
     /// `fallocate` the whole file before writing. Default true.
     pub preallocate: bool,
+    /// Write even if the file system's free space looks too small.
+    /// Default false.
+    pub force: bool,
     /// Dedup ratio of the data, >= 1 (see [`GenConfig`]). Default 1.
     pub dedup_ratio: f64,
     /// Compression ratio of the data, 1..=32. Default 1.
@@ -107,6 +110,7 @@ impl Default for WriteOptions {
             writer_threads: 4,
             hugepages: false,
             preallocate: true,
+            force: false,
             dedup_ratio: 1.0,
             compress_ratio: 1.0,
             block_size: 4096,
@@ -297,12 +301,44 @@ pub fn write_file_with_progress(
     stats.direct = backend.direct();
     stats.fallbacks.extend(direct_why);
     let io_align = stats.direct.map_or(1, |a| a.offset as u64);
-    let padded = size.div_ceil(io_align) * io_align;
     let fail = |error: Error, stats: &WriteStats| WriteFileError {
         error,
         stats: Box::new(stats.clone()),
     };
+    if let Some(max) = backend.max_file_size()
+        && size > max
+    {
+        let e = Error::FileTooLarge {
+            offset: 0,
+            len: size,
+            max,
+        };
+        return Err(fail(e, &stats));
+    }
+    let padded = size
+        .div_ceil(io_align)
+        .checked_mul(io_align)
+        .ok_or_else(|| {
+            fail(
+                Error::FileTooLarge {
+                    offset: 0,
+                    len: size,
+                    max: u64::MAX - io_align + 1,
+                },
+                &stats,
+            )
+        })?;
 
+    // Nothing is truncated before the file system is known to hold the
+    // result: a size past its largest file, or past its free space (plus
+    // what the old file frees), fails with the file as it was.
+    crate::room::check(
+        path.as_ref(),
+        padded,
+        crate::room::held(path.as_ref()),
+        opts.force,
+    )
+    .map_err(|e| fail(e, &stats))?;
     let t = Instant::now();
     backend
         .set_len(0)

@@ -286,9 +286,11 @@ fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
     let size = 16 << 20;
     for engine in engines() {
         let path = fs.0.path().join("full");
+        // `force`: past the free-space check, to reach ENOSPC part-way.
         let opts = WriteOptions {
             preallocate: false,
             buffer_size: 256 << 10,
+            force: true,
             ..small(engine, DirectIo::Off)
         };
         let err = stream::write_file(&path, size, &opts).unwrap_err();

@@ -388,6 +388,26 @@ fn probe_max_file_size(file: &File) -> Option<u64> {
     Some(lo as u64)
 }
 
+/// Bytes an unprivileged writer can still allocate on the file system
+/// holding `path` (`statvfs`: `f_bavail * f_frsize`), for checking a large
+/// write against free space before starting it.
+///
+/// Errors: `statvfs`'s (`ENOENT` for a missing path, ...);
+/// `InvalidInput` for a path with a NUL byte.
+pub fn free_space(path: &Path) -> io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated string and `s` a live, writable
+    // statvfs, both for the whole call.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(s.f_bavail.saturating_mul(s.f_frsize))
+}
+
 /// `statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN)`: `Some` alignment when
 /// the kernel and file system report it (zeros: no direct I/O), `None` when
 /// they do not (kernels before 6.1, some file systems).

@@ -15,7 +15,8 @@ pub mod ring;
 pub mod uring;
 
 pub use file::{
-    DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, OpenOptions, SyscallCounts, queue_attr,
+    DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, OpenOptions, SyscallCounts,
+    free_space, queue_attr,
 };
 pub use io_mode::{
     DirectIo, FlushEngine, IoMode, MAX_QUEUE_DEPTH, open_with_direct, open_with_options,

@@ -5,6 +5,10 @@ use crate::backend::{DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
 use crate::buffer::DEFAULT_ALIGN;
 use crate::error::{Error, Result};
 
+/// Largest `max_write_bytes`: 1 GiB (a write call the kernel would cut at
+/// 2 GiB anyway, and the size of each io_uring bounce buffer).
+pub const MAX_WRITE_BYTES: usize = 1 << 30;
+
 /// Most lock stripes of the write buffer and the read cache.
 pub const MAX_STRIPES: usize = 4096;
 
@@ -27,7 +31,8 @@ pub struct Config {
     pub read_cache_bytes: usize,
     /// How runs are written. Default [`FlushEngine::Vectored`].
     pub engine: FlushEngine,
-    /// Most bytes one write call carries (a run is cut there). Default 1 MiB.
+    /// Most bytes one write call carries (a run is cut there),
+    /// 1..=[`MAX_WRITE_BYTES`]. Default 1 MiB.
     pub max_write_bytes: usize,
     /// Most pages (iovecs) in one write call; 1..=1024 (`IOV_MAX`).
     /// Default 1024.
@@ -132,8 +137,11 @@ impl Config {
                 self.max_write_buffer_bytes, self.page_size
             ));
         }
-        if self.max_write_bytes == 0 {
-            return bad("max_write_bytes is 0".into());
+        if !(1..=MAX_WRITE_BYTES).contains(&self.max_write_bytes) {
+            return bad(format!(
+                "max_write_bytes {} is not in 1..={MAX_WRITE_BYTES}",
+                self.max_write_bytes
+            ));
         }
         if !(1..=IOV_MAX).contains(&self.max_run_pages) {
             return bad(format!(

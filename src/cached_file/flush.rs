@@ -45,38 +45,46 @@ impl Flusher {
     /// A flusher that writes through `ring` when the engine is io_uring;
     /// `bounce` buffers of `bounce_len` bytes when it also does `O_DIRECT`
     /// (one per SQE in flight), pre-faulted so no flush pays for it.
+    ///
+    /// Errors: [`Error::NoMemory`] if the bounce buffers cannot be had.
     pub(crate) fn new(
         ring: Option<super::open::Ring>,
         bounce: usize,
         bounce_len: usize,
         align: usize,
-    ) -> Self {
+    ) -> Result<Self> {
         // One THP-advised mapping where the alignment allows: physically
         // contiguous bounce buffers split into fewer device segments.
         let slab = (bounce > 0 && align <= crate::buffer::DEFAULT_ALIGN)
             .then(|| crate::buffer::thp_slab(bounce_len, bounce).ok())
             .flatten();
-        let mut bounce: Vec<AlignedBuf> = slab.unwrap_or_else(|| {
-            (0..bounce)
-                .map(|_| AlignedBuf::zeroed(bounce_len, align).expect("alignment validated"))
-                .collect()
-        });
+        let mut bounce: Vec<AlignedBuf> = match slab {
+            Some(s) => s,
+            None => (0..bounce)
+                .map(|_| match AlignedBuf::try_zeroed(bounce_len, align) {
+                    Ok(Some(b)) => Ok(b),
+                    _ => Err(Error::NoMemory {
+                        bytes: (bounce_len as u64).saturating_mul(bounce as u64),
+                    }),
+                })
+                .collect::<Result<_>>()?,
+        };
         for b in &mut bounce {
             b.fill(0);
         }
         #[cfg(all(target_os = "linux", feature = "io-uring"))]
-        return Self {
+        return Ok(Self {
             uring: ring,
             bounce,
             ..Self::default()
-        };
+        });
         #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
         {
             let _ = ring;
-            Self {
+            Ok(Self {
                 bounce,
                 ..Self::default()
-            }
+            })
         }
     }
 }
@@ -142,7 +150,7 @@ impl PagedCachedFile {
         let mut batch = self.drain()?;
         let limits = RunLimits {
             max_pages: self.config.max_run_pages,
-            max_bytes: self.config.max_write_bytes,
+            max_bytes: self.max_run_bytes,
         };
         if let Err(e) = coalesce(&mut batch.entries, limits, &mut f.runs) {
             // Cannot happen: drained pages have distinct page numbers.

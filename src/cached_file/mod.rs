@@ -50,7 +50,7 @@ mod open;
 mod stats;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
-pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES};
+pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES};
 pub use stats::Stats;
 
 use cache::CacheStripe;
@@ -167,6 +167,9 @@ pub struct PagedCachedFile {
     /// This file took the advisory lock at open, and releases it at
     /// `close` or drop.
     locked: bool,
+    /// Most bytes of one run: `max_write_bytes`, but never more than the
+    /// write buffer holds (see [`max_run_bytes`]).
+    max_run_bytes: usize,
     /// Largest file length the backend holds (its file system's maximum
     /// file size), `u64::MAX` where unknown.
     max_len: u64,
@@ -260,12 +263,18 @@ impl PagedCachedFile {
             direct: backend.dio_align(),
             direct_fallback: None,
         };
+        // A run is at most `max_write_bytes` and never more than what the
+        // write buffer holds, and the runs in flight together hold at most
+        // the buffer: size the bounce buffers by both, so a 1 GiB write cap
+        // at queue depth 32 does not ask for 32 GiB.
+        let bounce_len = max_run_bytes(&config);
         let bounce = match (engine, backend.dio_align()) {
-            (FlushEngine::IoUring { queue_depth }, Some(_)) => queue_depth as usize,
+            (FlushEngine::IoUring { queue_depth }, Some(_)) => (queue_depth as usize)
+                .min(config.max_write_buffer_bytes.div_ceil(bounce_len))
+                .max(1),
             _ => 0,
         };
-        let bounce_len = config.max_write_bytes.max(config.page_size);
-        let flusher = Flusher::new(ring, bounce, bounce_len, config.page_align);
+        let flusher = Flusher::new(ring, bounce, bounce_len, config.page_align)?;
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {
@@ -308,6 +317,7 @@ impl PagedCachedFile {
             closed: AtomicBool::new(false),
             read_only: false,
             locked: false,
+            max_run_bytes: max_run_bytes(&config),
             max_len,
             writers: AtomicUsize::new(0),
             guards: AtomicUsize::new(0),
@@ -513,7 +523,12 @@ impl PagedCachedFile {
         if len == ps {
             return self.read_page(self.page_no(offset));
         }
-        let mut out = self.alloc(len);
+        // A read of many pages is one buffer: memory the process cannot
+        // get is a typed error, not an abort.
+        let mut out = match AlignedBuf::try_zeroed(len, self.config.page_align) {
+            Ok(Some(b)) => b,
+            Ok(None) | Err(_) => return Err(Error::NoMemory { bytes: len as u64 }),
+        };
         for (i, chunk) in out.chunks_mut(ps).enumerate() {
             chunk.copy_from_slice(&self.read_page(self.page_no(offset) + i as u64)?);
         }
@@ -939,6 +954,15 @@ impl Drop for WritablePage<'_> {
             self.file.insert_guarded(self.offset, buf);
         }
     }
+}
+
+/// The longest run a flush writes: `max_write_bytes`, capped at the write
+/// buffer's bound (a run of buffered pages cannot be longer, and the
+/// io_uring bounce buffers are sized by it).
+fn max_run_bytes(config: &Config) -> usize {
+    let ps = config.page_size;
+    let buffer_pages = (config.max_write_buffer_bytes / ps).max(1);
+    config.max_write_bytes.min(buffer_pages * ps).max(ps)
 }
 
 /// A write call in progress, counted in `PagedCachedFile::writers`.

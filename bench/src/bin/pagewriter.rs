@@ -105,6 +105,9 @@ struct IoArgs {
     /// IOPOLL (needs O_DIRECT and a device with poll queues).
     #[arg(long)]
     hipri: bool,
+    /// Write even if the file system's free space looks too small.
+    #[arg(long)]
+    force: bool,
     /// Byte offset of job 0's region.
     #[arg(long, default_value = "0", value_parser = parse_size)]
     offset: u64,
@@ -182,8 +185,12 @@ struct PlotRoundsArgs {
 
 #[derive(clap::Args)]
 struct WriteFileArgs {
-    /// File to write (created, or truncated if it exists).
+    /// File to write (created, or truncated if it exists, but only once the
+    /// size is known to fit).
     path: PathBuf,
+    /// Write even if the file system's free space looks too small.
+    #[arg(long)]
+    force: bool,
     /// Bytes to write, e.g. 8GiB, 100GB, 1500MiB.
     #[arg(long, value_parser = parse_size)]
     size: u64,
@@ -241,6 +248,9 @@ struct GenArgs {
     /// Bytes to generate, e.g. 1GiB.
     #[arg(long, default_value = "1GiB", value_parser = parse_size)]
     size: u64,
+    /// Write -o even if the file system's free space looks too small.
+    #[arg(long)]
+    force: bool,
     /// Dedup ratio (logical / unique bytes at --block-size), >= 1.
     #[arg(long, default_value_t = 1.0)]
     dedup: f64,
@@ -402,8 +412,20 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e}"))
 }
 
+/// A byte size: a number, or with a unit (KiB .. EiB, KB .. EB). Units
+/// past exabytes, and values past 16 EiB, get a message saying so.
 fn parse_size(s: &str) -> Result<u64, String> {
-    parse_size::parse_size(s).map_err(|e| format!("{s:?}: {e}"))
+    parse_size::parse_size(s).map_err(|e| {
+        let unit = s
+            .trim()
+            .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.' || c == '_')
+            .trim();
+        if unit.to_ascii_uppercase().starts_with(['Z', 'Y', 'R', 'Q']) {
+            format!("{s:?}: unit {unit:?} is past the largest size a u64 holds (16 EiB); units go up to EiB / EB")
+        } else {
+            format!("{s:?}: {e} (bytes, or a number with a unit: KiB .. EiB, KB .. EB)")
+        }
+    })
 }
 
 fn main() -> ExitCode {
@@ -647,7 +669,11 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
         seed: a.seed,
     })?;
     let mut out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?),
+        Some(p) => {
+            // Checked before File::create truncates an existing output.
+            pagewriter_bench::room::check(p, a.size, pagewriter_bench::room::held(p), a.force)?;
+            Box::new(std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?)
+        }
         None => Box::new(std::io::stdout().lock()),
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -680,6 +706,7 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
         },
         writer_threads: a.writer_threads,
         hugepages: a.hugepages,
+        force: a.force,
         fixed_buffers: !a.no_fixed_buffers,
         preallocate: !a.no_preallocate,
         ..WriteOptions::default()
@@ -781,6 +808,7 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     cfg.registerfiles = a.registerfiles;
     cfg.sqthread_poll = a.sqthread_poll;
     cfg.hipri = a.hipri;
+    cfg.force = a.force;
     cfg.offset = a.offset;
     cfg.offset_increment = a.offset_increment;
     cfg.fsync_every = a.fsync_every;

@@ -26,8 +26,9 @@ pub struct BulkConfig {
     pub direct: DirectIo,
     /// Repeats, engines interleaved; the report keeps every run.
     pub repeats: usize,
-    /// The file written (removed before each run and at the end), or
-    /// `None` for a temporary file in `dir`.
+    /// The file written into (created if missing; never removed or
+    /// truncated, a non-regular file is refused), or `None` for a temporary
+    /// file in `dir`.
     pub file: Option<PathBuf>,
     /// Directory of the temporary file.
     pub dir: PathBuf,
@@ -91,6 +92,25 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
     if config.engines.is_empty() || config.repeats == 0 {
         return Err(Error::InvalidConfig("no engines or no repeats".into()));
     }
+    // Every page is held in memory until the one flush: a size the
+    // machine cannot hold is refused here, not an abort half-way.
+    let bytes = pages * config.page_size as u64;
+    if let Some(avail) = mem_available()
+        && bytes > avail
+    {
+        return Err(Error::InvalidConfig(format!(
+            "size {bytes} B does not fit in memory ({avail} B available): the bulk flush \
+             holds every page until its one flush"
+        )));
+    }
+    if usize::try_from(bytes).is_err() {
+        return Err(Error::InvalidConfig(format!(
+            "size {bytes} B does not fit in memory"
+        )));
+    }
+    if let Some(p) = &config.file {
+        check_target(p)?;
+    }
     for &engine in &config.engines {
         Config::default()
             .page_size(config.page_size)
@@ -115,10 +135,9 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
 fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) -> Result<BulkRun> {
     let temp;
     let path = match &config.file {
-        Some(p) => {
-            remove_if_present(p)?;
-            p.clone()
-        }
+        // Written into like fio's target: created if missing, never
+        // removed or truncated (the run overwrites its first `size` bytes).
+        Some(p) => p.clone(),
         None => {
             temp = tempfile::Builder::new()
                 .prefix(".pagewriter-bulk-")
@@ -133,7 +152,11 @@ fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) 
     let cfg = Config::default()
         .page_size(ps)
         .max_write_bytes(config.max_write_bytes)
-        .max_write_buffer_bytes(usize::try_from(bytes).unwrap_or(usize::MAX).max(ps) + ps)
+        .max_write_buffer_bytes(
+            usize::try_from(bytes)
+                .unwrap_or(usize::MAX)
+                .saturating_add(ps),
+        )
         .direct(config.direct)
         .engine(engine);
     let file = PagedCachedFile::open(&path, cfg)?;
@@ -155,16 +178,32 @@ fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) 
         stats: file.stats(),
     };
     file.close()?;
-    drop(file);
-    if config.file.is_some() {
-        remove_if_present(&path)?;
-    }
     Ok(run)
 }
 
-fn remove_if_present(p: &std::path::Path) -> Result<()> {
-    match std::fs::remove_file(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", None, e)),
-        _ => Ok(()),
+/// A `--file` target must be a regular file, or not exist yet: a FIFO, a
+/// device node or a directory is refused (and never removed).
+fn check_target(p: &std::path::Path) -> Result<()> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) => Err(Error::InvalidConfig(format!(
+            "{} is not a regular file ({}): refused",
+            p.display(),
+            if m.is_dir() {
+                "a directory"
+            } else {
+                "a FIFO, socket, device or link"
+            }
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("stat", None, e)),
     }
+}
+
+/// `MemAvailable` of `/proc/meminfo` in bytes, where there is one.
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

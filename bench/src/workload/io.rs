@@ -198,6 +198,9 @@ pub struct IoConfig {
     pub sqthread_poll: bool,
     /// io_uring: `IORING_SETUP_IOPOLL` (needs `O_DIRECT` and poll queues).
     pub hipri: bool,
+    /// Allocate even when the file system's free space looks too small.
+    #[serde(default)]
+    pub force: bool,
     /// Byte offset of job 0's region.
     pub offset: u64,
     /// Distance between job regions in bytes; `None`: `size` (each job its
@@ -246,6 +249,7 @@ impl IoConfig {
             registerfiles: false,
             sqthread_poll: false,
             hipri: false,
+            force: false,
             offset: 0,
             offset_increment: None,
             fsync_every: 0,
@@ -506,6 +510,54 @@ fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds")
 }
 
+/// Checks the target before anything is created or allocated: a read-only
+/// job needs the file to exist and hold its regions (reading what was never
+/// written would measure nothing, or fail on end of file after the run
+/// started); a writing job needs the file system to have room for the bytes
+/// it allocates, unless `cfg.force`.
+fn check_target(cfg: &IoConfig, extent: u64, writes: bool, align: u64) -> Result<()> {
+    let shown = cfg.path.display();
+    let len = match std::fs::metadata(&cfg.path) {
+        Ok(m) if m.is_dir() => {
+            return Err(Error::InvalidConfig(format!("{shown} is a directory")));
+        }
+        Ok(m) => Some(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io("stat", None, e)),
+    };
+    if !writes {
+        match len {
+            None => {
+                return Err(Error::InvalidConfig(format!(
+                    "{shown} does not exist: a read job needs its data laid out first \
+                     (e.g. pagewriter write-file {shown} --size {extent})"
+                )));
+            }
+            Some(l) if l < extent => {
+                return Err(Error::InvalidConfig(format!(
+                    "{shown} holds {l} B, less than the {extent} B the read job covers \
+                     (write it first, or lower --size / --offset)"
+                )));
+            }
+            Some(_) => {}
+        }
+        return Ok(());
+    }
+    if cfg.force {
+        return Ok(());
+    }
+    let new: u64 = (0..cfg.numjobs)
+        .map(|j| cfg.region(j, align))
+        .map(|(off, n)| match len {
+            // Bytes past the current end are new blocks; inside, the file
+            // may already hold them.
+            Some(l) => (off + n).saturating_sub(l.max(off)),
+            None => n,
+        })
+        .sum();
+    crate::room::check(&cfg.path, new, 0, false)
+}
+
 /// Opens the file as `cfg.direct` asks; returns it, a buffered descriptor
 /// for unaligned tails, and why `O_DIRECT` is off under `Auto`.
 fn open(cfg: &IoConfig) -> Result<(FileBackend, File, Option<String>)> {
@@ -544,19 +596,40 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
     cfg.validate()?;
     let extent = cfg.file_extent().expect("validated");
     let generator = Generator::new(cfg.gen_config(extent))?;
+    // Parts are aligned so that no 4 KiB page is shared by two jobs (a
+    // buffered tail write would otherwise read-modify-write a neighbour's
+    // page).
+    let align = lcm(cfg.bs as u64, 4096);
+    let writes = cfg.rw.read_percent(cfg.rwmix_read) < 100;
+    check_target(cfg, extent, writes, align)?;
     let (backend, tail, direct_why) = open(cfg)?;
     let dio = backend.direct();
-    if cfg.rw.read_percent(cfg.rwmix_read) < 100 {
-        let len = backend.len().map_err(|e| Error::io("stat", None, e))?;
-        // fallocate never shrinks; where it is not supported, set_len only
-        // when the file is still shorter (another rank may have grown it).
-        if len < extent && backend.allocate(0, extent).is_err() {
-            let len = backend.len().map_err(|e| Error::io("stat", None, e))?;
-            if len < extent {
-                backend
-                    .set_len(extent)
-                    .map_err(|e| Error::io("set_len", Some(extent), e))?;
+    if writes {
+        // Only the regions this rank writes are allocated (a job at a far
+        // --offset leaves the file sparse before it); fallocate never
+        // shrinks. Where it is not supported, set_len, only when the file
+        // is still shorter (another rank may have grown it).
+        let mut unsupported = false;
+        for j in 0..cfg.numjobs {
+            let (off, len) = cfg.region(j, align);
+            if len == 0 || unsupported {
+                continue;
             }
+            if let Err(e) = backend.allocate(off, len) {
+                if e.kind() == std::io::ErrorKind::Unsupported
+                    || e.raw_os_error() == Some(libc::EOPNOTSUPP)
+                {
+                    unsupported = true;
+                } else {
+                    return Err(Error::io("fallocate", Some(off), e));
+                }
+            }
+        }
+        let len = backend.len().map_err(|e| Error::io("stat", None, e))?;
+        if len < extent {
+            backend
+                .set_len(extent)
+                .map_err(|e| Error::io("set_len", Some(extent), e))?;
         }
     }
     if cfg.hipri
@@ -569,10 +642,6 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
                 .into(),
         ));
     }
-    // Parts are aligned so that no 4 KiB page is shared by two jobs (a
-    // buffered tail write would otherwise read-modify-write a neighbour's
-    // page).
-    let align = lcm(cfg.bs as u64, 4096);
     let mut io_mode = match cfg.engine {
         IoEngine::IoUring => {
             let mut m = format!("io_uring QD{}", cfg.iodepth);

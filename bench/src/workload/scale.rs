@@ -188,6 +188,14 @@ impl ScaleConfig {
         if self.cell_duration.is_zero() {
             return bad("cell duration must be above 0");
         }
+        // The page size is also the generator's block size: say "page
+        // size" before the generator says "block size".
+        if !self.page_size.is_power_of_two() || !(512..=1 << 20).contains(&self.page_size) {
+            return Err(Error::InvalidConfig(format!(
+                "page size {} is not a power of two in 512..=1MiB",
+                self.page_size
+            )));
+        }
         self.generator()?;
         for mode in &self.modes {
             let engine = match mode {

@@ -1,0 +1,244 @@
+//! The CLI against bad input, full disks and users' own files: every case
+//! ends with a clear error or the right output, a non-zero exit code where
+//! it failed, no panic, the user's file intact and no file system left
+//! full. Cases that need a small file system make a loop-mounted ext4
+//! (skipped with a printed reason where mounting is refused).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use pagewriter::testing::ScratchFs;
+
+fn dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn scratch(mib: u64) -> Option<ScratchFs> {
+    ScratchFs::ext4(Path::new(env!("CARGO_TARGET_TMPDIR")), mib)
+}
+
+fn pw(args: &[&str], extra: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+        .args(args)
+        .args(extra)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .unwrap()
+}
+
+/// Failed, with `needle` in its message, and no panic.
+fn assert_refused(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "succeeded: {err}");
+    assert!(!err.contains("panicked"), "panicked: {err}");
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+}
+
+fn free(path: &Path) -> u64 {
+    pagewriter::backend::free_space(path).unwrap()
+}
+
+#[test]
+fn flush_file_writes_into_a_users_file_and_refuses_a_fifo() {
+    let d = dir();
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, b"the user's bytes").unwrap();
+    let out = pw(
+        &[
+            "flush",
+            "--size",
+            "1MiB",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--file",
+        ],
+        &[&victim],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Written into like fio's target: still there, never unlinked.
+    assert_eq!(std::fs::metadata(&victim).unwrap().len(), 1 << 20);
+    let fifo = d.path().join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = pw(
+        &["flush", "--size", "1MiB", "--repeats", "1", "--file"],
+        &[&fifo],
+    );
+    assert_refused(&out, "not a regular file");
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo_like()
+    );
+}
+
+trait FifoLike {
+    fn is_fifo_like(&self) -> bool;
+}
+
+impl FifoLike for std::fs::FileType {
+    fn is_fifo_like(&self) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        self.is_fifo()
+    }
+}
+
+#[test]
+fn write_file_never_destroys_a_file_it_cannot_replace() {
+    let d = dir();
+    let f = d.path().join("f");
+    std::fs::write(&f, b"precious").unwrap();
+    let out = pw(&["write-file", "--size", "18446744073709551615"], &[&f]);
+    assert_refused(&out, "largest file");
+    assert_eq!(std::fs::read(&f).unwrap(), b"precious");
+    let Some(fs) = scratch(64) else { return };
+    let f = fs.path().join("f");
+    std::fs::write(&f, b"precious").unwrap();
+    let before = free(fs.path());
+    let out = pw(&["write-file", "--size", "1GiB"], &[&f]);
+    assert_refused(&out, "do not fit");
+    assert_eq!(std::fs::read(&f).unwrap(), b"precious");
+    assert!(free(fs.path()) >= before - (1 << 20), "file system filled");
+}
+
+#[test]
+fn io_at_a_far_offset_allocates_only_what_it_writes() {
+    let Some(fs) = scratch(64) else { return };
+    let x = fs.path().join("x");
+    let out = pw(
+        &[
+            "io",
+            "--rw",
+            "write",
+            "--size",
+            "1MiB",
+            "--offset",
+            "128MiB",
+            "--direct",
+            "off",
+            "--filename",
+        ],
+        &[&x],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(&x).unwrap();
+    assert_eq!(m.len(), (128 << 20) + (1 << 20));
+    assert!(
+        m.blocks() * 512 <= 2 << 20,
+        "{} B allocated",
+        m.blocks() * 512
+    );
+    assert!(free(fs.path()) > 32 << 20, "file system filled");
+}
+
+#[test]
+fn io_refuses_a_read_of_a_missing_or_short_file_and_creates_nothing() {
+    let d = dir();
+    let missing = d.path().join("missing");
+    let out = pw(&["io", "--size", "1MiB", "--filename"], &[&missing]);
+    assert_refused(&out, "does not exist");
+    assert!(!missing.exists(), "a read job created the file");
+    let short = d.path().join("short");
+    std::fs::write(&short, [0u8; 4096]).unwrap();
+    let out = pw(&["io", "--size", "1MiB", "--filename"], &[&short]);
+    assert_refused(&out, "less than");
+    assert_eq!(std::fs::read(&short).unwrap().len(), 4096);
+}
+
+#[test]
+fn io_and_gen_refuse_more_than_the_free_space() {
+    let d = dir();
+    let big = d.path().join("big");
+    let out = pw(
+        &[
+            "io",
+            "--rw",
+            "write",
+            "--size",
+            "1000TiB",
+            "--runtime",
+            "1",
+            "--filename",
+        ],
+        &[&big],
+    );
+    assert_refused(&out, "--force");
+    assert!(!big.exists() || std::fs::metadata(&big).unwrap().len() == 0);
+    let g = d.path().join("g.bin");
+    std::fs::write(&g, b"keep").unwrap();
+    let out = pw(&["gen", "--size", "18446744073709551615", "-o"], &[&g]);
+    assert_refused(&out, "do not fit");
+    assert_eq!(std::fs::read(&g).unwrap(), b"keep");
+}
+
+#[test]
+fn gen_verify_checks_its_block_size_and_never_passes_on_nothing() {
+    let d = dir();
+    let f = d.path().join("f");
+    std::fs::write(&f, [7u8; 20]).unwrap();
+    for bs in ["18446744073709551615", "0", "1000"] {
+        let out = pw(&["gen", "--block-size", bs, "--verify"], &[&f]);
+        assert_refused(&out, "block size");
+    }
+    let empty = d.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let out = pw(&["gen", "--verify"], &[&empty]);
+    assert_refused(&out, "empty");
+}
+
+#[test]
+fn absurd_sizes_are_typed_errors() {
+    let d = dir();
+    let p = d.path();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "flush",
+                "--bs",
+                "18446744073709551615",
+                "--direct",
+                "on",
+                "--size",
+                "1MiB",
+                "--path",
+            ],
+            "max_write_bytes",
+        ),
+        (
+            &["flush", "--size", "18446744073709551615", "--path"],
+            "does not fit in memory",
+        ),
+        (
+            &["scale", "--page-size", "1000", "--path"],
+            "page size 1000",
+        ),
+        (&["io", "--size", "1ZB", "--filename"], "unit \"ZB\""),
+        (&["io", "--size", "20EiB", "--filename"], "too large"),
+    ];
+    for (args, needle) in cases {
+        let target: PathBuf = if args[0] == "io" {
+            p.join("io.bin")
+        } else {
+            p.to_path_buf()
+        };
+        let out = pw(args, &[&target]);
+        assert_refused(&out, needle);
+    }
+}
