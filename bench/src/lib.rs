@@ -11,5 +11,6 @@ pub mod datagen;
 pub mod plot;
 pub mod rng;
 pub mod room;
+pub mod scratch;
 pub mod stream;
 pub mod workload;

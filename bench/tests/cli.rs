@@ -258,11 +258,68 @@ fn four_ranks_as_processes_write_a_shared_file() {
     assert_eq!(v["total_bytes"], size);
     assert!(v["aggregate_gib_per_s"].as_f64().unwrap() > 0.0);
 
-    // A missing rank makes the report fail loudly.
-    std::fs::remove_file(reports.join("rank-2.json")).unwrap();
+    // Every rank file carries the run's id (the launcher's, here).
+    let ids: Vec<String> = (0..4)
+        .map(|r| {
+            let t = std::fs::read(reports.join(format!("rank-{r}.json"))).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&t).unwrap();
+            v["config"]["run_id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert!(ids.iter().all(|i| i == &ids[0] && !i.is_empty()), "{ids:?}");
+
+    // A duplicated rank with another missing: refused, naming both.
+    let rank0 = std::fs::read(reports.join("rank-0.json")).unwrap();
+    std::fs::write(reports.join("rank-3.json"), &rank0).unwrap();
     let out = bin().arg("report").arg(&reports).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only 3 of 4 ranks"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rank 0 reported twice"));
+
+    // A missing rank makes the report fail loudly.
+    std::fs::remove_file(reports.join("rank-3.json")).unwrap();
+    let out = bin().arg("report").arg(&reports).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing: 3"));
+
+    // Another run into the same directory is refused before it runs, and
+    // replaces the old reports with --overwrite; a report of two runs is
+    // refused.
+    let other = |extra: &[&str]| {
+        bin()
+            .args(["io", "--shared-file", file.to_str().unwrap()])
+            .args([
+                "--size",
+                &size.to_string(),
+                "--rw",
+                "write",
+                "--run-id",
+                "other",
+            ])
+            .arg("--report-dir")
+            .arg(&reports)
+            .args(extra)
+            .env("SLURM_PROCID", "1")
+            .env("SLURM_NTASKS", "2")
+            .output()
+            .unwrap()
+    };
+    let out = other(&[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another run"));
+    let out = other(&["--overwrite"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !reports.join("rank-0.json").exists(),
+        "the old run's reports are gone"
+    );
+    std::fs::write(reports.join("rank-0.json"), &rank0).unwrap();
+    let out = bin().arg("report").arg(&reports).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("several runs"));
 }
 
 #[test]

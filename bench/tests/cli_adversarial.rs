@@ -242,3 +242,109 @@ fn absurd_sizes_are_typed_errors() {
         assert_refused(&out, needle);
     }
 }
+
+#[test]
+fn a_killed_runs_scratch_file_is_removed_by_the_next_run() {
+    let d = dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+        .args([
+            "scale",
+            "--threads",
+            "1",
+            "--modes",
+            "vectored",
+            "--duration",
+            "30",
+            "--path",
+        ])
+        .arg(d.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let prefix = format!(".pagewriter-scale-{pid}-");
+    let scratch = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".pwtmp"))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !scratch(d.path()).iter().any(|n| n.starts_with(&prefix)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no scratch file appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    assert!(scratch(d.path()).iter().any(|n| n.starts_with(&prefix)));
+    let out = pw(
+        &[
+            "flush",
+            "--size",
+            "1MiB",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--path",
+        ],
+        &[d.path()],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        scratch(d.path()).is_empty(),
+        "left: {:?}",
+        scratch(d.path())
+    );
+}
+
+#[test]
+fn verify_refuses_what_it_cannot_check() {
+    let d = dir();
+    let f = d.path().join("v.bin");
+    for rw in ["rw", "randrw"] {
+        let out = pw(
+            &["io", "--rw", rw, "--size", "1MiB", "--verify", "--filename"],
+            &[&f],
+        );
+        assert_refused(&out, "never wrote");
+    }
+    let out = pw(
+        &[
+            "io",
+            "--rw",
+            "write",
+            "--size",
+            "1MiB",
+            "--verify",
+            "--pattern",
+            "fixed",
+            "--filename",
+        ],
+        &[&f],
+    );
+    assert_refused(&out, "pattern fixed");
+    let out = pw(
+        &[
+            "io",
+            "--rw",
+            "write",
+            "--size",
+            "1MiB",
+            "--verify",
+            "--filename",
+        ],
+        &[&f],
+    );
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verify: 256 blocks OK"));
+}

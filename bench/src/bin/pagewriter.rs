@@ -149,6 +149,13 @@ struct IoArgs {
     /// Write this rank's JSON report into DIR (rank-N.json).
     #[arg(long)]
     report_dir: Option<PathBuf>,
+    /// With --report-dir: replace another run's reports found there.
+    #[arg(long, requires = "report_dir")]
+    overwrite: bool,
+    /// The run's id, the same for every rank (default SLURM_JOB_ID.STEP
+    /// under Slurm, else the launcher's PID).
+    #[arg(long)]
+    run_id: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -809,6 +816,11 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     cfg.sqthread_poll = a.sqthread_poll;
     cfg.hipri = a.hipri;
     cfg.force = a.force;
+    cfg.run_id = a.run_id.clone().unwrap_or_else(io::default_run_id);
+    if let Some(dir) = &a.report_dir {
+        // Before the run: a directory of another run's reports is refused.
+        io::claim_report_dir(dir, &cfg.run_id, a.overwrite)?;
+    }
     cfg.offset = a.offset;
     cfg.offset_increment = a.offset_increment;
     cfg.fsync_every = a.fsync_every;

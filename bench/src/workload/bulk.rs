@@ -111,6 +111,7 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
     if let Some(p) = &config.file {
         check_target(p)?;
     }
+    crate::scratch::remove_stale(&config.dir);
     for &engine in &config.engines {
         Config::default()
             .page_size(config.page_size)
@@ -139,11 +140,7 @@ fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) 
         // removed or truncated (the run overwrites its first `size` bytes).
         Some(p) => p.clone(),
         None => {
-            temp = tempfile::Builder::new()
-                .prefix(".pagewriter-bulk-")
-                .suffix(".pwtmp")
-                .tempfile_in(&config.dir)
-                .map_err(|e| Error::io("create temporary file", None, e))?;
+            temp = crate::scratch::create(&config.dir, "bulk")?;
             temp.path().to_path_buf()
         }
     };

@@ -150,6 +150,21 @@ pub struct Ranks {
     pub node: Option<u32>,
 }
 
+/// The id all ranks of one run share, written into every rank's report so
+/// that `report` never mixes runs: `SLURM_JOB_ID[.SLURM_STEP_ID]` under
+/// Slurm, else `ppid-N` (ranks started by one launcher share its PID).
+/// The CLI's `--run-id` overrides it.
+pub fn default_run_id() -> String {
+    match (
+        std::env::var("SLURM_JOB_ID"),
+        std::env::var("SLURM_STEP_ID"),
+    ) {
+        (Ok(job), Ok(step)) => format!("slurm-{job}.{step}"),
+        (Ok(job), Err(_)) => format!("slurm-{job}"),
+        _ => format!("ppid-{}", std::os::unix::process::parent_id()),
+    }
+}
+
 impl Ranks {
     /// From Slurm's environment: `SLURM_PROCID`, `SLURM_NTASKS`,
     /// `SLURM_NODEID`; `None` where the first two are not set.
@@ -201,6 +216,10 @@ pub struct IoConfig {
     /// Allocate even when the file system's free space looks too small.
     #[serde(default)]
     pub force: bool,
+    /// The run this job belongs to (see [`default_run_id`]); every rank of
+    /// a shared-file run must use the same.
+    #[serde(default)]
+    pub run_id: String,
     /// Byte offset of job 0's region.
     pub offset: u64,
     /// Distance between job regions in bytes; `None`: `size` (each job its
@@ -250,6 +269,7 @@ impl IoConfig {
             sqthread_poll: false,
             hipri: false,
             force: false,
+            run_id: String::new(),
             offset: 0,
             offset_increment: None,
             fsync_every: 0,
@@ -269,6 +289,20 @@ impl IoConfig {
     /// Errors: [`Error::InvalidConfig`] naming the setting.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.verify && matches!(self.rw, Rw::Rw | Rw::RandRw) {
+            return bad(format!(
+                "--verify with --rw {}: the job reads blocks it never wrote, so their \
+                 bytes are not known; verify a write job (write, randwrite) instead",
+                self.rw.name()
+            ));
+        }
+        if self.verify && self.pattern == Pattern::Fixed {
+            return bad(
+                "--verify with --pattern fixed: every block holds the same bytes, so a \
+                 misplaced or stale block cannot be told apart; use --pattern gen or header"
+                    .into(),
+            );
+        }
         if self.bs == 0 || self.bs > crate::stream::MAX_BUFFER_SIZE {
             return bad(format!("bs {} is not in 1..=1 GiB", self.bs));
         }
@@ -747,6 +781,11 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
             verified_blocks += verify_region(cfg, &generator, &tail, off, len).map_err(|e| {
                 Error::InvalidConfig(format!("verify: block at {} is bad: {}", e.offset, e.why))
             })?;
+        }
+        if verified_blocks == 0 {
+            return Err(Error::InvalidConfig(
+                "verify: no block was checked, which proves nothing".into(),
+            ));
         }
     }
     // Like fio, the run is timed from the first job's first I/O (after its
@@ -1341,6 +1380,84 @@ pub fn verify_region(
     Ok(blocks)
 }
 
+/// Refuses reports that are not exactly one run's ranks: two run ids, two
+/// rank counts or sizes, a rank twice, or a rank missing.
+fn check_one_run(dir: &Path, reports: &[IoReport]) -> Result<()> {
+    let bad = |why: String| Err(Error::InvalidConfig(format!("{}: {why}", dir.display())));
+    let mut ids: Vec<&str> = reports.iter().map(|r| r.config.run_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.len() > 1 {
+        return bad(format!(
+            "reports of several runs ({}); one run per directory",
+            ids.join(", ")
+        ));
+    }
+    let shape = |r: &IoReport| (r.config.shared.map_or(1, |s| s.ranks), r.config.size);
+    if reports.iter().any(|r| shape(r) != shape(&reports[0])) {
+        return bad("reports disagree on the rank count or the size: not one run".into());
+    }
+    let ranks = shape(&reports[0]).0;
+    let mut seen = vec![false; ranks as usize];
+    for r in reports {
+        let rank = r.config.shared.map_or(0, |s| s.rank);
+        match seen.get_mut(rank as usize) {
+            Some(s) if !*s => *s = true,
+            Some(_) => return bad(format!("rank {rank} reported twice")),
+            None => return bad(format!("rank {rank} is not below the rank count {ranks}")),
+        }
+    }
+    let missing: Vec<String> = (0..ranks)
+        .filter(|&r| !seen[r as usize])
+        .map(|r| r.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return bad(format!(
+            "{} of {ranks} ranks reported; missing: {}",
+            ranks as usize - missing.len(),
+            missing.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Prepares `dir` for this run's rank report: refuses a directory holding
+/// reports of another run (by run id) unless `overwrite`, which removes
+/// them (only `rank-*.json` files that parse as reports).
+///
+/// Errors: [`Error::InvalidConfig`] naming the other run; `Error::Io`.
+pub fn claim_report_dir(dir: &Path, run_id: &str, overwrite: bool) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create report dir", None, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("read_dir", None, e))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("rank-") && name.ends_with(".json")) {
+            continue;
+        }
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let Ok(other) = serde_json::from_slice::<IoReport>(&text) else {
+            continue;
+        };
+        if other.config.run_id == run_id {
+            continue;
+        }
+        if !overwrite {
+            return Err(Error::InvalidConfig(format!(
+                "{} holds reports of another run ({}): use another --report-dir, or \
+                 --overwrite to replace them",
+                dir.display(),
+                other.config.run_id
+            )));
+        }
+        std::fs::remove_file(&path).map_err(|e| Error::io("remove old report", None, e))?;
+    }
+    Ok(())
+}
+
 /// The aggregate of several ranks' reports (`pagewriter report DIR`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Aggregate {
@@ -1384,6 +1501,7 @@ pub fn aggregate(dir: &Path) -> Result<Aggregate> {
         )));
     }
     reports.sort_by_key(|r| r.config.shared.map_or(0, |s| s.rank));
+    check_one_run(dir, &reports)?;
     let bytes = |r: &IoReport| {
         r.read.as_ref().map_or(0, |d| d.bytes) + r.write.as_ref().map_or(0, |d| d.bytes)
     };

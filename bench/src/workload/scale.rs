@@ -300,6 +300,7 @@ impl ScaleReport {
 /// removed).
 pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<ScaleReport> {
     config.validate()?;
+    crate::scratch::remove_stale(&config.dir);
     let mut cells = Vec::new();
     let mut io_modes: Vec<(Mode, String)> = Vec::new();
     for repeat in 0..config.repeats {
@@ -323,13 +324,9 @@ pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<Scal
     })
 }
 
-/// A temporary file in `dir`, removed on drop.
+/// A scratch file in `dir`, removed on drop.
 fn temp_file(dir: &Path) -> Result<tempfile::NamedTempFile> {
-    tempfile::Builder::new()
-        .prefix(".pagewriter-scale-")
-        .suffix(".pwtmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io("create temporary file", None, e))
+    crate::scratch::create(dir, "scale")
 }
 
 fn open_cached(

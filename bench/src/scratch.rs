@@ -1,0 +1,73 @@
+//! Scratch files the benchmarks create: named with the creating process's
+//! PID (`.pagewriter-<what>-<pid>-<random>.pwtmp`), removed on drop, and
+//! those left by a process that is gone (killed, or aborted) removed at the
+//! next start in the same directory. A file the user named is never one of
+//! them.
+
+use std::path::Path;
+
+use pagewriter::{Error, Result};
+
+const SUFFIX: &str = ".pwtmp";
+
+/// A scratch file for `what` ("scale", "bulk") in `dir`, removed on drop.
+///
+/// Errors: `Error::Io` with op "create temporary file".
+pub fn create(dir: &Path, what: &str) -> Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(&format!(".pagewriter-{what}-{}-", std::process::id()))
+        .suffix(SUFFIX)
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("create temporary file", None, e))
+}
+
+/// Removes the scratch files in `dir` whose creating process no longer
+/// runs (checked through `/proc/PID`); returns how many. Files of live
+/// processes, and anything not named like a scratch file, are left alone.
+pub fn remove_stale(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(scratch_pid) else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if !alive && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The PID in a scratch file's name, if it is one.
+fn scratch_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(".pagewriter-")?.strip_suffix(SUFFIX)?;
+    let mut parts = rest.splitn(3, '-');
+    let (_what, pid, _random) = (parts.next()?, parts.next()?, parts.next()?);
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_files_of_dead_processes_go() {
+        let d = tempfile::tempdir().unwrap();
+        let mine = create(d.path(), "scale").unwrap();
+        // PID 4194304 is past Linux's pid_max limit: never alive.
+        let dead = d.path().join(".pagewriter-bulk-4194304-abc.pwtmp");
+        let users = d.path().join("pagewriter-bulk-4194304-abc.pwtmp");
+        let odd = d.path().join(".pagewriter-bulk-notapid-abc.pwtmp");
+        for p in [&dead, &users, &odd] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        assert_eq!(remove_stale(d.path()), 1);
+        assert!(!dead.exists());
+        assert!(users.exists() && odd.exists() && mine.path().exists());
+        assert_eq!(scratch_pid(".pagewriter-scale-12-x.pwtmp"), Some(12));
+    }
+}
