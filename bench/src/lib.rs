@@ -8,6 +8,7 @@
 //! the page writer does not depend on this crate.
 
 pub mod datagen;
+pub mod interrupt;
 pub mod plot;
 pub mod rng;
 pub mod room;

@@ -14,11 +14,14 @@ const SUFFIX: &str = ".pwtmp";
 ///
 /// Errors: `Error::Io` with op "create temporary file".
 pub fn create(dir: &Path, what: &str) -> Result<tempfile::NamedTempFile> {
-    tempfile::Builder::new()
+    let f = tempfile::Builder::new()
         .prefix(&format!(".pagewriter-{what}-{}-", std::process::id()))
         .suffix(SUFFIX)
         .tempfile_in(dir)
-        .map_err(|e| Error::io("create temporary file", None, e))
+        .map_err(|e| Error::io("create temporary file", None, e))?;
+    // Removed by Ctrl-C too (see `interrupt`).
+    crate::interrupt::scratch(f.path().to_path_buf());
+    Ok(f)
 }
 
 /// Removes the scratch files in `dir` whose creating process no longer

@@ -166,6 +166,9 @@ impl WriteOptions {
 pub struct Progress {
     /// Bytes whose writes have completed.
     pub bytes_done: u64,
+    /// Bytes from the start of the file whose writes have all completed
+    /// (what an interrupted file can be cut back to).
+    pub contiguous_bytes: u64,
     /// Bytes in the file.
     pub total: u64,
     /// Since the call started.
@@ -344,6 +347,15 @@ pub fn write_file_with_progress(
         .set_len(0)
         .map_err(|e| fail(Error::io("truncate", Some(0), e), &stats))?;
     stats.truncate_s = t.elapsed().as_secs_f64();
+    // The first report: from here on the file holds only what this call
+    // writes (a caller may now cut it back to `contiguous_bytes`).
+    progress(Progress {
+        bytes_done: 0,
+        contiguous_bytes: 0,
+        total: size,
+        elapsed: start.elapsed(),
+        bytes_per_sec: 0.0,
+    });
     if opts.preallocate {
         let t = Instant::now();
         match backend.allocate(0, padded) {
@@ -387,6 +399,7 @@ pub fn write_file_with_progress(
     stats.io_mode = io_mode_line(&stats);
     progress(Progress {
         bytes_done: stats.bytes,
+        contiguous_bytes: stats.contiguous_bytes,
         total: size,
         elapsed: start.elapsed(),
         bytes_per_sec: stats.bytes as f64 / stats.duration_s.max(1e-9),
@@ -584,6 +597,7 @@ impl Tally {
         if dt >= Duration::from_millis(200) {
             progress(Progress {
                 bytes_done: self.bytes,
+                contiguous_bytes: self.contiguous(plan),
                 total: plan.size,
                 elapsed: start.elapsed(),
                 bytes_per_sec: (self.bytes - self.last_bytes) as f64 / dt.as_secs_f64(),

@@ -348,3 +348,100 @@ fn verify_refuses_what_it_cannot_check() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("verify: 256 blocks OK"));
 }
+
+/// Sends SIGINT to `child` (with kill(1): no unsafe in tests).
+fn interrupt(child: &std::process::Child) {
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files() {
+    let d = dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+        .args([
+            "scale",
+            "--threads",
+            "1",
+            "--modes",
+            "vectored",
+            "--duration",
+            "30",
+            "--path",
+        ])
+        .arg(d.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let has_scratch = |dir: &Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".pwtmp"))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !has_scratch(d.path()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no scratch file appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+    assert!(!has_scratch(d.path()), "scratch files left behind");
+}
+
+#[test]
+fn ctrl_c_leaves_write_file_recognisably_incomplete() {
+    let d = dir();
+    let f = d.path().join("big.bin");
+    let size: u64 = 4 << 30;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+        .args(["write-file", "--size", &size.to_string(), "--force"])
+        .arg(&f)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let it write for a while (4 GiB takes seconds here), then interrupt.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "write-file never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    interrupt(&child);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        eprintln!("write-file finished before the interrupt landed: nothing to check");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("incomplete"), "{err}");
+    let len = std::fs::metadata(&f).unwrap().len();
+    assert!(len < size, "the file still claims to be complete");
+    assert!(len > 0, "nothing written in 1.5 s?");
+    // What is left is the generator's bytes, from the start.
+    let g = pagewriter_bench::datagen::Generator::new(pagewriter_bench::datagen::GenConfig {
+        size,
+        ..Default::default()
+    })
+    .unwrap();
+    let n = len.min(4 << 20) as usize;
+    let mut want = vec![0u8; n];
+    g.fill_at(0, &mut want).unwrap();
+    let got = std::fs::read(&f).unwrap();
+    assert_eq!(&got[..n], &want[..]);
+}

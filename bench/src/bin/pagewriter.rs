@@ -437,6 +437,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    pagewriter_bench::interrupt::install();
     let result = match cli.command {
         Command::Scale(args) => cmd_scale(args),
         Command::Flush(args) => cmd_flush(args),
@@ -686,11 +687,17 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut buf = vec![0u8; 8 << 20];
     let mut at = 0u64;
+    // Ctrl-C cuts -o to what was written (an incomplete file shows by size).
+    let good = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    if let Some(p) = &a.output {
+        pagewriter_bench::interrupt::partial(p.clone(), good.clone());
+    }
     while at < a.size {
         let n = (buf.len() as u64).min(a.size - at) as usize;
         generator.fill_at_parallel(at, &mut buf[..n], threads)?;
         out.write_all(&buf[..n])?;
         at += n as u64;
+        good.store(at, std::sync::atomic::Ordering::Release);
     }
     out.flush()?;
     Ok(())
@@ -744,7 +751,16 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
         )
         .expect("valid template"),
     );
+    // Ctrl-C cuts the file to the bytes known good, once it is ours (the
+    // first progress report comes after the truncate).
+    let good = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut armed = false;
     let result = stream::write_file_with_progress(&a.path, a.size, &opts, &mut |p| {
+        good.store(p.contiguous_bytes, std::sync::atomic::Ordering::Release);
+        if !armed {
+            pagewriter_bench::interrupt::partial(a.path.clone(), good.clone());
+            armed = true;
+        }
         bar.set_position(p.bytes_done)
     });
     bar.finish_and_clear();
