@@ -362,7 +362,7 @@ fn interrupt(child: &std::process::Child) {
 #[test]
 fn ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files() {
     let d = dir();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
         .args([
             "scale",
             "--threads",
@@ -404,7 +404,7 @@ fn ctrl_c_leaves_write_file_recognisably_incomplete() {
     let d = dir();
     let f = d.path().join("big.bin");
     let size: u64 = 4 << 30;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+    let child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
         .args(["write-file", "--size", &size.to_string(), "--force"])
         .arg(&f)
         .stdout(std::process::Stdio::null())
