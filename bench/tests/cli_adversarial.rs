@@ -445,3 +445,39 @@ fn ctrl_c_leaves_write_file_recognisably_incomplete() {
     let got = std::fs::read(&f).unwrap();
     assert_eq!(&got[..n], &want[..]);
 }
+
+#[test]
+fn errors_name_the_path_and_headers_say_what_ran() {
+    let d = dir();
+    let sub = d.path().join("adir");
+    std::fs::create_dir(&sub).unwrap();
+    let out = pw(&["write-file", "--size", "1MiB"], &[&sub]);
+    assert_refused(&out, &sub.display().to_string());
+    let out = pw(
+        &["io", "--rw", "write", "--size", "1MiB", "--filename"],
+        &[&sub],
+    );
+    assert_refused(&out, "adir is a directory");
+    let x = d.path().join("x.bin");
+    let out = pw(
+        &[
+            "io",
+            "--engine",
+            "psync",
+            "--iodepth",
+            "32",
+            "--rw",
+            "write",
+            "--size",
+            "1MiB",
+            "--filename",
+        ],
+        &[&x],
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("iodepth=1 "),
+        "psync has one I/O in flight: {text}"
+    );
+}

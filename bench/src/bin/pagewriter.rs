@@ -628,7 +628,8 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
                 r.stats.syncs
             );
         }
-    })?;
+    })
+    .map_err(|e| with_path(config.file.as_deref().unwrap_or(&config.dir), e))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&runs)?);
     }
@@ -770,7 +771,7 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&e.stats)?);
             }
-            return Err(e.into());
+            return Err(format!("{}: {e}", a.path.display()).into());
         }
     };
     if a.json {
@@ -880,7 +881,7 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
         bar.tick();
     });
     bar.finish_and_clear();
-    let report = report?;
+    let report = report.map_err(|e| with_path(&cfg.path, e))?;
     if let Some(dir) = &a.report_dir {
         std::fs::create_dir_all(dir)?;
         let rank = cfg.shared.map_or(0, |r| r.rank);
@@ -898,6 +899,17 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     print_io(&report);
     Ok(())
+}
+
+/// An I/O error from work on `path` names it (the library's I/O errors
+/// carry the call and offset, not the file).
+fn with_path(path: &std::path::Path, e: pagewriter::Error) -> Box<dyn std::error::Error> {
+    match e {
+        e @ (pagewriter::Error::Io { .. } | pagewriter::Error::PagesFailed { .. }) => {
+            format!("{}: {e}", path.display()).into()
+        }
+        other => other.into(),
+    }
 }
 
 /// Reads a JSON file into `T`; errors name the file.
@@ -922,13 +934,18 @@ fn print_io(r: &pagewriter_bench::workload::io::IoReport) {
         Some(s) => format!(" rank {}/{} on {}", s.rank, s.ranks, r.host),
         None => String::new(),
     };
+    // psync has one I/O in flight per job whatever --iodepth says.
+    let depth = match c.engine {
+        pagewriter_bench::workload::io::IoEngine::Psync => 1,
+        _ => c.iodepth,
+    };
     println!(
-        "{}{}: rw={:?} bs={} iodepth={} numjobs={} runtime={:.3}s",
+        "{}{}: rw={} bs={} iodepth={} numjobs={} runtime={:.3}s",
         c.path.display(),
         who,
-        c.rw,
+        c.rw.name(),
         c.bs,
-        c.iodepth,
+        depth,
         c.numjobs,
         r.runtime_s
     );
