@@ -19,10 +19,12 @@
 //! The I/O is io_uring (the calling thread keeps up to `queue_depth` writes
 //! in flight, buffers registered for `IORING_OP_WRITE_FIXED` and the file
 //! registered) or, as the fallback, `pwrite` from `writer_threads`
-//! threads. The file is truncated, `fallocate`d to its size, written and
-//! `fdatasync`ed before `write_file` returns; with `O_DIRECT` the unaligned
-//! tail of the last buffer is written padded with zeros and the file then
-//! cut to `size`.
+//! threads. The data goes to `PATH.partial` ([`partial_path`]), which is
+//! `fallocate`d to its size, written, `fdatasync`ed and renamed over `PATH`
+//! before `write_file` returns; with `O_DIRECT` the unaligned tail of the
+//! last buffer is written padded with zeros and the file then cut to
+//! `size`. A failed run removes its partial file; a killed one leaves it,
+//! recognisable by its name.
 
 use std::fs::File;
 use std::path::Path;
@@ -264,8 +266,9 @@ impl From<Error> for WriteFileError {
     }
 }
 
-/// Writes `size` bytes of generated data to `path` (created, or truncated
-/// if it exists) and `fdatasync`s it; see the [module docs](self).
+/// Writes `size` bytes of generated data to `path` (created, or replaced
+/// once complete) and `fdatasync`s it; see the [module docs](self) and
+/// [`write_file_with_progress`].
 ///
 /// Errors ([`WriteFileError`], with the stats so far): bad options
 /// ([`Error::InvalidConfig`], checked before the file is touched; with
@@ -281,15 +284,78 @@ pub fn write_file(
     write_file_with_progress(path, size, opts, &mut |_| {})
 }
 
+/// Where [`write_file`] writes before the file is complete: `PATH.partial`,
+/// renamed over `PATH` once every byte is written and synced. A file of
+/// that name left behind is an interrupted run (`kill -9`); the next run
+/// to the same path replaces it.
+pub fn partial_path(path: &Path) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".partial");
+    s.into()
+}
+
 /// [`write_file`] calling `progress` about every 200 ms and once at the end,
 /// from the calling thread.
+///
+/// The data goes to [`partial_path`] first and replaces `path` (atomically,
+/// `rename`, then the directory is synced) only when complete: until then
+/// an existing `path` is untouched, and a failed run removes its partial
+/// file (the error's stats say how far it got).
 pub fn write_file_with_progress(
     path: impl AsRef<Path>,
     size: u64,
     opts: &WriteOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> std::result::Result<WriteStats, WriteFileError> {
+    let path = path.as_ref();
     opts.validate(size)?;
+    if let Ok(m) = std::fs::symlink_metadata(path)
+        && !m.is_file()
+    {
+        return Err(Error::InvalidConfig(format!(
+            "{} exists and is not a regular file: refused",
+            path.display()
+        ))
+        .into());
+    }
+    let partial = partial_path(path);
+    match write_partial(&partial, size, opts, progress) {
+        Ok(stats) => {
+            let done = std::fs::rename(&partial, path)
+                .and_then(|()| sync_dir(path))
+                .map_err(|e| Error::io("rename into place", None, e));
+            match done {
+                Ok(()) => Ok(stats),
+                Err(error) => Err(WriteFileError {
+                    error,
+                    stats: Box::new(stats),
+                }),
+            }
+        }
+        Err(e) => {
+            // Nothing half-written stays behind to fill the file system.
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+/// `fsync` of the directory holding `path`, so a rename into it is durable.
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The whole run, on the partial file.
+fn write_partial(
+    path: &Path,
+    size: u64,
+    opts: &WriteOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> std::result::Result<WriteStats, WriteFileError> {
     let generator = Generator::new(opts.gen_config(size))?;
     let start = Instant::now();
     let mut stats = WriteStats {
@@ -335,13 +401,10 @@ pub fn write_file_with_progress(
     // Nothing is truncated before the file system is known to hold the
     // result: a size past its largest file, or past its free space (plus
     // what the old file frees), fails with the file as it was.
-    crate::room::check(
-        path.as_ref(),
-        padded,
-        crate::room::held(path.as_ref()),
-        opts.force,
-    )
-    .map_err(|e| fail(e, &stats))?;
+    // The old file stays until the rename: only a stale partial file of
+    // ours gives its blocks back.
+    crate::room::check(path, padded, crate::room::held(path), opts.force)
+        .map_err(|e| fail(e, &stats))?;
     let t = Instant::now();
     backend
         .set_len(0)

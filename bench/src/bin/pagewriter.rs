@@ -192,8 +192,8 @@ struct PlotRoundsArgs {
 
 #[derive(clap::Args)]
 struct WriteFileArgs {
-    /// File to write (created, or truncated if it exists, but only once the
-    /// size is known to fit).
+    /// File to write: the data goes to PATH.partial and replaces PATH only
+    /// when complete (an interrupted run never touches PATH).
     path: PathBuf,
     /// Write even if the file system's free space looks too small.
     #[arg(long)]
@@ -752,16 +752,10 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
         )
         .expect("valid template"),
     );
-    // Ctrl-C cuts the file to the bytes known good, once it is ours (the
-    // first progress report comes after the truncate).
-    let good = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut armed = false;
+    // Ctrl-C removes the partial file; the target is only ever replaced
+    // whole, by a complete file.
+    pagewriter_bench::interrupt::scratch(stream::partial_path(&a.path));
     let result = stream::write_file_with_progress(&a.path, a.size, &opts, &mut |p| {
-        good.store(p.contiguous_bytes, std::sync::atomic::Ordering::Release);
-        if !armed {
-            pagewriter_bench::interrupt::partial(a.path.clone(), good.clone());
-            armed = true;
-        }
         bar.set_position(p.bytes_done)
     });
     bar.finish_and_clear();
