@@ -366,7 +366,7 @@ fn write_partial(
         gen_threads: opts.gen_threads,
         ..WriteStats::default()
     };
-    let (backend, direct_why) = open(path.as_ref(), opts)?;
+    let (backend, direct_why) = open(path, opts)?;
     stats.direct = backend.direct();
     stats.fallbacks.extend(direct_why);
     let io_align = stats.direct.map_or(1, |a| a.offset as u64);
