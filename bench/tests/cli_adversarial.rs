@@ -445,3 +445,15 @@ fn an_interrupted_write_file_never_touches_the_target() {
         }
     }
 }
+
+#[test]
+fn a_flush_larger_than_the_address_space_limit_is_refused_not_aborted() {
+    let d = dir();
+    let script = format!(
+        "ulimit -v 3000000 && exec '{}' flush --size 4GiB --repeats 1 --warmup 0 --path '{}'",
+        env!("CARGO_BIN_EXE_pagewriter"),
+        d.path().display()
+    );
+    let out = Command::new("sh").arg("-c").arg(script).output().unwrap();
+    assert_refused(&out, "does not fit in memory");
+}

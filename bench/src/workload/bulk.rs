@@ -197,10 +197,19 @@ fn check_target(p: &std::path::Path) -> Result<()> {
     }
 }
 
-/// `MemAvailable` of `/proc/meminfo` in bytes, where there is one.
+/// Memory this process can get, in bytes: `MemAvailable` of
+/// `/proc/meminfo`, or less under an address-space limit (`ulimit -v`,
+/// `/proc/self/limits`, with 256 MiB left for the program itself).
 fn mem_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|l| {
+            let line = l.lines().find(|l| l.starts_with("Max address space"))?;
+            line.split_whitespace().nth(3)?.parse::<u64>().ok()
+        })
+        .map(|soft| soft.saturating_sub(256 << 20));
+    Some(limit.map_or(kib * 1024, |l| l.min(kib * 1024)))
 }
