@@ -18,7 +18,7 @@ fn iterations() -> usize {
     std::env::var("SHUTTLE_ITERATIONS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3000)
+        .unwrap_or(10_000)
 }
 
 fn tag(page: u64, version: u64) -> u8 {

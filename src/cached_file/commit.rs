@@ -254,6 +254,11 @@ impl PagedCachedFile {
                 if let Some(b) = batch {
                     self.settle_failed(b);
                 }
+                // Writers waiting for room would wait for a settle that
+                // frees nothing (the pages went back to the buffer): wake
+                // them to see the poison. Found by the shuttle model check.
+                let _room = self.room.lock();
+                self.room_freed.notify_all();
                 Err(Error::io("fdatasync", None, e))
             }
         }

@@ -522,8 +522,10 @@ impl PagedCachedFile {
                 .into_iter()
                 .filter_map(|(_, page)| Arc::try_unwrap(page).ok()),
         );
-        if total > kept {
-            // Wake writers waiting for room (see `wait_for_room`).
+        if total > 0 {
+            // Wake writers waiting for room (see `wait_for_room`): room was
+            // freed, or the pages went back to the write buffer, where a
+            // waiter can flush them itself.
             let _room = self.room.lock();
             self.room_freed.notify_all();
         }
