@@ -151,7 +151,8 @@ fn one_bad_page_does_not_hold_the_others_hostage() {
     let Some(fs) = ScratchFs::ext4(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 64) else {
         return;
     };
-    let bad = 1u64 << 42; // past ext4's 16 TiB file limit (4 KiB blocks)
+    // At the largest file of this small ext4 (1 KiB blocks: 4 TiB).
+    let bad = 1u64 << 42;
     for engine in engines() {
         for direct in [false, true] {
             let path = fs
@@ -246,5 +247,34 @@ fn a_full_disk_keeps_pages_dirty_until_space_returns() {
             );
         }
         std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn backpressure_is_not_held_hostage_by_a_bad_page() {
+    // A write buffer of 8 pages: every few writes must flush to make room.
+    // The bad page fails each of those flushes; the writes must go on as
+    // long as the flush frees room, and `sync` must name only the bad page.
+    let Some(fs) = ScratchFs::ext4(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 64) else {
+        return;
+    };
+    let bad = 1u64 << 42; // the 4 TiB largest file of this small ext4
+    let path = fs.path().join("pressure");
+    let be = UnknownMax(FileBackend::open(&path).unwrap());
+    let f = PagedCachedFile::new(be, Config::default().max_write_buffer_bytes(8 * PS)).unwrap();
+    f.write_page(bad, &[1u8; PS]).unwrap();
+    for p in 0..64u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    match f.sync() {
+        Err(Error::PagesFailed { failed, .. }) => assert_eq!(failed, vec![bad..bad + PS as u64]),
+        other => panic!("{other:?}"),
+    }
+    f.discard(bad, PS as u64).unwrap();
+    f.sync().unwrap();
+    f.close().unwrap();
+    let on_disk = std::fs::read(&path).unwrap();
+    for p in 0..64usize {
+        assert_eq!(tag_of(&on_disk[p * PS..]), (p as u64, 1));
     }
 }

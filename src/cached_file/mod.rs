@@ -754,7 +754,21 @@ impl PagedCachedFile {
         add(&self.counters.backpressure_waits, 1);
         while self.buffered.load(Ordering::Acquire) >= max {
             self.check_writable()?;
-            if !self.flush_to_os()? {
+            let before = self.buffered.load(Ordering::Acquire);
+            let flushed = match self.flush_to_os() {
+                Ok(flushed) => flushed,
+                // Pages that cannot be written stay dirty; if the flush
+                // still freed room, this writer goes on (the failed pages
+                // are the business of the next `sync`). If it freed
+                // nothing, waiting would spin: the error is the answer.
+                Err(Error::PagesFailed { .. })
+                    if self.buffered.load(Ordering::Acquire) < before =>
+                {
+                    true
+                }
+                Err(e) => return Err(e),
+            };
+            if !flushed {
                 let mut room = self.room.lock();
                 if self.buffered.load(Ordering::Acquire) >= max {
                     // Settle notifies under `room` after lowering `buffered`,
