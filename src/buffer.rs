@@ -49,10 +49,10 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// Like [`zeroed`](Self::zeroed), but an allocation the allocator
-    /// refuses (a length past what the process can get) is
-    /// not an abort: `Ok(None)` for a bad layout,
-    /// `Err(len)` when the memory cannot be had, never an abort.
+    /// Like [`zeroed`](Self::zeroed) (`len` bytes aligned to `align`
+    /// bytes), but memory the allocator refuses is an error, not an abort:
+    /// `Ok(None)` for a bad layout (as `zeroed`), `Err(len)` when `len`
+    /// bytes cannot be had. Never panics.
     pub fn try_zeroed(len: usize, align: usize) -> Result<Option<Self>, usize> {
         let Ok(layout) = Layout::from_size_align(len, align) else {
             return Ok(None);

@@ -168,8 +168,7 @@ impl WriteOptions {
 pub struct Progress {
     /// Bytes whose writes have completed.
     pub bytes_done: u64,
-    /// Bytes from the start of the file whose writes have all completed
-    /// (what an interrupted file can be cut back to).
+    /// Bytes from the start of the file whose writes have all completed.
     pub contiguous_bytes: u64,
     /// Bytes in the file.
     pub total: u64,
@@ -410,15 +409,6 @@ fn write_partial(
         .set_len(0)
         .map_err(|e| fail(Error::io("truncate", Some(0), e), &stats))?;
     stats.truncate_s = t.elapsed().as_secs_f64();
-    // The first report: from here on the file holds only what this call
-    // writes (a caller may now cut it back to `contiguous_bytes`).
-    progress(Progress {
-        bytes_done: 0,
-        contiguous_bytes: 0,
-        total: size,
-        elapsed: start.elapsed(),
-        bytes_per_sec: 0.0,
-    });
     if opts.preallocate {
         let t = Instant::now();
         match backend.allocate(0, padded) {

@@ -34,6 +34,58 @@ fn assert_refused(out: &Output, needle: &str) {
     assert!(err.contains(needle), "expected {needle:?} in: {err}");
 }
 
+/// A `scale` of one 30 s cell writing into `dir` (to be killed).
+fn long_scale(dir: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_pagewriter"))
+        .args([
+            "scale",
+            "--threads",
+            "1",
+            "--modes",
+            "vectored",
+            "--duration",
+            "30",
+            "--path",
+        ])
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The names of the scratch files (`*.pwtmp`) in `dir`.
+fn scratch_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".pwtmp"))
+        .collect()
+}
+
+/// Polls `ready` every 10 ms for up to 20 s; fails naming `what`.
+fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Sends `signal` ("-INT", "-KILL") to `child` with kill(1) (no unsafe in
+/// tests).
+fn signal(child: &std::process::Child, signal: &str) {
+    let ok = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
 fn free(path: &Path) -> u64 {
     pagewriter::backend::free_space(path).unwrap()
 }
@@ -246,42 +298,13 @@ fn absurd_sizes_are_typed_errors() {
 #[test]
 fn a_killed_runs_scratch_file_is_removed_by_the_next_run() {
     let d = dir();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
-        .args([
-            "scale",
-            "--threads",
-            "1",
-            "--modes",
-            "vectored",
-            "--duration",
-            "30",
-            "--path",
-        ])
-        .arg(d.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let prefix = format!(".pagewriter-scale-{pid}-");
-    let scratch = |dir: &Path| -> Vec<String> {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
-            .filter(|n| n.ends_with(".pwtmp"))
-            .collect()
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !scratch(d.path()).iter().any(|n| n.starts_with(&prefix)) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no scratch file appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut child = long_scale(d.path());
+    let prefix = format!(".pagewriter-scale-{}-", child.id());
+    let mine = |dir: &Path| scratch_files(dir).iter().any(|n| n.starts_with(&prefix));
+    wait_until("a scratch file", || mine(d.path()));
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
-    assert!(scratch(d.path()).iter().any(|n| n.starts_with(&prefix)));
+    assert!(mine(d.path()));
     let out = pw(
         &[
             "flush",
@@ -300,11 +323,8 @@ fn a_killed_runs_scratch_file_is_removed_by_the_next_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        scratch(d.path()).is_empty(),
-        "left: {:?}",
-        scratch(d.path())
-    );
+    let left = scratch_files(d.path());
+    assert!(left.is_empty(), "left: {left:?}");
 }
 
 #[test]
@@ -349,59 +369,24 @@ fn verify_refuses_what_it_cannot_check() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("verify: 256 blocks OK"));
 }
 
-/// Sends SIGINT to `child` (with kill(1): no unsafe in tests).
-fn interrupt(child: &std::process::Child) {
-    let ok = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-}
-
 #[test]
 fn ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files() {
     let d = dir();
-    let child = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
-        .args([
-            "scale",
-            "--threads",
-            "1",
-            "--modes",
-            "vectored",
-            "--duration",
-            "30",
-            "--path",
-        ])
-        .arg(d.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let has_scratch = |dir: &Path| {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(".pwtmp"))
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !has_scratch(d.path()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no scratch file appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    interrupt(&child);
+    let child = long_scale(d.path());
+    wait_until("a scratch file", || !scratch_files(d.path()).is_empty());
+    signal(&child, "-INT");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));
     assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
-    assert!(!has_scratch(d.path()), "scratch files left behind");
+    assert!(
+        scratch_files(d.path()).is_empty(),
+        "scratch files left behind"
+    );
 }
 
 #[test]
 fn an_interrupted_write_file_never_touches_the_target() {
-    for signal in ["-INT", "-KILL"] {
+    for sig in ["-INT", "-KILL"] {
         let d = dir();
         let f = d.path().join("big.bin");
         std::fs::write(&f, b"precious").unwrap();
@@ -413,28 +398,16 @@ fn an_interrupted_write_file_never_touches_the_target() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !partial.exists() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "write-file never started"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        wait_until("the partial file", || partial.exists());
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let ok = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        signal(&child, sig);
         let out = child.wait_with_output().unwrap();
         if out.status.success() {
             eprintln!("write-file finished before the signal landed: nothing to check");
             continue;
         }
-        assert_eq!(std::fs::read(&f).unwrap(), b"precious", "{signal}");
-        if signal == "-INT" {
+        assert_eq!(std::fs::read(&f).unwrap(), b"precious", "{sig}");
+        if sig == "-INT" {
             assert_eq!(out.status.code(), Some(130));
             assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
             assert!(!partial.exists(), "Ctrl-C left the partial file");
