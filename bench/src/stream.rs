@@ -27,6 +27,7 @@
 //! recognisable by its name.
 
 use std::fs::File;
+use std::ops::DerefMut;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -574,9 +575,9 @@ fn io_mode_line(s: &WriteStats) -> String {
 }
 
 /// A filled buffer on its way to the I/O side.
-struct Filled {
+struct Filled<B> {
     slot: usize,
-    buf: AlignedBuf,
+    buf: B,
     chunk: u64,
     io_len: usize,
 }
@@ -673,12 +674,12 @@ struct Fillers<'a, 'p> {
 impl<'a> Fillers<'a, '_> {
     /// Starts `threads` fill threads in scope `s`; `filled` is moved in so
     /// that the channel closes when the last of them ends.
-    fn spawn<'s>(
+    fn spawn<'s, B: DerefMut<Target = [u8]> + Send + 's>(
         &self,
         s: &'s std::thread::Scope<'s, '_>,
         threads: usize,
-        free: &chan::Receiver<(usize, AlignedBuf)>,
-        filled: chan::Sender<Filled>,
+        free: &chan::Receiver<(usize, B)>,
+        filled: chan::Sender<Filled<B>>,
     ) where
         'a: 's,
     {
@@ -695,12 +696,12 @@ impl<'a> Fillers<'a, '_> {
 
 /// Fill threads: take a free buffer, claim the next chunk, fill, pass on.
 /// Return the nanoseconds spent generating.
-fn fill_loop(
+fn fill_loop<B: DerefMut<Target = [u8]>>(
     plan: &Plan<'_>,
     next: &AtomicU64,
     stop: &AtomicBool,
-    free: &chan::Receiver<(usize, AlignedBuf)>,
-    filled: &chan::Sender<Filled>,
+    free: &chan::Receiver<(usize, B)>,
+    filled: &chan::Sender<Filled<B>>,
 ) -> u64 {
     let mut gen_ns = 0u64;
     while let Ok((slot, mut buf)) = free.recv() {
@@ -777,7 +778,7 @@ fn run_pwrite(
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let (free_tx, free_rx) = chan::unbounded::<(usize, AlignedBuf)>();
-    let (filled_tx, filled_rx) = chan::bounded::<Filled>(opts.buffer_count);
+    let (filled_tx, filled_rx) = chan::bounded::<Filled<AlignedBuf>>(opts.buffer_count);
     // (chunk, offset, result, write ns, wait ns, slot, buf)
     type Done = (u64, std::io::Result<()>, u64, u64, usize, AlignedBuf);
     let (done_tx, done_rx) = chan::unbounded::<Done>();
@@ -855,7 +856,7 @@ fn run_pwrite(
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 mod uring {
     use super::*;
-    use pagewriter::backend::ring::{Completion, RingOp, RingOptions, SlotRing};
+    use pagewriter::backend::ring::{Completion, RingOp, RingOptions, SlotBuf, SlotRing};
 
     /// The ring for `opts`, or the buffers back for `pwrite` (engine
     /// `Auto` where io_uring is refused; the reason goes to `fallbacks`).
@@ -920,16 +921,16 @@ mod uring {
         let next = AtomicU64::new(0);
         let stop = AtomicBool::new(false);
         let gen_ns = AtomicU64::new(0);
-        let (free_tx, free_rx) = chan::unbounded::<(usize, AlignedBuf)>();
-        let (filled_tx, filled_rx) = chan::unbounded::<Filled>();
+        let (free_tx, free_rx) = chan::unbounded::<(usize, SlotBuf)>();
+        let (filled_tx, filled_rx) = chan::unbounded::<Filled<SlotBuf>>();
         for slot in 0..ring.slots() {
             let buf = ring
                 .take(slot)
                 .expect("fresh ring: every slot holds its buffer");
             free_tx.send((slot, buf)).expect("receiver alive");
         }
-        // Per slot: (chunk, bytes written so far, I/O bytes).
-        let mut active: Vec<(u64, usize, usize)> = vec![(0, 0, 0); ring.slots()];
+        // Per slot: the chunk it carries.
+        let mut active: Vec<u64> = vec![0; ring.slots()];
         let mut tally = Tally::new(plan.chunks());
         let mut first_error: Option<Error> = None;
         let qd = ring.options().queue_depth;
@@ -963,8 +964,8 @@ mod uring {
                         }
                     };
                     let offset = plan.extent(f.chunk).0;
-                    let _ = ring.put(f.slot, f.buf);
-                    active[f.slot] = (f.chunk, 0, f.io_len);
+                    let _ = ring.put(f.buf);
+                    active[f.slot] = f.chunk;
                     if let Err(e) = ring.push(f.slot, RingOp::Write, offset, 0, f.io_len) {
                         first_error = Some(write_error(offset, e));
                         break;
@@ -987,40 +988,14 @@ mod uring {
                 }
                 stats.io_wait_s += t.elapsed().as_secs_f64();
                 for c in cqes.drain(..) {
-                    let (chunk, done, io_len) = active[c.slot];
+                    // The ring continued short and interrupted writes: a
+                    // completion is the whole chunk, or its error.
                     match c.result {
-                        Ok(n) if n > 0 => {
-                            let done = done + n;
-                            active[c.slot].1 = done;
-                            if done < io_len {
-                                // Short write: the rest from where it stopped.
-                                let at = c.offset + n as u64;
-                                if let Err(e) =
-                                    ring.push(c.slot, RingOp::Write, at, done, io_len - done)
-                                {
-                                    first_error.get_or_insert(write_error(at, e));
-                                }
-                                stats.writes += 1;
-                                continue;
-                            }
-                            tally.complete(plan, chunk);
+                        Ok(_) => {
+                            tally.complete(plan, active[c.slot]);
                             if let (Some(tx), Some(buf)) = (&free_tx, ring.take(c.slot)) {
                                 let _ = tx.send((c.slot, buf));
                             }
-                        }
-                        Ok(_) => {
-                            first_error.get_or_insert(write_error(
-                                c.offset,
-                                std::io::ErrorKind::WriteZero.into(),
-                            ));
-                        }
-                        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => {
-                            if let Err(e) =
-                                ring.push(c.slot, RingOp::Write, c.offset, done, io_len - done)
-                            {
-                                first_error.get_or_insert(write_error(c.offset, e));
-                            }
-                            stats.writes += 1;
                         }
                         Err(e) => {
                             first_error.get_or_insert(write_error(c.offset, e));

@@ -11,8 +11,6 @@ mod io_mode;
 mod memory;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod ring;
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
-pub mod uring;
 
 pub use file::{
     DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, OpenOptions, SyscallCounts,

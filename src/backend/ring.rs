@@ -1,31 +1,69 @@
-//! A ring that owns its I/O buffers (Linux, cargo feature `io-uring`).
+//! The io_uring loop of the crate and its tools (Linux, cargo feature
+//! `io-uring`).
 //!
-//! [`SlotRing`] holds a fixed set of aligned buffers ("slots"), optionally
+//! [`SlotRing`] is the one place where SQEs are submitted, CQEs reaped and
+//! short or interrupted transfers resubmitted. Its users:
+//! - the flush of [`PagedCachedFile`](crate::PagedCachedFile): runs of
+//!   pages as `IORING_OP_WRITEV` SQEs straight from page memory
+//!   ([`write_vectored`](SlotRing::write_vectored)), or under `O_DIRECT`
+//!   copied into the ring's own buffers and written as one segment each
+//!   ([`write_copied`](SlotRing::write_copied));
+//! - the streaming writer and the fio-style I/O worker of the tools crate
+//!   (`pagewriter-bench`), which drive the ring's buffers themselves with
+//!   [`push`](SlotRing::push) and [`wait`](SlotRing::wait).
+//!
+//! The ring owns a fixed set of aligned buffers ("slots"), optionally
 //! registered with the kernel (`IORING_REGISTER_BUFFERS`, then
-//! `IORING_OP_{READ,WRITE}_FIXED`), and the file, optionally registered
-//! (`IORING_REGISTER_FILES`). A slot with an SQE in flight cannot be
-//! touched: [`buf`](SlotRing::buf) and [`take`](SlotRing::take) return
-//! `None` for it until its CQE is reaped, and dropping the ring waits for
-//! every SQE in flight. That makes the ring safe to drive from ordinary
-//! code: the streaming writer and the fio-style I/O worker of the tools
-//! crate (`pagewriter-bench`) are built on it.
+//! `IORING_OP_{READ,WRITE}_FIXED`), and a duplicate of the file's
+//! descriptor, optionally registered (`IORING_REGISTER_FILES`).
 //!
-//! Short transfers are reported, not continued: the caller resubmits the
-//! rest (it knows whether a short read at end of file is an error).
+//! Memory the kernel may touch stays valid:
+//! - A slot with an SQE in flight cannot be touched: [`buf`](SlotRing::buf),
+//!   [`take`](SlotRing::take) and [`push`](SlotRing::push) refuse it until
+//!   its CQE is reaped, and dropping the ring waits for every SQE in flight
+//!   (or leaks the buffers if it cannot).
+//! - A slot's buffer lent out with [`take`](SlotRing::take) (to be filled
+//!   on another thread) shares ownership with the ring: dropping the
+//!   [`SlotBuf`] does not free it. Registered buffers are freed only after
+//!   the ring unregistered them, in its `Drop`.
+//! - Borrowed page memory of [`write_vectored`](SlotRing::write_vectored)
+//!   is only used within that call, which returns when no SQE is in
+//!   flight.
+//!
+//! A transfer is reported once, when it is complete or failed: a short
+//! read or write is resubmitted for the rest, an `EAGAIN` or `EINTR`
+//! completion is resubmitted (up to [`MAX_RETRIES`] times), and a read
+//! that returns 0 bytes (end of file) is reported with the bytes it got.
 
+use std::cell::UnsafeCell;
 use std::fs::File;
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, squeue, types};
 
+use super::{IOV_MAX, MAX_QUEUE_DEPTH, UringFault};
 use crate::buffer::AlignedBuf;
+
+/// Resubmissions of one transfer after `EAGAIN` or `EINTR` before its error
+/// is reported.
+pub const MAX_RETRIES: u32 = 1000;
+
+/// `user_data` bit that marks a vectored transfer (its tag in the low
+/// bits); without it, `user_data` is a slot number.
+const VECTORED: u64 = 1 << 63;
+
+/// The fail point of tests: asked before each SQE with (file offset,
+/// bytes), it may make the SQE a short transfer or complete it with an
+/// error. `None` outside tests.
+pub type FaultHook<'a> = Option<&'a dyn Fn(u64, usize) -> Option<UringFault>>;
 
 /// How to set a ring up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingOptions {
-    /// SQ entries and most SQEs in flight, 1..=4096.
+    /// SQ entries and most SQEs in flight, 1..=[`MAX_QUEUE_DEPTH`].
     pub queue_depth: u32,
     /// Register the file (`IORING_REGISTER_FILES`): saves the per-I/O file
     /// reference count.
@@ -34,6 +72,13 @@ pub struct RingOptions {
     /// opcodes: saves pinning the pages on every I/O. The pages are pinned
     /// once, counted against `RLIMIT_MEMLOCK` unless `CAP_IPC_LOCK`.
     pub fixed_buffers: bool,
+    /// One thread submits and reaps (`IORING_SETUP_SINGLE_ISSUER`, 6.0+,
+    /// with `COOP_TASKRUN`, 5.19+: completions' task work runs at that
+    /// thread's next kernel entry instead of interrupting it). Falls back
+    /// to a plain ring on older kernels. Leave it off for a ring used from
+    /// several threads in turn (such as a flush): the kernel refuses their
+    /// submissions with `EEXIST`.
+    pub single_issuer: bool,
     /// A kernel thread polls the SQ (`IORING_SETUP_SQPOLL`, idle 1000 ms):
     /// submission without a syscall while it is awake.
     pub sqpoll: bool,
@@ -44,12 +89,14 @@ pub struct RingOptions {
 }
 
 impl RingOptions {
-    /// Queue depth `queue_depth`, file and buffers registered, no polling.
+    /// Queue depth `queue_depth`, file and buffers registered, one issuing
+    /// thread, no polling.
     pub fn new(queue_depth: u32) -> Self {
         Self {
             queue_depth,
             register_file: true,
             fixed_buffers: true,
+            single_issuer: true,
             sqpoll: false,
             iopoll: false,
         }
@@ -59,7 +106,8 @@ impl RingOptions {
 /// Which step of ring setup failed, and how.
 #[derive(Debug)]
 pub struct RingSetupError {
-    /// `"io_uring setup"`, `"register files"` or `"register buffers"`.
+    /// `"io_uring setup"`, `"dup file descriptor"`, `"register files"` or
+    /// `"register buffers"`.
     pub stage: &'static str,
     /// The kernel's error.
     pub source: io::Error,
@@ -77,6 +125,12 @@ impl std::error::Error for RingSetupError {
     }
 }
 
+impl From<RingSetupError> for io::Error {
+    fn from(e: RingSetupError) -> Self {
+        io::Error::new(e.source.kind(), e.to_string())
+    }
+}
+
 /// A read or a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RingOp {
@@ -86,38 +140,115 @@ pub enum RingOp {
     Write,
 }
 
-/// One reaped CQE.
+/// One finished transfer.
 #[derive(Debug)]
 pub struct Completion {
     /// The slot, now free to touch.
     pub slot: usize,
     /// What was asked.
     pub op: RingOp,
-    /// File offset of the I/O in bytes.
+    /// File offset of the transfer's first byte.
     pub offset: u64,
     /// Bytes asked for.
     pub len: usize,
-    /// Bytes transferred (may be short of `len`), or the error.
+    /// Bytes transferred, all of `len` unless a read met the end of the
+    /// file; or the error (the transfer may have been partly done).
     pub result: io::Result<usize>,
-    /// From [`push`](SlotRing::push) to the reap that saw the CQE.
+    /// From [`push`](SlotRing::push) to the reap that saw the last CQE.
     pub latency: Duration,
 }
 
+/// A transfer in flight: where it started and how far it got.
 #[derive(Debug)]
 struct Pending {
     op: RingOp,
     offset: u64,
     len: usize,
+    /// Bytes done by earlier SQEs of this transfer.
+    done: usize,
+    /// Byte in the slot's buffer where the transfer starts.
+    at: usize,
+    retries: u32,
+    /// An injected error to report at the next CQE (fail point).
+    forced: Option<i32>,
     start: Instant,
 }
 
-#[derive(Debug)]
+/// A slot's buffer, owned jointly by the ring and a [`SlotBuf`] lent out.
+struct SlotMem(UnsafeCell<AlignedBuf>);
+
+// SAFETY: the buffer is reached only through the ring (while the slot is
+// home, under `&self`/`&mut self` of the ring) or through the one
+// `SlotBuf` lent out (while the slot is lent, the ring does not touch it);
+// never both at once. `AlignedBuf` itself is `Send` and `Sync`.
+unsafe impl Sync for SlotMem {}
+
+/// A slot's buffer lent out of the ring by [`SlotRing::take`], to fill on
+/// any thread; give it back with [`SlotRing::put`]. Dropping it does not
+/// free the memory (the ring still owns it) but leaves the slot empty.
+pub struct SlotBuf {
+    mem: Arc<SlotMem>,
+    slot: usize,
+}
+
+impl SlotBuf {
+    /// The slot this buffer belongs to.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+}
+
+impl std::fmt::Debug for SlotBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotBuf")
+            .field("slot", &self.slot)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for SlotBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: while this `SlotBuf` exists its slot is lent and the ring
+        // neither reads nor writes the buffer nor submits it (see
+        // `SlotMem`); there is one `SlotBuf` per slot.
+        unsafe { &*self.mem.0.get() }
+    }
+}
+
+impl std::ops::DerefMut for SlotBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.0.get() }
+    }
+}
+
 struct Slot {
-    buf: Option<AlignedBuf>,
-    /// Start address registered for this slot, if buffers are registered.
-    registered: Option<usize>,
+    mem: Arc<SlotMem>,
+    /// Address and length of the buffer (fixed for the slot's life).
+    base: usize,
+    len: usize,
+    /// Lent out as a `SlotBuf`.
+    lent: bool,
     pending: Option<Pending>,
 }
+
+/// A vectored transfer's state: the caller's segments, and the iovecs of
+/// the SQE in flight (kept alive until its CQE).
+#[derive(Default)]
+struct VecIo {
+    pending: Option<Pending>,
+    segs: Vec<libc::iovec>,
+    sqe_iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the iovecs only describe memory of a `write_vectored` call,
+// which is borrowed for the whole call and not used after it returns.
+unsafe impl Send for VecIo {}
+// SAFETY: as for `Send`; the ring is only used through `&mut self`
+// when a `VecIo` is read.
+unsafe impl Sync for VecIo {}
 
 /// A ring with its own buffers; see the [module docs](self).
 pub struct SlotRing {
@@ -127,10 +258,21 @@ pub struct SlotRing {
     fd: OwnedFd,
     opts: RingOptions,
     slots: Vec<Slot>,
+    buffers_registered: bool,
+    /// One per tag of `write_vectored` (`queue_depth` of them, made at
+    /// its first call).
+    vec_io: Vec<VecIo>,
+    /// Tags of `vec_io` not in flight (kept between calls).
+    free_tags: Vec<usize>,
+    /// Per slot or tag: the job of `write_vectored`/`write_copied` it
+    /// carries.
+    job_of: Vec<usize>,
     in_flight: u32,
     /// SQEs pushed since the last submit.
     unsubmitted: u32,
     enter_calls: u64,
+    /// CQEs copied out of the CQ before they are handled (reused).
+    cqes: Vec<(u64, i32)>,
 }
 
 impl std::fmt::Debug for SlotRing {
@@ -143,30 +285,49 @@ impl std::fmt::Debug for SlotRing {
     }
 }
 
+/// Where a vectored transfer's bytes are, and at which file offset.
+#[derive(Debug)]
+pub struct VectoredRun<'a, 'b> {
+    /// File offset of the first byte.
+    pub offset: u64,
+    /// The bytes, in order.
+    pub bufs: &'a [IoSlice<'b>],
+}
+
+/// A job of [`SlotRing::write_copied`]: `len` bytes at file `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyJob {
+    /// File offset in bytes.
+    pub offset: u64,
+    /// Bytes; at most one slot's buffer.
+    pub len: usize,
+}
+
 impl SlotRing {
     /// A ring on `file` (through a duplicate descriptor the ring owns)
-    /// owning `bufs` as slots `0..bufs.len()`.
+    /// owning `bufs` as slots `0..bufs.len()` (none for a ring that only
+    /// does [`write_vectored`](Self::write_vectored)).
     ///
     /// Errors: `io_uring setup` (`EINVAL` for a queue depth outside
-    /// 1..=[`MAX_QUEUE_DEPTH`](crate::backend::MAX_QUEUE_DEPTH) or unsupported flags, `EPERM`/`ENOSYS` where io_uring is
-    /// disabled), `register files`, `register buffers` (`ENOMEM`/`EPERM`
-    /// past `RLIMIT_MEMLOCK`, `EINVAL` for more than 16384 buffers or one
-    /// over 1 GiB); the buffers are dropped with the error.
+    /// 1..=[`MAX_QUEUE_DEPTH`] or unsupported flags, `EPERM`/`ENOSYS` where
+    /// io_uring is disabled), `dup file descriptor`, `register files`,
+    /// `register buffers` (`ENOMEM`/`EPERM` past `RLIMIT_MEMLOCK`, `EINVAL`
+    /// for more than 16384 buffers or one over 1 GiB); the buffers are
+    /// dropped with the error.
     pub fn new(
         file: &File,
         opts: RingOptions,
         bufs: Vec<AlignedBuf>,
     ) -> Result<Self, RingSetupError> {
         let fail = |stage, source| RingSetupError { stage, source };
-        if !(1..=crate::backend::MAX_QUEUE_DEPTH).contains(&opts.queue_depth) {
+        if !(1..=MAX_QUEUE_DEPTH).contains(&opts.queue_depth) {
             return Err(fail(
                 "io_uring setup",
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
-                        "queue depth {} is not in 1..={}",
-                        opts.queue_depth,
-                        crate::backend::MAX_QUEUE_DEPTH
+                        "queue depth {} is not in 1..={MAX_QUEUE_DEPTH}",
+                        opts.queue_depth
                     ),
                 ),
             ));
@@ -179,18 +340,16 @@ impl SlotRing {
             if opts.iopoll {
                 builder.setup_iopoll();
             }
-            if lean && !opts.sqpoll {
-                // One thread submits and reaps: completions' task work runs
-                // at its next kernel entry instead of interrupting it
-                // (COOP_TASKRUN, 5.19+; SINGLE_ISSUER, 6.0+). DEFER_TASKRUN
-                // was tried too: no better on 128 KiB reads (noisy A/B,
-                // `.project/io-worker.md`).
+            if lean {
+                // DEFER_TASKRUN was tried too: no better on 128 KiB reads
+                // (noisy A/B, `.project/io-worker.md`).
                 builder.setup_coop_taskrun().setup_single_issuer();
             }
             builder.build(opts.queue_depth)
         };
-        let ring = build(true)
-            .or_else(|_| build(false))
+        let lean = opts.single_issuer && !opts.sqpoll;
+        let ring = build(lean)
+            .or_else(|e| if lean { build(false) } else { Err(e) })
             .map_err(|e| fail("io_uring setup", e))?;
         let fd = file
             .as_fd()
@@ -201,44 +360,46 @@ impl SlotRing {
                 .register_files(&[fd.as_raw_fd()])
                 .map_err(|e| fail("register files", e))?;
         }
-        let mut slots: Vec<Slot> = bufs
+        let slots: Vec<Slot> = bufs
             .into_iter()
-            .map(|buf| Slot {
-                buf: Some(buf),
-                registered: None,
+            .map(|mut buf| Slot {
+                base: buf.as_mut_ptr() as usize,
+                len: buf.len(),
+                mem: Arc::new(SlotMem(UnsafeCell::new(buf))),
+                lent: false,
                 pending: None,
             })
             .collect();
+        let mut buffers_registered = false;
         if opts.fixed_buffers && !slots.is_empty() {
             let iovecs: Vec<libc::iovec> = slots
-                .iter_mut()
-                .map(|s| {
-                    let b = s.buf.as_mut().expect("all slots filled at setup");
-                    libc::iovec {
-                        iov_base: b.as_mut_ptr().cast(),
-                        iov_len: b.len(),
-                    }
+                .iter()
+                .map(|s| libc::iovec {
+                    iov_base: s.base as *mut libc::c_void,
+                    iov_len: s.len,
                 })
                 .collect();
-            // SAFETY: every iovec describes a live buffer owned by `slots`.
-            // The kernel pins the pages, so they stay valid for the kernel
-            // even if a buffer is later taken out and freed; fixed opcodes
-            // are only issued for a slot whose current buffer is the one
-            // registered (checked in `push`).
+            // SAFETY: every iovec describes a live buffer owned by `slots`,
+            // whose memory is freed only after `Drop` unregistered it (a
+            // `SlotBuf` lent out shares ownership, see `SlotMem`).
             unsafe { ring.submitter().register_buffers(&iovecs) }
                 .map_err(|e| fail("register buffers", e))?;
-            for (s, iov) in slots.iter_mut().zip(&iovecs) {
-                s.registered = Some(iov.iov_base as usize);
-            }
+            buffers_registered = true;
         }
+        let qd = opts.queue_depth as usize;
         Ok(Self {
             ring,
             fd,
             opts,
+            buffers_registered,
+            vec_io: Vec::new(),
+            free_tags: Vec::new(),
+            job_of: vec![0; qd.max(slots.len())],
             slots,
             in_flight: 0,
             unsubmitted: 0,
             enter_calls: 0,
+            cqes: Vec::with_capacity(qd),
         })
     }
 
@@ -252,7 +413,12 @@ impl SlotRing {
         self.slots.len()
     }
 
-    /// SQEs pushed and not yet reaped.
+    /// Whether the slots' buffers are registered (the `_FIXED` opcodes).
+    pub fn buffers_registered(&self) -> bool {
+        self.buffers_registered
+    }
+
+    /// Transfers pushed and not yet reported.
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }
@@ -262,41 +428,48 @@ impl SlotRing {
         self.enter_calls
     }
 
-    /// The slot's buffer; `None` while it is in flight or taken out.
-    pub fn buf(&self, slot: usize) -> Option<&AlignedBuf> {
+    /// The slot's buffer; `None` while it is in flight or lent out.
+    pub fn buf(&self, slot: usize) -> Option<&[u8]> {
         let s = self.slots.get(slot)?;
-        if s.pending.is_some() {
+        if s.pending.is_some() || s.lent {
             return None;
         }
-        s.buf.as_ref()
+        // SAFETY: the slot is home (not lent, nothing in flight), so only
+        // the ring reaches its buffer, and `&self` excludes writers.
+        Some(unsafe { &*s.mem.0.get() })
     }
 
-    /// The slot's buffer to fill; `None` while it is in flight or taken out.
-    pub fn buf_mut(&mut self, slot: usize) -> Option<&mut AlignedBuf> {
+    /// The slot's buffer to fill; `None` while it is in flight or lent out.
+    pub fn buf_mut(&mut self, slot: usize) -> Option<&mut [u8]> {
         let s = self.slots.get_mut(slot)?;
-        if s.pending.is_some() {
+        if s.pending.is_some() || s.lent {
             return None;
         }
-        s.buf.as_mut()
+        // SAFETY: as in `buf`; `&mut self` makes this the only access.
+        Some(unsafe { &mut *s.mem.0.get() })
     }
 
-    /// Takes the slot's buffer out (to fill on another thread); `None`
-    /// while it is in flight or already out.
-    pub fn take(&mut self, slot: usize) -> Option<AlignedBuf> {
+    /// Lends the slot's buffer out (to fill on another thread); `None`
+    /// while it is in flight or already out. The slot cannot be used until
+    /// the buffer is [`put`](Self::put) back.
+    pub fn take(&mut self, slot: usize) -> Option<SlotBuf> {
         let s = self.slots.get_mut(slot)?;
-        if s.pending.is_some() {
+        if s.pending.is_some() || s.lent {
             return None;
         }
-        s.buf.take()
+        s.lent = true;
+        Some(SlotBuf {
+            mem: Arc::clone(&s.mem),
+            slot,
+        })
     }
 
-    /// Puts a buffer back into an empty slot; gives it back if the slot
-    /// does not exist or is not empty. A buffer other than the one
-    /// registered for the slot is still usable, with the plain opcodes.
-    pub fn put(&mut self, slot: usize, buf: AlignedBuf) -> Result<(), AlignedBuf> {
-        match self.slots.get_mut(slot) {
-            Some(s) if s.buf.is_none() => {
-                s.buf = Some(buf);
+    /// Puts a lent buffer back into its slot; gives it back if it is not
+    /// this ring's.
+    pub fn put(&mut self, buf: SlotBuf) -> Result<(), SlotBuf> {
+        match self.slots.get_mut(buf.slot) {
+            Some(s) if s.lent && Arc::ptr_eq(&s.mem, &buf.mem) => {
+                s.lent = false;
                 Ok(())
             }
             _ => Err(buf),
@@ -308,8 +481,8 @@ impl SlotRing {
     /// [`submit`](Self::submit) or [`wait`](Self::wait).
     ///
     /// Errors (`InvalidInput`, nothing queued): no such slot, the slot is
-    /// in flight or empty, the range is outside the buffer or over 2 GiB,
-    /// or `queue_depth` SQEs are already in flight.
+    /// in flight or lent out, the range is outside the buffer or over
+    /// 2 GiB, or `queue_depth` transfers are already in flight.
     pub fn push(
         &mut self,
         slot: usize,
@@ -318,12 +491,22 @@ impl SlotRing {
         start: usize,
         len: usize,
     ) -> io::Result<()> {
+        self.push_slot(slot, op, offset, start, len, None)
+    }
+
+    fn push_slot(
+        &mut self,
+        slot: usize,
+        op: RingOp,
+        offset: u64,
+        start: usize,
+        len: usize,
+        fault: FaultHook<'_>,
+    ) -> io::Result<()> {
         let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if self.in_flight >= self.opts.queue_depth {
             return Err(invalid("queue depth reached"));
         }
-        let fd = self.fd.as_raw_fd();
-        let register_file = self.opts.register_file;
         let s = self
             .slots
             .get_mut(slot)
@@ -331,62 +514,168 @@ impl SlotRing {
         if s.pending.is_some() {
             return Err(invalid("slot in flight"));
         }
-        let buf = s.buf.as_mut().ok_or_else(|| invalid("slot is empty"))?;
+        if s.lent {
+            return Err(invalid("slot's buffer is lent out"));
+        }
         let end = start
             .checked_add(len)
             .ok_or_else(|| invalid("range overflows"))?;
-        if end > buf.len() || len > i32::MAX as usize {
+        if end > s.len || len > i32::MAX as usize {
             return Err(invalid("range outside the slot's buffer"));
         }
-        let fixed = s.registered == Some(buf.as_ptr() as usize);
-        let ptr = buf[start..].as_mut_ptr();
-        // One SQE builder per file type: `types::Fixed` and `types::Fd`
-        // are different types, so the opcode choice is written once and
-        // expanded for each.
-        macro_rules! sqe_for {
-            ($fd:expr) => {
-                match (op, fixed) {
-                    (RingOp::Write, true) => {
-                        opcode::WriteFixed::new($fd, ptr, len as u32, slot as u16)
-                            .offset(offset)
-                            .build()
-                    }
-                    (RingOp::Write, false) => opcode::Write::new($fd, ptr, len as u32)
-                        .offset(offset)
-                        .build(),
-                    (RingOp::Read, true) => {
-                        opcode::ReadFixed::new($fd, ptr, len as u32, slot as u16)
-                            .offset(offset)
-                            .build()
-                    }
-                    (RingOp::Read, false) => opcode::Read::new($fd, ptr, len as u32)
-                        .offset(offset)
-                        .build(),
+        s.pending = Some(Pending::new(op, offset, len, start));
+        self.start(slot as u64, fault)
+    }
+
+    /// Writes `bufs` at `offset` as vectored SQEs under `tag`.
+    ///
+    /// # Safety
+    /// The memory `bufs` describes must stay valid and unchanged until the
+    /// transfer's completion was reaped.
+    unsafe fn push_vectored(
+        &mut self,
+        tag: usize,
+        offset: u64,
+        bufs: &[IoSlice<'_>],
+        fault: FaultHook<'_>,
+    ) -> io::Result<()> {
+        let v = &mut self.vec_io[tag];
+        debug_assert!(v.pending.is_none(), "tag {tag} reused while in flight");
+        v.segs.clear();
+        v.segs.extend(bufs.iter().map(|b| libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        }));
+        let len = bufs.iter().map(|b| b.len()).sum();
+        v.pending = Some(Pending::new(RingOp::Write, offset, len, 0));
+        self.start(tag as u64 | VECTORED, fault)
+    }
+
+    /// Queues the first SQE of a transfer just made pending; undoes it if
+    /// the SQ refuses.
+    fn start(&mut self, id: u64, fault: FaultHook<'_>) -> io::Result<()> {
+        let sqe = self.next_sqe(id, fault);
+        if let Err(e) = self.queue(&sqe) {
+            self.pending_mut(id).take();
+            return Err(e);
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    fn pending_mut(&mut self, id: u64) -> &mut Option<Pending> {
+        if id & VECTORED != 0 {
+            &mut self.vec_io[(id & !VECTORED) as usize].pending
+        } else {
+            &mut self.slots[id as usize].pending
+        }
+    }
+
+    /// The SQE for what is left of transfer `id` (its `Pending` is set).
+    fn next_sqe(&mut self, id: u64, fault: FaultHook<'_>) -> squeue::Entry {
+        let raw_fd = self.fd.as_raw_fd();
+        let register_file = self.opts.register_file;
+        let fixed = self.buffers_registered;
+        // `types::Fixed` and `types::Fd` are different types: the opcode
+        // choice is written once and expanded for each.
+        macro_rules! with_fd {
+            ($build:ident) => {
+                if register_file {
+                    $build!(types::Fixed(0))
+                } else {
+                    $build!(types::Fd(raw_fd))
                 }
             };
         }
-        let sqe = if register_file {
-            sqe_for!(types::Fixed(0))
-        } else {
-            sqe_for!(types::Fd(fd))
-        };
-        let sqe: squeue::Entry = sqe.user_data(slot as u64);
-        // SAFETY: the SQE points into the slot's buffer, which the ring
-        // owns. From here until the CQE is reaped the slot is marked
-        // pending, and `buf`, `buf_mut`, `take` and `push` refuse it, so the
-        // memory is neither moved, freed nor touched; `Drop` waits for
-        // every SQE in flight (or leaks the buffers if it cannot).
-        if unsafe { self.ring.submission().push(&sqe) }.is_err() {
-            // The SQ has queue_depth entries and fewer are in flight.
+        if id & VECTORED != 0 {
+            let v = &mut self.vec_io[(id & !VECTORED) as usize];
+            let p = v.pending.as_mut().expect("a transfer in flight");
+            v.sqe_iov.clear();
+            let mut skip = p.done;
+            for s in &v.segs {
+                if skip >= s.iov_len {
+                    skip -= s.iov_len;
+                    continue;
+                }
+                v.sqe_iov.push(libc::iovec {
+                    iov_base: (s.iov_base as usize + skip) as *mut libc::c_void,
+                    iov_len: s.iov_len - skip,
+                });
+                skip = 0;
+                if v.sqe_iov.len() == IOV_MAX {
+                    break;
+                }
+            }
+            let at = p.offset + p.done as u64;
+            let bytes: usize = v.sqe_iov.iter().map(|i| i.iov_len).sum();
+            match fault.and_then(|f| f(at, bytes)) {
+                Some(UringFault::Short(k)) if k > 0 && k < bytes => {
+                    let mut left = k;
+                    v.sqe_iov.retain_mut(|i| {
+                        let keep = left > 0;
+                        i.iov_len = i.iov_len.min(left);
+                        left -= i.iov_len;
+                        keep
+                    });
+                }
+                Some(UringFault::Errno(e)) => p.forced = Some(e),
+                _ => {}
+            }
+            let (ptr, n) = (v.sqe_iov.as_ptr(), v.sqe_iov.len() as u32);
+            macro_rules! writev {
+                ($fd:expr) => {
+                    opcode::Writev::new($fd, ptr, n).offset(at).build()
+                };
+            }
+            return with_fd!(writev).user_data(id);
+        }
+        let slot = id as usize;
+        let s = &mut self.slots[slot];
+        let p = s.pending.as_mut().expect("a transfer in flight");
+        let ptr = (s.base + p.at + p.done) as *mut u8;
+        let at = p.offset + p.done as u64;
+        let mut len = (p.len - p.done) as u32;
+        match fault.and_then(|f| f(at, len as usize)) {
+            Some(UringFault::Short(k)) if k > 0 && k < len as usize => len = k as u32,
+            Some(UringFault::Errno(e)) => p.forced = Some(e),
+            _ => {}
+        }
+        let (op, buf_index) = (p.op, slot as u16);
+        macro_rules! rw {
+            ($fd:expr) => {
+                match (op, fixed) {
+                    (RingOp::Write, true) => opcode::WriteFixed::new($fd, ptr, len, buf_index)
+                        .offset(at)
+                        .build(),
+                    (RingOp::Write, false) => opcode::Write::new($fd, ptr, len).offset(at).build(),
+                    (RingOp::Read, true) => opcode::ReadFixed::new($fd, ptr, len, buf_index)
+                        .offset(at)
+                        .build(),
+                    (RingOp::Read, false) => opcode::Read::new($fd, ptr, len).offset(at).build(),
+                }
+            };
+        }
+        with_fd!(rw).user_data(id)
+    }
+
+    /// Puts one SQE in the submission queue.
+    fn queue(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
+        // SAFETY: every SQE points at memory that outlives the kernel's use
+        // of it:
+        // - a slot's buffer: the slot is pending from here until its last
+        //   CQE is reaped, and meanwhile `buf`, `buf_mut`, `take` and
+        //   `push` refuse it; the memory is owned by the ring (and freed
+        //   only after `Drop` waited for every SQE in flight);
+        // - a vectored transfer: its segments are borrowed for the whole
+        //   `write_vectored` call, which returns only when nothing is in
+        //   flight; the iovec array is `VecIo::sqe_iov`, left untouched
+        //   until the SQE's CQE is reaped.
+        // A transfer has at most one SQE in flight.
+        if unsafe { self.ring.submission().push(sqe) }.is_err() {
+            // The SQ has queue_depth entries, and no more transfers are in
+            // flight.
             return Err(io::Error::other("submission queue full"));
         }
-        s.pending = Some(Pending {
-            op,
-            offset,
-            len,
-            start: Instant::now(),
-        });
-        self.in_flight += 1;
         self.unsubmitted += 1;
         Ok(())
     }
@@ -407,15 +696,25 @@ impl SlotRing {
         }
     }
 
-    /// Submits what is queued, waits until at least `min` CQEs are ready
-    /// (fewer if fewer are in flight), and appends every ready CQE to
-    /// `out`. Returns the number appended. Queued SQEs are always
-    /// submitted, even when enough CQEs are already waiting.
+    /// Submits what is queued, waits until at least `min` transfers
+    /// finished (fewer if fewer are in flight), and appends every finished
+    /// one to `out`. Returns the number appended. Queued SQEs (including
+    /// resubmissions of short transfers) are always submitted, even when
+    /// enough transfers already finished.
     ///
     /// Errors: `io_uring_enter`'s, other than `EINTR`/`EAGAIN`/`EBUSY`.
     pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> io::Result<usize> {
+        self.wait_with(min, out, None)
+    }
+
+    fn wait_with(
+        &mut self,
+        min: usize,
+        out: &mut Vec<Completion>,
+        fault: FaultHook<'_>,
+    ) -> io::Result<usize> {
         let min = min.min(self.in_flight as usize);
-        let mut got = self.reap(out);
+        let mut got = self.reap_with(out, fault);
         while got < min || self.unsubmitted > 0 {
             self.enter_calls += 1;
             match self.ring.submit_and_wait(min.saturating_sub(got)) {
@@ -423,7 +722,7 @@ impl SlotRing {
                 Err(e) if retryable(&e) => {}
                 Err(e) => return Err(e),
             }
-            got += self.reap(out);
+            got += self.reap_with(out, fault);
         }
         Ok(got)
     }
@@ -438,34 +737,228 @@ impl SlotRing {
         };
     }
 
-    /// Appends every ready CQE to `out` without entering the kernel.
+    /// Appends every finished transfer to `out` without entering the
+    /// kernel; short and interrupted ones are queued again for the rest
+    /// (submitted by the next [`submit`](Self::submit) or
+    /// [`wait`](Self::wait)).
     pub fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
+        self.reap_with(out, None)
+    }
+
+    fn reap_with(&mut self, out: &mut Vec<Completion>, fault: FaultHook<'_>) -> usize {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        {
+            let mut cq = self.ring.completion();
+            cq.sync();
+            cqes.extend((&mut cq).map(|c| (c.user_data(), c.result())));
+        }
         let now = Instant::now();
         let mut n = 0;
-        let mut cq = self.ring.completion();
-        cq.sync();
-        for cqe in &mut cq {
-            let slot = cqe.user_data() as usize;
-            let Some(p) = self.slots.get_mut(slot).and_then(|s| s.pending.take()) else {
+        for (id, res) in cqes.drain(..) {
+            let Some(p) = self.pending_mut(id).as_mut() else {
                 continue;
             };
+            let res = p.forced.take().map_or(res, |e| -e);
+            let result = if res > 0 {
+                p.done += res as usize;
+                debug_assert!(p.done <= p.len, "the kernel transferred more than asked");
+                (p.done >= p.len).then_some(Ok(p.done))
+            } else if res == 0 {
+                // End of file for a read; a write that cannot go on.
+                Some(match p.op {
+                    RingOp::Read => Ok(p.done),
+                    RingOp::Write => Err(io::ErrorKind::WriteZero.into()),
+                })
+            } else if (res == -libc::EAGAIN || res == -libc::EINTR) && p.retries < MAX_RETRIES {
+                p.retries += 1;
+                None
+            } else {
+                Some(Err(io::Error::from_raw_os_error(-res)))
+            };
+            let result = match result {
+                Some(r) => r,
+                None => {
+                    // Resubmit the rest; the transfer stays in flight.
+                    let sqe = self.next_sqe(id, fault);
+                    match self.queue(&sqe) {
+                        Ok(()) => continue,
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            let p = self.pending_mut(id).take().expect("checked above");
             self.in_flight -= 1;
             n += 1;
-            let res = cqe.result();
             out.push(Completion {
-                slot,
+                slot: (id & !VECTORED) as usize,
                 op: p.op,
                 offset: p.offset,
                 len: p.len,
-                result: if res >= 0 {
-                    Ok(res as usize)
-                } else {
-                    Err(io::Error::from_raw_os_error(-res))
-                },
+                result,
                 latency: now.saturating_duration_since(p.start),
             });
         }
+        self.cqes = cqes;
         n
+    }
+
+    /// Runs jobs `0..jobs`: `begin(ring, job)` pushes one (called only
+    /// while fewer than `capacity` transfers are in flight), `end(ring,
+    /// completion)` accounts a finished one. Returns when every job began
+    /// and nothing is in flight, also after an `io_uring_enter` failure
+    /// (which is then returned, and no further job begins).
+    fn drive(
+        &mut self,
+        jobs: usize,
+        capacity: u32,
+        fault: FaultHook<'_>,
+        begin: &mut dyn FnMut(&mut Self, usize) -> io::Result<()>,
+        end: &mut dyn FnMut(&mut Self, Completion),
+    ) -> io::Result<()> {
+        if self.in_flight > 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "transfers pushed by the caller are still in flight",
+            ));
+        }
+        let mut next = 0;
+        let mut fatal: Option<io::Error> = None;
+        let mut done = Vec::new();
+        loop {
+            while fatal.is_none() && next < jobs && self.in_flight < capacity {
+                if let Err(e) = begin(self, next) {
+                    fatal = Some(e);
+                }
+                next += 1;
+            }
+            if self.in_flight == 0 && (next >= jobs || fatal.is_some()) {
+                break;
+            }
+            match self.wait_with(1, &mut done, fault) {
+                Ok(_) => {}
+                Err(e) => {
+                    // Submit nothing more, but keep reaping until nothing
+                    // is in flight; the pause lets task work post CQEs.
+                    fatal.get_or_insert(e);
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            for c in done.drain(..) {
+                end(self, c);
+            }
+        }
+        fatal.map_or(Ok(()), Err)
+    }
+
+    /// Writes each run from the caller's memory as `IORING_OP_WRITEV`
+    /// SQEs, up to `queue_depth` at once (a run of more than `IOV_MAX`
+    /// segments takes several SQEs one after another), and returns only
+    /// when no SQE is in flight. Returns each run's error: a failed run
+    /// does not stop the others.
+    ///
+    /// Errors (`Err`): `io_uring_enter` failing other than with `EINTR`,
+    /// `EBUSY` or `EAGAIN`; any run may then be unwritten or partly
+    /// written. `fault` is the test fail point (`None` outside tests).
+    pub fn write_vectored(
+        &mut self,
+        runs: &[VectoredRun<'_, '_>],
+        fault: FaultHook<'_>,
+    ) -> io::Result<Vec<Option<io::Error>>> {
+        let qd = self.opts.queue_depth as usize;
+        if self.vec_io.len() < qd {
+            self.vec_io.resize_with(qd, VecIo::default);
+        }
+        self.free_tags.clear();
+        self.free_tags.extend((0..qd).rev());
+        let mut errors: Vec<Option<io::Error>> = (0..runs.len()).map(|_| None).collect();
+        let mut begin = |ring: &mut Self, j: usize| {
+            let run = &runs[j];
+            if run.bufs.iter().all(|b| b.is_empty()) {
+                return Ok(());
+            }
+            let tag = ring.free_tags.pop().expect("fewer than qd in flight");
+            ring.job_of[tag] = j;
+            // SAFETY: `runs` is borrowed for this whole call, and `drive`
+            // returns only when nothing is in flight.
+            let pushed = unsafe { ring.push_vectored(tag, run.offset, run.bufs, fault) };
+            if pushed.is_err() {
+                ring.free_tags.push(tag);
+            }
+            pushed
+        };
+        let mut end = |ring: &mut Self, c: Completion| {
+            ring.free_tags.push(c.slot);
+            errors[ring.job_of[c.slot]] = c.result.err();
+        };
+        self.drive(
+            runs.len(),
+            self.opts.queue_depth,
+            fault,
+            &mut begin,
+            &mut end,
+        )?;
+        Ok(errors)
+    }
+
+    /// Writes each job from the ring's own buffers: `fill(job, buf)` copies
+    /// the job's bytes into a free slot, which goes out as one segment
+    /// (with `O_DIRECT` the kernel's per-segment cost exceeds a memcpy,
+    /// `.project/io-uring-and-direct.md`). Up to `min(queue_depth, slots)`
+    /// writes are in flight; the copy of the next job overlaps them.
+    /// Returns each job's error: a failed job does not stop the others.
+    ///
+    /// Errors (`Err`): `InvalidInput` if the ring has no slot or a job is
+    /// longer than a slot's buffer (nothing written); `io_uring_enter` as
+    /// in [`write_vectored`](Self::write_vectored).
+    pub fn write_copied(
+        &mut self,
+        jobs: &[CopyJob],
+        fill: &mut dyn FnMut(usize, &mut [u8]),
+        fault: FaultHook<'_>,
+    ) -> io::Result<Vec<Option<io::Error>>> {
+        let shortest = self.slots.iter().map(|s| s.len).min().unwrap_or(0);
+        if self.slots.is_empty() || jobs.iter().any(|j| j.len > shortest) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no slot, or a job longer than a slot's buffer",
+            ));
+        }
+        let capacity = self.opts.queue_depth.min(self.slots.len() as u32);
+        let mut errors: Vec<Option<io::Error>> = (0..jobs.len()).map(|_| None).collect();
+        let mut begin = |ring: &mut Self, j: usize| {
+            let job = jobs[j];
+            if job.len == 0 {
+                return Ok(());
+            }
+            let slot = ring
+                .slots
+                .iter()
+                .position(|s| s.pending.is_none() && !s.lent)
+                .ok_or_else(|| io::Error::other("no free slot"))?;
+            fill(j, &mut ring.buf_mut(slot).expect("a free slot")[..job.len]);
+            ring.job_of[slot] = j;
+            ring.push_slot(slot, RingOp::Write, job.offset, 0, job.len, fault)
+        };
+        let mut end = |ring: &mut Self, c: Completion| {
+            errors[ring.job_of[c.slot]] = c.result.err();
+        };
+        self.drive(jobs.len(), capacity, fault, &mut begin, &mut end)?;
+        Ok(errors)
+    }
+}
+
+impl Pending {
+    fn new(op: RingOp, offset: u64, len: usize, at: usize) -> Self {
+        Self {
+            op,
+            offset,
+            len,
+            done: 0,
+            at,
+            retries: 0,
+            forced: None,
+            start: Instant::now(),
+        }
     }
 }
 
@@ -487,15 +980,16 @@ impl Drop for SlotRing {
             }
             sink.clear();
         }
-        if self.in_flight > 0 {
-            // The kernel may still write into these buffers: never free them.
-            for s in self.slots.drain(..) {
-                std::mem::forget(s.buf);
+        let unregistered =
+            !self.buffers_registered || self.ring.submitter().unregister_buffers().is_ok();
+        if self.in_flight > 0 || !unregistered {
+            // The kernel may still use these buffers: never free them.
+            for s in &self.slots {
+                std::mem::forget(Arc::clone(&s.mem));
             }
         }
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,6 +1009,7 @@ mod tests {
                 queue_depth: 4,
                 register_file: file,
                 fixed_buffers: fixed,
+                single_issuer: true,
                 sqpoll: false,
                 iopoll: false,
             };
@@ -559,17 +1054,24 @@ mod tests {
     }
 
     #[test]
-    fn a_swapped_buffer_goes_out_with_the_plain_opcode() {
+    fn a_lent_buffer_is_filled_elsewhere_and_never_freed_by_its_holder() {
         let f = tempfile::tempfile().unwrap();
-        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(2), bufs(1, 4096)) else {
+        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(2), bufs(2, 4096)) else {
+            eprintln!("io_uring unavailable; skipped");
             return;
         };
-        let old = ring.take(0).unwrap();
-        assert!(ring.take(0).is_none());
-        let mut new = AlignedBuf::zeroed(4096, 4096).unwrap();
-        new.fill(9);
-        ring.put(0, new).unwrap();
-        drop(old);
+        let mut lent = ring.take(0).unwrap();
+        assert!(ring.take(0).is_none(), "one lender per slot");
+        assert!(ring.buf(0).is_none());
+        assert!(
+            ring.push(0, RingOp::Write, 0, 0, 4096).is_err(),
+            "slot is out"
+        );
+        let other = ring.take(1).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| lent.fill(9));
+        });
+        ring.put(lent).unwrap();
         ring.push(0, RingOp::Write, 0, 0, 4096).unwrap();
         let mut done = Vec::new();
         ring.wait(1, &mut done).unwrap();
@@ -577,6 +1079,170 @@ mod tests {
         let mut back = vec![0u8; 4096];
         f.read_exact_at(&mut back, 0).unwrap();
         assert!(back.iter().all(|&b| b == 9));
+        // A buffer of another ring is refused; a dropped one leaves its
+        // slot empty but the memory with the ring.
+        let Ok(mut second) = SlotRing::new(&f, RingOptions::new(2), bufs(2, 4096)) else {
+            return;
+        };
+        let foreign = second.take(1).unwrap();
+        let foreign = ring.put(foreign).unwrap_err();
+        second.put(foreign).unwrap();
+        drop(other);
+        assert!(ring.buf(1).is_none() && ring.take(1).is_none());
+        assert_eq!(
+            Arc::strong_count(&ring.slots[1].mem),
+            1,
+            "the ring still owns it"
+        );
+    }
+
+    #[test]
+    fn short_and_interrupted_transfers_are_continued_by_the_ring() {
+        let f = tempfile::tempfile().unwrap();
+        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(2), bufs(2, 8192)) else {
+            eprintln!("io_uring unavailable; skipped");
+            return;
+        };
+        // Job 3 goes out as 100 bytes, then 3000, then EAGAIN, then the
+        // rest; job 5 fails. 7 jobs through 2 slots.
+        let jobs: Vec<CopyJob> = (0..7u64)
+            .map(|i| CopyJob {
+                offset: i * 10_000,
+                len: 8192,
+            })
+            .collect();
+        let plan = std::cell::RefCell::new(vec![
+            Some(UringFault::Errno(libc::EAGAIN)),
+            Some(UringFault::Short(3000)),
+            Some(UringFault::Short(100)),
+        ]);
+        let fault = |off: u64, _len: usize| match off {
+            50_000 => Some(UringFault::Errno(libc::EIO)),
+            o if (30_000..40_000).contains(&o) => plan.borrow_mut().pop().flatten(),
+            _ => None,
+        };
+        let mut fill = |j: usize, buf: &mut [u8]| buf.fill(j as u8 + 1);
+        let errs = ring.write_copied(&jobs, &mut fill, Some(&fault)).unwrap();
+        for (j, e) in errs.iter().enumerate() {
+            assert_eq!(e.is_some(), j == 5, "job {j}: {e:?}");
+        }
+        for j in [0u64, 1, 2, 3, 4, 6] {
+            let mut back = vec![0u8; 8192];
+            f.read_exact_at(&mut back, j * 10_000).unwrap();
+            assert!(back.iter().all(|&b| b == j as u8 + 1), "job {j}");
+        }
+        assert!(plan.borrow().is_empty(), "every fault was acted out");
+        assert!(
+            ring.write_copied(
+                &[CopyJob {
+                    offset: 0,
+                    len: 8193
+                }],
+                &mut fill,
+                None
+            )
+            .is_err(),
+            "a job longer than a slot"
+        );
+        // A short read is continued; a read at the end of the file comes
+        // back with the bytes there were.
+        let injected = std::cell::Cell::new(false);
+        let short_once =
+            |_: u64, _: usize| (!injected.replace(true)).then_some(UringFault::Short(1000));
+        ring.buf_mut(0).unwrap().fill(0);
+        ring.push_slot(0, RingOp::Read, 60_000, 0, 8192, Some(&short_once))
+            .unwrap();
+        let mut done = Vec::new();
+        ring.wait_with(1, &mut done, Some(&short_once)).unwrap();
+        assert_eq!(done[0].result.as_ref().unwrap(), &(68_192 - 60_000));
+        assert!(ring.buf(0).unwrap()[..8192].iter().all(|&b| b == 7));
+        assert!(injected.get());
+    }
+
+    #[test]
+    fn vectored_runs_at_queue_depth_and_beyond_iov_max() {
+        let f = tempfile::tempfile().unwrap();
+        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(4), Vec::new()) else {
+            eprintln!("io_uring unavailable; skipped");
+            return;
+        };
+        // 10 runs of 3 pages with gaps, and one run of 1500 512-byte
+        // segments (more than IOV_MAX, so it takes two SQEs), with a short
+        // write crossing a segment in run 2.
+        let pages: Vec<Vec<u8>> = (0..30u8).map(|i| vec![i + 1; 4096]).collect();
+        let small: Vec<Vec<u8>> = (0..1500u32)
+            .map(|i| vec![(i % 200) as u8 + 1; 512])
+            .collect();
+        let iovs: Vec<Vec<IoSlice<'_>>> = pages
+            .chunks(3)
+            .map(|c| c.iter().map(|p| IoSlice::new(p)).collect())
+            .collect();
+        let big: Vec<IoSlice<'_>> = small.iter().map(|p| IoSlice::new(p)).collect();
+        let mut runs: Vec<VectoredRun<'_, '_>> = iovs
+            .iter()
+            .enumerate()
+            .map(|(i, v)| VectoredRun {
+                offset: i as u64 * 4 * 4096,
+                bufs: v,
+            })
+            .collect();
+        runs.push(VectoredRun {
+            offset: 1 << 20,
+            bufs: &big,
+        });
+        let shorts = std::cell::Cell::new(0);
+        let fault = |off: u64, _len: usize| {
+            (off == 2 * 4 * 4096 && shorts.get() == 0).then(|| {
+                shorts.set(1);
+                UringFault::Short(5000)
+            })
+        };
+        let errs = ring.write_vectored(&runs, Some(&fault)).unwrap();
+        assert!(errs.iter().all(|e| e.is_none()), "{errs:?}");
+        assert_eq!(shorts.get(), 1);
+        for (i, p) in pages.iter().enumerate() {
+            let at = (i / 3) * 4 * 4096 + (i % 3) * 4096;
+            let mut back = vec![0u8; 4096];
+            f.read_exact_at(&mut back, at as u64).unwrap();
+            assert_eq!(&back, p, "page {i}");
+        }
+        let mut back = vec![0u8; 1500 * 512];
+        f.read_exact_at(&mut back, 1 << 20).unwrap();
+        assert_eq!(back, small.concat());
+    }
+
+    #[test]
+    fn a_failed_vectored_run_does_not_stop_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"x").unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let Ok(mut ring) = SlotRing::new(&file, RingOptions::new(2), Vec::new()) else {
+            eprintln!("io_uring unavailable; skipped");
+            return;
+        };
+        let page = vec![1u8; 4096];
+        let one = [IoSlice::new(&page)];
+        let runs: Vec<VectoredRun<'_, '_>> = (0..3)
+            .map(|i| VectoredRun {
+                offset: i * 8192,
+                bufs: &one,
+            })
+            .collect();
+        let fault = |off: u64, _: usize| (off == 8192).then_some(UringFault::Errno(libc::EIO));
+        let errs = ring.write_vectored(&runs, Some(&fault)).unwrap();
+        let codes: Vec<_> = errs
+            .iter()
+            .map(|e| e.as_ref().and_then(|e| e.raw_os_error()))
+            .collect();
+        assert_eq!(codes, [None, Some(libc::EIO), None]);
+        let mut back = vec![0u8; 4096];
+        file.read_exact_at(&mut back, 16384).unwrap();
+        assert_eq!(back, page);
     }
 
     #[test]
@@ -599,5 +1265,6 @@ mod tests {
         );
         assert!(ring.buf(0).is_some(), "slot is free again after its CQE");
         assert!(SlotRing::new(&ro, RingOptions::new(0), Vec::new()).is_err());
+        assert!(SlotRing::new(&ro, RingOptions::new(MAX_QUEUE_DEPTH + 1), Vec::new()).is_err());
     }
 }

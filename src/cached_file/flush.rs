@@ -6,13 +6,12 @@
 //! `fdatasync` returned (see `commit.rs`), so that a failed `fdatasync` can
 //! put the pages back in the write buffer before the file is poisoned.
 
-use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::stats::{add, add_elapsed};
-use super::{FlushEngine, PageMap, PageRef, PagedCachedFile};
-use crate::buffer::AlignedBuf;
+use super::writer::RunWriter;
+use super::{PageMap, PageRef, PagedCachedFile};
 use crate::coalesce::{Run, RunLimits, coalesce};
 use crate::error::{Error, Result};
 
@@ -24,81 +23,23 @@ pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
 /// State owned by whoever holds the flusher lock, kept between flushes so
 /// that a steady-state flush does not reallocate it.
-#[derive(Default)]
 pub(crate) struct Flusher {
     runs: Vec<Run>,
     /// Per run: its preallocation failed (reused between flushes).
     alloc_failed: Vec<bool>,
-    /// Copy buffer of the `Concat` engine, aligned like the pages (so it
-    /// also works with O_DIRECT); grown to the largest run.
-    scratch: Option<AlignedBuf>,
-    /// The ring of the `IoUring` engine.
-    #[cfg(all(target_os = "linux", feature = "io-uring"))]
-    pub(crate) uring: Option<crate::backend::uring::UringWriter>,
-    /// Bounce buffers of the `IoUring` engine under `O_DIRECT`: one per
-    /// SQE in flight, allocated and touched once at open.
-    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
-    bounce: Vec<AlignedBuf>,
+    /// How runs reach the file, resolved at open.
+    writer: RunWriter,
 }
 
 impl Flusher {
-    /// A flusher that writes through `ring` when the engine is io_uring;
-    /// `bounce` buffers of `bounce_len` bytes when it also does `O_DIRECT`
-    /// (one per SQE in flight), pre-faulted so no flush pays for it.
-    ///
-    /// Errors: [`Error::NoMemory`] if the bounce buffers cannot be had.
-    pub(crate) fn new(
-        ring: Option<super::open::Ring>,
-        bounce: usize,
-        bounce_len: usize,
-        align: usize,
-    ) -> Result<Self> {
-        // One THP-advised mapping where the alignment allows: physically
-        // contiguous bounce buffers split into fewer device segments.
-        let slab = (bounce > 0 && align <= crate::buffer::DEFAULT_ALIGN)
-            .then(|| crate::buffer::thp_slab(bounce_len, bounce).ok())
-            .flatten();
-        let mut bounce: Vec<AlignedBuf> = match slab {
-            Some(s) => s,
-            None => (0..bounce)
-                .map(|_| match AlignedBuf::try_zeroed(bounce_len, align) {
-                    Ok(Some(b)) => Ok(b),
-                    _ => Err(Error::NoMemory {
-                        bytes: (bounce_len as u64).saturating_mul(bounce as u64),
-                    }),
-                })
-                .collect::<Result<_>>()?,
-        };
-        for b in &mut bounce {
-            b.fill(0);
-        }
-        #[cfg(all(target_os = "linux", feature = "io-uring"))]
-        return Ok(Self {
-            uring: ring,
-            bounce,
-            ..Self::default()
-        });
-        #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
-        {
-            let _ = ring;
-            Ok(Self {
-                bounce,
-                ..Self::default()
-            })
+    /// A flusher that writes with `writer`.
+    pub(crate) fn new(writer: RunWriter) -> Self {
+        Self {
+            runs: Vec::new(),
+            alloc_failed: Vec::new(),
+            writer,
         }
     }
-}
-
-/// What a failed write left behind: the entry ranges (of the sorted batch)
-/// that did not reach the OS, whether any run did, and the first error in
-/// offset order.
-struct WriteFailure {
-    failed: Vec<std::ops::Range<usize>>,
-    some_written: bool,
-    /// Byte offset, call and error of the first failed run in offset order.
-    offset: u64,
-    op: &'static str,
-    error: std::io::Error,
 }
 
 /// The pages one flush drained: one in-flight generation.
@@ -164,7 +105,9 @@ impl PagedCachedFile {
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
         self.preallocate(f, &mut batch, &mut first);
         let started = std::time::Instant::now();
-        let written = self.write_runs(f, &batch.entries);
+        let written = f
+            .writer
+            .write(&*self.backend, &f.runs, &batch.entries, &self.counters);
         add_elapsed(&self.counters.write_ns, started);
         let some_written = match written {
             Ok(()) => !f.runs.is_empty(),
@@ -318,87 +261,6 @@ impl PagedCachedFile {
         })
     }
 
-    /// Writes the runs with the configured engine: in offset order, one at
-    /// a time, or for io_uring up to the queue depth at once. On error,
-    /// reports which entries did not reach the OS.
-    fn write_runs(&self, f: &mut Flusher, entries: &[(u64, PageRef)]) -> Result<(), WriteFailure> {
-        let be = &*self.backend;
-        let c = &self.counters;
-        let count = |run: &Run| {
-            add(&c.runs, 1);
-            add(&c.pages_written, run.count as u64);
-            add(&c.bytes_written, run.len as u64);
-        };
-        let engine = self.io_mode.engine;
-        #[cfg(all(target_os = "linux", feature = "io-uring"))]
-        if let (FlushEngine::IoUring { .. }, Some(ring)) = (engine, f.uring.as_mut()) {
-            return write_runs_uring(self, ring, &mut f.bounce, &f.runs, entries);
-        }
-        let mut vectors: Vec<IoSlice<'_>> = Vec::new();
-        if engine == FlushEngine::Vectored {
-            vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
-        }
-        let mut failure: Option<WriteFailure> = None;
-        let mut some_written = false;
-        for run in f.runs.iter() {
-            let result = match engine {
-                FlushEngine::PerPage => {
-                    entries[run.entries()].iter().try_for_each(|(off, page)| {
-                        add(&c.write_calls, 1);
-                        be.write_all_at(*off, page).map_err(|e| ("pwrite", e))
-                    })
-                }
-                FlushEngine::Concat => {
-                    let align = self.config.page_align;
-                    if f.scratch.as_ref().is_none_or(|b| b.len() < run.len) {
-                        f.scratch = AlignedBuf::zeroed(run.len, align);
-                    }
-                    let scratch = f.scratch.as_mut().expect("alignment validated");
-                    let mut at = 0;
-                    for (_, page) in &entries[run.entries()] {
-                        scratch[at..at + page.len()].copy_from_slice(page);
-                        at += page.len();
-                    }
-                    add(&c.write_calls, 1);
-                    be.write_all_at(run.offset, &scratch[..run.len])
-                        .map_err(|e| ("pwrite", e))
-                }
-                _ => {
-                    add(&c.write_calls, 1);
-                    be.write_vectored_all_at(run.offset, &mut vectors[run.entries()])
-                        .map_err(|e| ("pwritev", e))
-                }
-            };
-            match result {
-                Ok(()) => {
-                    some_written = true;
-                    count(run);
-                }
-                // A run is retried whole at the next flush, even if part of
-                // it reached the OS (rewriting the same bytes is harmless).
-                Err((op, error)) => match &mut failure {
-                    Some(w) => w.failed.push(run.entries()),
-                    None => {
-                        failure = Some(WriteFailure {
-                            failed: vec![run.entries()],
-                            some_written: false,
-                            offset: run.offset,
-                            op,
-                            error,
-                        })
-                    }
-                },
-            }
-        }
-        match failure {
-            None => Ok(()),
-            Some(mut w) => {
-                w.some_written = some_written;
-                Err(w)
-            }
-        }
-    }
-
     /// Ends a batch: the entries in `batch.failed` (ranges of the sorted
     /// batch) did not reach the OS (for a commit: or were not synced); the
     /// rest did.
@@ -537,105 +399,6 @@ pub(crate) struct Generation {
     id: u64,
     /// The batch, which of its entries failed, and the bytes kept dirty.
     done: Option<(Batch, Vec<bool>, usize)>,
-}
-
-/// The `IoUring` engine: every run one SQE, up to the queue depth in
-/// flight. Runs complete out of order, so failures can be any subset.
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
-fn write_runs_uring(
-    file: &PagedCachedFile,
-    ring: &mut crate::backend::uring::UringWriter,
-    bounce: &mut [AlignedBuf],
-    runs: &[Run],
-    entries: &[(u64, PageRef)],
-) -> Result<(), WriteFailure> {
-    use crate::backend::uring::{CopyJob, UringRun};
-    let mut vectors: Vec<IoSlice<'_>> = entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
-    let mut uruns: Vec<UringRun<'_, '_>> = Vec::with_capacity(runs.len());
-    let mut rest: &mut [IoSlice<'_>] = &mut vectors;
-    for run in runs {
-        let (head, tail) = std::mem::take(&mut rest).split_at_mut(run.count);
-        uruns.push(UringRun::new(run.offset, head));
-        rest = tail;
-    }
-    let before = ring.submit_calls();
-    // The io_uring fail point: compiled out of normal builds.
-    #[cfg(feature = "testing")]
-    let fault = |off, len| file.backend.uring_fault(off, len);
-    #[cfg(not(feature = "testing"))]
-    let fault = |_: u64, _: usize| None;
-    let outcome = if file.io_mode.direct.is_some() {
-        // O_DIRECT: one contiguous segment per SQE, copied into a bounce
-        // buffer (the kernel's per-segment cost there exceeds the copy).
-        let jobs: Vec<CopyJob> = runs
-            .iter()
-            .map(|r| CopyJob {
-                offset: r.offset,
-                len: r.len,
-            })
-            .collect();
-        let mut fill = |j: usize, buf: &mut [u8]| {
-            let mut at = 0;
-            for (_, page) in &entries[runs[j].entries()] {
-                buf[at..at + page.len()].copy_from_slice(page);
-                at += page.len();
-            }
-        };
-        let r = ring.write_copied(&jobs, bounce, &mut fill, &fault);
-        let (errors, outcome) = match r {
-            Ok(errors) => (errors, Ok(0)),
-            Err(e) => (
-                runs.iter()
-                    .map(|_| Some(std::io::Error::other("io_uring_enter failed")))
-                    .collect(),
-                Err(e),
-            ),
-        };
-        for (u, e) in uruns.iter_mut().zip(errors) {
-            u.error = e;
-            if u.error.is_none() {
-                u.iov = &mut [];
-            }
-        }
-        outcome
-    } else {
-        ring.write_runs(&mut uruns, &fault)
-    };
-    add(&file.counters.write_calls, ring.submit_calls() - before);
-    let mut failed = Vec::new();
-    let mut first: Option<(u64, &'static str, std::io::Error)> = None;
-    for (run, u) in runs.iter().zip(uruns.iter_mut()) {
-        if u.error.is_none() && !u.iov.is_empty() {
-            // Never report a run with bytes left as written.
-            debug_assert!(false, "io_uring run at {} left incomplete", run.offset);
-            u.error = Some(std::io::Error::other("run left incomplete"));
-        }
-        match u.error.take() {
-            None => {
-                add(&file.counters.runs, 1);
-                add(&file.counters.pages_written, run.count as u64);
-                add(&file.counters.bytes_written, run.len as u64);
-            }
-            Some(e) => {
-                failed.push(run.entries());
-                first.get_or_insert((run.offset, "io_uring writev", e));
-            }
-        }
-    }
-    if let Err(e) = outcome {
-        let at = runs.first().map_or(0, |r| r.offset);
-        first.get_or_insert((at, "io_uring_enter", e));
-    }
-    match first {
-        None => Ok(()),
-        Some((offset, op, error)) => Err(WriteFailure {
-            some_written: failed.len() < runs.len(),
-            failed,
-            offset,
-            op,
-            error,
-        }),
-    }
 }
 
 /// The highest byte offset a batch wrote, if it wrote anything.

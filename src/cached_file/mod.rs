@@ -48,6 +48,7 @@ mod config;
 mod flush;
 mod open;
 mod stats;
+mod writer;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
 pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES};
@@ -256,25 +257,19 @@ impl PagedCachedFile {
         if let Some(why) = open::direct_misfit(&backend, &config) {
             return Err(Error::InvalidConfig(format!("O_DIRECT: {why}")));
         }
-        let (engine, engine_fallback, ring) = open::resolve_engine(&backend, &config)?;
+        // A run is at most `max_write_bytes` and never more than what the
+        // write buffer holds, and the runs in flight together hold at most
+        // the buffer: the io_uring writer's buffers are sized by both, so a
+        // 1 GiB write cap at queue depth 32 does not ask for 32 GiB.
+        let (engine, engine_fallback, writer) =
+            open::resolve_writer(&backend, &config, max_run_bytes(&config))?;
         let io_mode = IoMode {
             engine,
             engine_fallback,
             direct: backend.dio_align(),
             direct_fallback: None,
         };
-        // A run is at most `max_write_bytes` and never more than what the
-        // write buffer holds, and the runs in flight together hold at most
-        // the buffer: size the bounce buffers by both, so a 1 GiB write cap
-        // at queue depth 32 does not ask for 32 GiB.
-        let bounce_len = max_run_bytes(&config);
-        let bounce = match (engine, backend.dio_align()) {
-            (FlushEngine::IoUring { queue_depth }, Some(_)) => (queue_depth as usize)
-                .min(config.max_write_buffer_bytes.div_ceil(bounce_len))
-                .max(1),
-            _ => 0,
-        };
-        let flusher = Flusher::new(ring, bounce, bounce_len, config.page_align)?;
+        let flusher = Flusher::new(writer);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {

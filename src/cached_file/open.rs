@@ -2,6 +2,7 @@
 //! its ring, decided once at open from the [`Config`].
 
 use super::config::Config;
+use super::writer::{RunWriter, bounce_buffers};
 use crate::backend::{
     FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
 };
@@ -49,57 +50,103 @@ pub(crate) fn direct_misfit(backend: &dyn StorageBackend, config: &Config) -> Op
     }
 }
 
-/// The engine to use on `backend` as `config.engine` asks, the reason if it
-/// differs, and the ring for io_uring.
-#[allow(clippy::type_complexity)]
-pub(crate) fn resolve_engine(
+/// The flush writer for `backend` as `config.engine` asks: the engine it
+/// is, the reason if that differs from the one asked for, and the writer.
+/// Under `O_DIRECT` the io_uring writer gets `queue_depth` buffers of
+/// `bounce_len` bytes (fewer if the write buffer holds fewer runs), which
+/// runs are copied into.
+///
+/// Errors: `IoUring` asked for and refused (`Error::Io`), or on a backend
+/// without a file (`InvalidConfig`); [`Error::NoMemory`] for the buffers.
+pub(crate) fn resolve_writer(
     backend: &dyn StorageBackend,
     config: &Config,
-) -> Result<(FlushEngine, Option<String>, Option<Ring>)> {
-    match config.engine {
-        FlushEngine::IoUring { queue_depth } => {
-            let file = backend.file().ok_or_else(|| {
-                Error::InvalidConfig("the io_uring engine needs a backend with a file".into())
-            })?;
-            let ring =
-                new_ring(file, queue_depth).map_err(|e| Error::io("io_uring setup", None, e))?;
-            Ok((config.engine, None, Some(ring)))
-        }
-        FlushEngine::Auto { queue_depth } => match backend.file() {
-            None => Ok((
-                FlushEngine::Vectored,
-                Some("io_uring not used: the backend has no file".into()),
-                None,
-            )),
-            Some(file) => match new_ring(file, queue_depth) {
-                Ok(ring) => Ok((FlushEngine::IoUring { queue_depth }, None, Some(ring))),
-                Err(e) => Ok((
-                    FlushEngine::Vectored,
-                    Some(format!("io_uring refused: {}", short_error(&e))),
-                    None,
-                )),
-            },
+    bounce_len: usize,
+) -> Result<(FlushEngine, Option<String>, RunWriter)> {
+    let plain = |engine| match engine {
+        FlushEngine::PerPage => RunWriter::PerPage,
+        FlushEngine::Concat => RunWriter::Concat {
+            scratch: None,
+            align: config.page_align,
         },
-        other => Ok((other, None, None)),
+        _ => RunWriter::Vectored,
+    };
+    let queue_depth = match config.engine {
+        FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } => queue_depth,
+        other => return Ok((other, None, plain(other))),
+    };
+    let bounce = match backend.dio_align() {
+        Some(_) => (queue_depth as usize)
+            .min(config.max_write_buffer_bytes.div_ceil(bounce_len))
+            .max(1),
+        None => 0,
+    };
+    let ring = match backend.file() {
+        Some(file) => uring_writer(file, queue_depth, bounce, bounce_len, config.page_align),
+        None => Err(Error::InvalidConfig(
+            "the io_uring engine needs a backend with a file".into(),
+        )),
+    };
+    match (config.engine, ring) {
+        (_, Ok(writer)) => Ok((FlushEngine::IoUring { queue_depth }, None, writer)),
+        (FlushEngine::Auto { .. }, Err(e @ Error::NoMemory { .. })) => Err(e),
+        (FlushEngine::Auto { .. }, Err(e)) => {
+            let why = match &e {
+                Error::Io { source, .. } => format!("io_uring refused: {}", short_error(source)),
+                _ => "io_uring not used: the backend has no file".into(),
+            };
+            Ok((FlushEngine::Vectored, Some(why), RunWriter::Vectored))
+        }
+        (_, Err(e)) => Err(e),
     }
 }
 
+/// The io_uring writer on `file`: a ring of `queue_depth` with the file
+/// registered, and `bounce` buffers (registered where `RLIMIT_MEMLOCK`
+/// allows) to copy runs into under `O_DIRECT`. Used from whichever thread
+/// flushes, so not a single-issuer ring.
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
-pub(crate) type Ring = crate::backend::uring::UringWriter;
-/// Stand-in when built without io_uring; never constructed.
-#[cfg(not(all(target_os = "linux", feature = "io-uring")))]
-#[derive(Debug)]
-pub(crate) struct Ring;
-
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
-fn new_ring(file: &std::fs::File, queue_depth: u32) -> std::io::Result<Ring> {
-    Ring::new(file, queue_depth)
+fn uring_writer(
+    file: &std::fs::File,
+    queue_depth: u32,
+    bounce: usize,
+    bounce_len: usize,
+    align: usize,
+) -> Result<RunWriter> {
+    use crate::backend::ring::{RingOptions, SlotRing};
+    let mut opts = RingOptions::new(queue_depth);
+    opts.single_issuer = false;
+    let setup =
+        |e: crate::backend::ring::RingSetupError| Error::io("io_uring setup", None, e.into());
+    let bufs = bounce_buffers(bounce, bounce_len, align)?;
+    let ring = match SlotRing::new(file, opts, bufs) {
+        Err(e) if e.stage == "register buffers" => {
+            opts.fixed_buffers = false;
+            let bufs = bounce_buffers(bounce, bounce_len, align)?;
+            SlotRing::new(file, opts, bufs).map_err(setup)?
+        }
+        r => r.map_err(setup)?,
+    };
+    Ok(RunWriter::Uring {
+        ring: Box::new(ring),
+        copy: bounce > 0,
+    })
 }
 
 #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
-fn new_ring(_file: &std::fs::File, _queue_depth: u32) -> std::io::Result<Ring> {
-    Err(std::io::Error::new(
-        std::io::ErrorKind::Unsupported,
-        "built without the io-uring feature",
+fn uring_writer(
+    _file: &std::fs::File,
+    _queue_depth: u32,
+    _bounce: usize,
+    _bounce_len: usize,
+    _align: usize,
+) -> Result<RunWriter> {
+    Err(Error::io(
+        "io_uring setup",
+        None,
+        std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "built without the io-uring feature",
+        ),
     ))
 }

@@ -1126,20 +1126,18 @@ mod uring {
             fixed_buffers: cfg.fixedbufs,
             sqpoll: cfg.sqthread_poll,
             iopoll: cfg.hipri,
+            single_issuer: true,
         };
         let mut ring =
             SlotRing::new(ctx.file, opts, bufs).map_err(|e| Error::io(e.stage, None, e.source))?;
         let mut free: Vec<usize> = (0..cfg.iodepth as usize).rev().collect();
-        // Per slot: the I/O, bytes done so far.
-        let mut active: Vec<(Io, usize)> = vec![
-            (
-                Io {
-                    read: true,
-                    offset: 0,
-                    len: 0
-                },
-                0
-            );
+        // Per slot: the I/O it carries.
+        let mut active: Vec<Io> = vec![
+            Io {
+                read: true,
+                offset: 0,
+                len: 0
+            };
             cfg.iodepth as usize
         ];
         let mut cqes: Vec<Completion> = Vec::with_capacity(cfg.iodepth as usize);
@@ -1190,7 +1188,7 @@ mod uring {
                 }
                 ring.push(slot, op, io.offset, 0, io.len)
                     .map_err(|e| Error::io("io_uring push", Some(io.offset), e))?;
-                active[slot] = (io, 0);
+                active[slot] = io;
                 queued += 1;
                 if queued >= cfg.iodepth_batch {
                     // Like fio's iodepth_batch_submit: each batch goes to
@@ -1213,15 +1211,7 @@ mod uring {
             ring.wait(min, &mut cqes)
                 .map_err(|e| Error::io("io_uring_enter", None, e))?;
             let before = writes;
-            complete(
-                ctx,
-                &mut ring,
-                &mut cqes,
-                &mut active,
-                &mut free,
-                out,
-                &mut writes,
-            )?;
+            complete(ctx, &mut cqes, &mut active, &mut free, out, &mut writes)?;
             if cfg.fsync_every > 0 && writes / cfg.fsync_every > before / cfg.fsync_every {
                 drain(
                     ctx,
@@ -1246,7 +1236,7 @@ mod uring {
         ctx: &JobCtx<'_>,
         ring: &mut SlotRing,
         cqes: &mut Vec<Completion>,
-        active: &mut [(Io, usize)],
+        active: &mut [Io],
         free: &mut Vec<usize>,
         out: &mut JobOut,
         writes: &mut u64,
@@ -1255,18 +1245,17 @@ mod uring {
             cqes.clear();
             ring.wait(1, cqes)
                 .map_err(|e| Error::io("io_uring_enter", None, e))?;
-            complete(ctx, ring, cqes, active, free, out, writes)?;
+            complete(ctx, cqes, active, free, out, writes)?;
         }
         Ok(())
     }
 
-    /// Accounts reaped CQEs: finished I/Os free their slot, short ones are
-    /// resubmitted for the rest, errors end the job.
+    /// Accounts finished I/Os: each frees its slot; an error or a read cut
+    /// short by the end of the file ends the job.
     fn complete(
         ctx: &JobCtx<'_>,
-        ring: &mut SlotRing,
         cqes: &mut Vec<Completion>,
-        active: &mut [(Io, usize)],
+        active: &mut [Io],
         free: &mut Vec<usize>,
         out: &mut JobOut,
         writes: &mut u64,
@@ -1274,27 +1263,21 @@ mod uring {
         // The progress counter is shared by all jobs: one add per reap.
         let mut reaped_bytes = 0u64;
         for c in cqes.drain(..) {
-            let (io, done) = active[c.slot];
+            // The ring continued short and interrupted transfers: `Ok` is
+            // the whole I/O unless a read met the end of the file.
+            let io = active[c.slot];
             let op_name = if io.read { "read" } else { "write" };
             match c.result {
-                Ok(n) if n > 0 => {
-                    let done = done + n;
-                    if done < io.len {
-                        active[c.slot].1 = done;
-                        let op = if io.read { RingOp::Read } else { RingOp::Write };
-                        ring.push(c.slot, op, io.offset + done as u64, done, io.len - done)
-                            .map_err(|e| Error::io("io_uring push", Some(io.offset), e))?;
-                        continue;
-                    }
+                Ok(n) if n == io.len => {
                     out.record(io, c.latency);
                     *writes += u64::from(!io.read);
                     reaped_bytes += io.len as u64;
                     free.push(c.slot);
                 }
-                Ok(_) => {
+                Ok(n) => {
                     return Err(Error::io(
                         op_name,
-                        Some(io.offset + done as u64),
+                        Some(io.offset + n as u64),
                         std::io::ErrorKind::UnexpectedEof.into(),
                     ));
                 }
@@ -1305,12 +1288,7 @@ mod uring {
                             .into(),
                     ));
                 }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) => {
-                    let op = if io.read { RingOp::Read } else { RingOp::Write };
-                    ring.push(c.slot, op, io.offset + done as u64, done, io.len - done)
-                        .map_err(|e| Error::io("io_uring push", Some(io.offset), e))?;
-                }
-                Err(e) => return Err(Error::io(op_name, Some(io.offset + done as u64), e)),
+                Err(e) => return Err(Error::io(op_name, Some(io.offset), e)),
             }
         }
         ctx.done_bytes.fetch_add(reaped_bytes, Ordering::Relaxed);

@@ -1,0 +1,262 @@
+//! The flush writer: how runs reach the file, resolved once at open from
+//! the flush engine and the `O_DIRECT` choice (`open::resolve_writer`).
+//! Every flush calls its one [`RunWriter::write`].
+
+use std::io::IoSlice;
+
+use super::PageRef;
+use super::stats::{Counters, add};
+use crate::backend::StorageBackend;
+use crate::buffer::AlignedBuf;
+use crate::coalesce::Run;
+
+/// What a failed write left behind: the entry ranges (of the sorted batch)
+/// that did not reach the OS, whether any run did, and the first error in
+/// offset order.
+pub(crate) struct WriteFailure {
+    pub(crate) failed: Vec<std::ops::Range<usize>>,
+    pub(crate) some_written: bool,
+    /// Byte offset, call and error of the first failed run in offset order.
+    pub(crate) offset: u64,
+    pub(crate) op: &'static str,
+    pub(crate) error: std::io::Error,
+}
+
+/// How a flush writes its runs.
+pub(crate) enum RunWriter {
+    /// One `pwrite` per page.
+    PerPage,
+    /// One `pwrite` per run from a copy buffer aligned to `align` (so it
+    /// also works with `O_DIRECT`), grown to the largest run.
+    Concat {
+        scratch: Option<AlignedBuf>,
+        align: usize,
+    },
+    /// One `pwritev` per run (split at `IOV_MAX` by the backend).
+    Vectored,
+    /// io_uring, up to the queue depth of runs in flight: `WRITEV` SQEs
+    /// from page memory, or with `copy` (under `O_DIRECT`) one segment per
+    /// run copied into the ring's own buffers (the kernel's per-segment
+    /// cost there exceeds the copy, `.project/io-uring-and-direct.md`).
+    #[cfg(all(target_os = "linux", feature = "io-uring"))]
+    Uring {
+        ring: Box<crate::backend::ring::SlotRing>,
+        copy: bool,
+    },
+}
+
+impl RunWriter {
+    /// Writes `runs` of the sorted `entries`: every run is tried whatever
+    /// failed before it. On error, names the runs that did not reach the
+    /// OS (a run is retried whole at the next flush, even if part of it was
+    /// written: rewriting the same bytes is harmless).
+    pub(crate) fn write(
+        &mut self,
+        backend: &dyn StorageBackend,
+        runs: &[Run],
+        entries: &[(u64, PageRef)],
+        counters: &Counters,
+    ) -> Result<(), WriteFailure> {
+        let mut results = Results::new(runs.len());
+        match self {
+            RunWriter::PerPage => {
+                for (i, run) in runs.iter().enumerate() {
+                    let r = entries[run.entries()].iter().try_for_each(|(off, page)| {
+                        add(&counters.write_calls, 1);
+                        backend.write_all_at(*off, page)
+                    });
+                    results.set(i, run.offset, "pwrite", r.err());
+                }
+            }
+            RunWriter::Concat { scratch, align } => {
+                for (i, run) in runs.iter().enumerate() {
+                    if scratch.as_ref().is_none_or(|b| b.len() < run.len) {
+                        *scratch = AlignedBuf::zeroed(run.len, *align);
+                    }
+                    let buf = scratch.as_mut().expect("alignment validated");
+                    gather(&entries[run.entries()], buf);
+                    add(&counters.write_calls, 1);
+                    let r = backend.write_all_at(run.offset, &buf[..run.len]);
+                    results.set(i, run.offset, "pwrite", r.err());
+                }
+            }
+            RunWriter::Vectored => {
+                let mut vectors: Vec<IoSlice<'_>> =
+                    entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
+                for (i, run) in runs.iter().enumerate() {
+                    add(&counters.write_calls, 1);
+                    let r = backend.write_vectored_all_at(run.offset, &mut vectors[run.entries()]);
+                    results.set(i, run.offset, "pwritev", r.err());
+                }
+            }
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            RunWriter::Uring { ring, copy } => {
+                write_uring(ring, *copy, backend, runs, entries, &mut results);
+                add(&counters.write_calls, results.enter_calls);
+            }
+        }
+        for (run, e) in runs.iter().zip(&results.errors) {
+            if e.is_none() {
+                add(&counters.runs, 1);
+                add(&counters.pages_written, run.count as u64);
+                add(&counters.bytes_written, run.len as u64);
+            }
+        }
+        results.into_failure(runs)
+    }
+}
+
+/// Copies a run's pages into `buf`, back to back.
+fn gather(pages: &[(u64, PageRef)], buf: &mut [u8]) {
+    let mut at = 0;
+    for (_, page) in pages {
+        buf[at..at + page.len()].copy_from_slice(page);
+        at += page.len();
+    }
+}
+
+/// Per run: its error, if it failed; the first in offset order.
+struct Results {
+    errors: Vec<Option<std::io::Error>>,
+    first: Option<(u64, &'static str)>,
+    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
+    enter_calls: u64,
+}
+
+impl Results {
+    fn new(runs: usize) -> Self {
+        Self {
+            errors: (0..runs).map(|_| None).collect(),
+            first: None,
+            enter_calls: 0,
+        }
+    }
+
+    fn set(&mut self, run: usize, offset: u64, op: &'static str, e: Option<std::io::Error>) {
+        if e.is_some() && self.first.is_none_or(|(at, _)| offset < at) {
+            self.first = Some((offset, op));
+        }
+        self.errors[run] = e;
+    }
+
+    fn into_failure(self, runs: &[Run]) -> Result<(), WriteFailure> {
+        let Some((offset, op)) = self.first else {
+            return Ok(());
+        };
+        let mut failed = Vec::new();
+        let mut error = None;
+        for (run, e) in runs.iter().zip(self.errors) {
+            if let Some(e) = e {
+                failed.push(run.entries());
+                if run.offset == offset && error.is_none() {
+                    error = Some(e);
+                }
+            }
+        }
+        Err(WriteFailure {
+            some_written: failed.len() < runs.len(),
+            failed,
+            offset,
+            op,
+            error: error.expect("the first failed run has an error"),
+        })
+    }
+}
+
+/// The io_uring engine: runs complete out of order, so failures can be any
+/// subset. An `io_uring_enter` failure fails every run (each is written
+/// again at the next flush).
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+fn write_uring(
+    ring: &mut crate::backend::ring::SlotRing,
+    copy: bool,
+    backend: &dyn StorageBackend,
+    runs: &[Run],
+    entries: &[(u64, PageRef)],
+    results: &mut Results,
+) {
+    use crate::backend::ring::{CopyJob, VectoredRun};
+    // The io_uring fail point: compiled out of normal builds.
+    #[cfg(feature = "testing")]
+    let hook = |off, len| backend.uring_fault(off, len);
+    #[cfg(feature = "testing")]
+    let fault: crate::backend::ring::FaultHook<'_> = Some(&hook);
+    #[cfg(not(feature = "testing"))]
+    let fault: crate::backend::ring::FaultHook<'_> = {
+        let _ = backend;
+        None
+    };
+    let before = ring.enter_calls();
+    let outcome = if copy {
+        let jobs: Vec<CopyJob> = runs
+            .iter()
+            .map(|r| CopyJob {
+                offset: r.offset,
+                len: r.len,
+            })
+            .collect();
+        let mut fill = |j: usize, buf: &mut [u8]| gather(&entries[runs[j].entries()], buf);
+        ring.write_copied(&jobs, &mut fill, fault)
+    } else {
+        let vectors: Vec<IoSlice<'_>> = entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
+        let vruns: Vec<VectoredRun<'_, '_>> = runs
+            .iter()
+            .map(|r| VectoredRun {
+                offset: r.offset,
+                bufs: &vectors[r.entries()],
+            })
+            .collect();
+        ring.write_vectored(&vruns, fault)
+    };
+    results.enter_calls = ring.enter_calls() - before;
+    let op = if copy {
+        "io_uring write"
+    } else {
+        "io_uring writev"
+    };
+    match outcome {
+        Ok(errors) => {
+            for (i, (run, e)) in runs.iter().zip(errors).enumerate() {
+                results.set(i, run.offset, op, e);
+            }
+        }
+        Err(e) => {
+            for (i, run) in runs.iter().enumerate() {
+                let e = std::io::Error::new(e.kind(), format!("io_uring_enter: {e}"));
+                results.set(i, run.offset, "io_uring_enter", Some(e));
+            }
+        }
+    }
+}
+
+/// Buffers for the io_uring engine under `O_DIRECT`: `count` of `len`
+/// bytes aligned to `align`, one THP-advised mapping where the alignment
+/// allows (physically contiguous buffers split into fewer device
+/// segments), pre-faulted so no flush pays for it.
+///
+/// Errors: [`Error::NoMemory`](crate::Error::NoMemory).
+#[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
+pub(crate) fn bounce_buffers(
+    count: usize,
+    len: usize,
+    align: usize,
+) -> crate::Result<Vec<AlignedBuf>> {
+    let slab = (count > 0 && align <= crate::buffer::DEFAULT_ALIGN)
+        .then(|| crate::buffer::thp_slab(len, count).ok())
+        .flatten();
+    let mut bufs: Vec<AlignedBuf> = match slab {
+        Some(s) => s,
+        None => (0..count)
+            .map(|_| match AlignedBuf::try_zeroed(len, align) {
+                Ok(Some(b)) => Ok(b),
+                _ => Err(crate::Error::NoMemory {
+                    bytes: (len as u64).saturating_mul(count as u64),
+                }),
+            })
+            .collect::<crate::Result<_>>()?,
+    };
+    for b in &mut bufs {
+        b.fill(0);
+    }
+    Ok(bufs)
+}
