@@ -105,6 +105,19 @@ pub enum Error {
         /// Bytes asked for.
         bytes: u64,
     },
+    /// A worker thread panicked (a tool's writer, job or fill thread);
+    /// what it was doing is unknown, so its work counts as not done.
+    Panicked {
+        /// Which worker: "io job", "scale writer", "fill thread", ...
+        worker: &'static str,
+    },
+    /// Data read back is not what was written: the first bad block.
+    VerifyFailed {
+        /// Byte offset of the bad block.
+        offset: u64,
+        /// What is wrong with it.
+        why: String,
+    },
     /// An I/O call failed.
     Io {
         /// What was being done: "pwritev", "pwrite", "pread", "fdatasync", ...
@@ -165,6 +178,11 @@ impl Error {
             Error::Poisoned => Error::Poisoned,
             Error::ReadOnly => Error::ReadOnly,
             Error::NoMemory { bytes } => Error::NoMemory { bytes: *bytes },
+            Error::Panicked { worker } => Error::Panicked { worker },
+            Error::VerifyFailed { offset, why } => Error::VerifyFailed {
+                offset: *offset,
+                why: why.clone(),
+            },
             Error::Locked => Error::Locked,
             Error::Busy { offset } => Error::Busy { offset: *offset },
             Error::FileTooLarge { offset, len, max } => Error::FileTooLarge {
@@ -234,6 +252,10 @@ impl fmt::Display for Error {
             Error::NoMemory { bytes } => {
                 write!(f, "cannot allocate {bytes} bytes of memory for this call")
             }
+            Error::Panicked { worker } => write!(f, "a {worker} panicked; its work is not done"),
+            Error::VerifyFailed { offset, why } => {
+                write!(f, "verify: block at offset {offset} is bad: {why}")
+            }
             Error::Locked => write!(
                 f,
                 "file is locked by another open (a second writer, or a writer while readers hold it)"
@@ -289,6 +311,8 @@ impl From<Error> for io::Error {
                     Error::Locked | Error::Busy { .. } => io::ErrorKind::WouldBlock,
                     Error::ReadOnly => io::ErrorKind::PermissionDenied,
                     Error::NoMemory { .. } => io::ErrorKind::OutOfMemory,
+                    Error::VerifyFailed { .. } => io::ErrorKind::InvalidData,
+                    Error::Panicked { .. } => io::ErrorKind::Other,
                     Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
                     Error::PagesFailed { ref source, .. } => source.kind(),
                     _ => io::ErrorKind::InvalidInput,

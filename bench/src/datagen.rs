@@ -269,9 +269,9 @@ impl Generator {
             handles
                 .into_iter()
                 .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::InvalidConfig("fill thread panicked".into()))
-                    })
+                    h.join().unwrap_or(Err(Error::Panicked {
+                        worker: "fill thread",
+                    }))
                 })
                 .collect::<Result<Vec<()>>>()
                 .map(|_| ())

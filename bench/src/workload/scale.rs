@@ -394,8 +394,9 @@ pub fn run_cell(
         handles
             .into_iter()
             .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::InvalidConfig("writer thread panicked".into())))
+                h.join().unwrap_or(Err(Error::Panicked {
+                    worker: "scale writer thread",
+                }))
             })
             .collect()
     });
