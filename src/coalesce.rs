@@ -107,7 +107,44 @@ where
         }
     }
     runs.extend(current);
+    debug_assert!(runs_are_sound(entries, limits, runs));
     Ok(())
+}
+
+/// What `coalesce` promises (checked in debug builds): runs in order, each
+/// covering the next entries exactly, contiguous inside, within the caps
+/// (a single page may exceed `max_bytes`), and together covering the input.
+fn runs_are_sound<P, T>(entries: &[(u64, P)], limits: RunLimits, runs: &[Run]) -> bool
+where
+    P: std::ops::Deref<Target = T>,
+    T: AsRef<[u8]> + ?Sized,
+{
+    let mut next = 0;
+    let mut prev_end = 0u64;
+    for run in runs {
+        if run.start != next || run.count == 0 || run.count > limits.max_pages.max(1) {
+            return false;
+        }
+        if run.count > 1 && run.len > limits.max_bytes {
+            return false;
+        }
+        if next > 0 && run.offset < prev_end {
+            return false;
+        }
+        let mut at = run.offset;
+        for (offset, page) in &entries[run.entries()] {
+            if *offset != at {
+                return false;
+            }
+            at += (**page).as_ref().len() as u64;
+        }
+        if at - run.offset != run.len as u64 {
+            return false;
+        }
+        prev_end = at;
+        next += run.count;
+    }
+    next == entries.len()
 }
 
 #[cfg(test)]

@@ -128,6 +128,9 @@ pub struct Generator {
     random_per_chunk: f64,
 }
 
+/// Bytes [`Generator::write_to`] makes and writes at a time: 8 MiB.
+pub const WRITE_CHUNK: usize = 8 << 20;
+
 impl Generator {
     /// Checks `cfg` and prepares the block mapping.
     ///
@@ -247,6 +250,34 @@ impl Generator {
             at += take as u64;
         }
         Ok(())
+    }
+
+    /// Writes the whole stream to `out`, in chunks of [`WRITE_CHUNK`] bytes
+    /// each made by `threads` threads, storing the bytes written so far in
+    /// `written` after every chunk (so that a Ctrl-C handler can cut a
+    /// partial output to what is complete). Returns the bytes written.
+    ///
+    /// Errors: `out`'s write error ([`Error::Io`], op `"write"`, at the
+    /// chunk's offset).
+    pub fn write_to(
+        &self,
+        out: &mut dyn std::io::Write,
+        threads: usize,
+        written: &std::sync::atomic::AtomicU64,
+    ) -> Result<u64> {
+        let size = self.config().size;
+        let mut buf = vec![0u8; (WRITE_CHUNK as u64).min(size) as usize];
+        let mut at = 0u64;
+        while at < size {
+            let n = (buf.len() as u64).min(size - at) as usize;
+            self.fill_at_parallel(at, &mut buf[..n], threads)?;
+            out.write_all(&buf[..n])
+                .map_err(|e| Error::io("write", Some(at), e))?;
+            at += n as u64;
+            written.store(at, std::sync::atomic::Ordering::Release);
+        }
+        out.flush().map_err(|e| Error::io("write", Some(at), e))?;
+        Ok(at)
     }
 
     /// [`fill_at`](Self::fill_at) with `threads` threads (scoped), split
@@ -483,6 +514,34 @@ mod tests {
             let ratio = q as f64 / ids.len() as f64;
             assert!(ratio > 1.05, "quarter {part}: ratio {ratio}");
         }
+    }
+
+    #[test]
+    fn write_to_streams_the_whole_file_and_reports_progress() {
+        // More than one chunk, and a tail shorter than one.
+        let size = WRITE_CHUNK as u64 * 2 + 12_345;
+        let g = generator(size, 2.0, 2.0);
+        let mut want = vec![0u8; size as usize];
+        g.fill_at(0, &mut want).unwrap();
+        let mut out = Vec::new();
+        let written = std::sync::atomic::AtomicU64::new(0);
+        assert_eq!(g.write_to(&mut out, 2, &written).unwrap(), size);
+        assert_eq!(written.load(std::sync::atomic::Ordering::Acquire), size);
+        assert!(out == want, "streamed bytes differ from fill_at's");
+        // A writer that fails is an error naming the offset it failed at.
+        let mut full = std::io::Cursor::new([0u8; 100]);
+        let e = g.write_to(&mut full, 1, &written).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Io {
+                    op: "write",
+                    offset: Some(0),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]

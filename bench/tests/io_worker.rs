@@ -290,8 +290,8 @@ fn bad_arguments_are_clear_errors() {
         }
     }
     assert!(!path.exists(), "no bad configuration touched the file");
-    assert!(Rw::parse("sideways").is_err());
-    assert!(IoEngine::parse("libaio").is_err());
+    assert!("sideways".parse::<Rw>().is_err());
+    assert!("libaio".parse::<IoEngine>().is_err());
 
     if pagewriter::testing::direct_available(dir.path()) {
         let mut cfg = base.clone();

@@ -17,8 +17,8 @@ pub use file::{
     free_space, queue_attr,
 };
 pub use io_mode::{
-    DirectIo, FlushEngine, IoMode, MAX_QUEUE_DEPTH, open_with_direct, open_with_options,
-    short_error,
+    DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, IoMode, MAX_QUEUE_DEPTH, open_with_direct,
+    open_with_options, short_error,
 };
 
 /// A fault a test backend asks an io_uring flush to act out for one write:

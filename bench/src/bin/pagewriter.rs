@@ -10,6 +10,7 @@ use pagewriter::{DirectIo, FlushEngine};
 use pagewriter_bench::datagen;
 use pagewriter_bench::plot;
 use pagewriter_bench::workload::bulk::{self, BulkConfig, BulkRun};
+use pagewriter_bench::workload::io::{IoEngine, Rw};
 use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
 
 #[derive(Parser)]
@@ -64,7 +65,7 @@ struct IoArgs {
     shared_file: Option<PathBuf>,
     /// read, write, randread, randwrite, rw (readwrite), randrw.
     #[arg(long, default_value = "read")]
-    rw: String,
+    rw: Rw,
     /// Percent reads for rw / randrw.
     #[arg(long, default_value_t = 50)]
     rwmix_read: u32,
@@ -92,7 +93,7 @@ struct IoArgs {
     direct: DirectArg,
     /// io_uring or psync.
     #[arg(long, default_value = "io_uring")]
-    engine: String,
+    engine: IoEngine,
     /// Registered buffers (READ_FIXED / WRITE_FIXED).
     #[arg(long)]
     fixedbufs: bool,
@@ -215,7 +216,7 @@ struct WriteFileArgs {
     direct: DirectArg,
     /// I/O engine: io-uring, pwrite, auto (io_uring where it can be set up).
     #[arg(long, default_value = "auto")]
-    engine: String,
+    engine: pagewriter_bench::stream::StreamEngine,
     /// Writes in flight (io_uring).
     #[arg(long)]
     queue_depth: Option<u32>,
@@ -321,7 +322,7 @@ struct ScaleArgs {
         value_delimiter = ',',
         default_value = "per-page,concat,vectored,io-uring,separate-files"
     )]
-    modes: Vec<String>,
+    modes: Vec<Mode>,
     /// Pages per transaction.
     #[arg(long, default_value_t = 16)]
     pages: usize,
@@ -384,7 +385,7 @@ struct FlushArgs {
     size: u64,
     /// Engines, comma separated: per-page, concat, vectored, io-uring, auto.
     #[arg(long, value_delimiter = ',', default_value = "vectored,io-uring")]
-    engines: Vec<String>,
+    engines: Vec<FlushEngine>,
     /// io_uring queue depth.
     #[arg(long, default_value_t = 32)]
     queue_depth: u32,
@@ -456,31 +457,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn engine(name: &str, queue_depth: u32) -> Result<FlushEngine, String> {
-    Ok(match name {
-        "per-page" => FlushEngine::PerPage,
-        "concat" => FlushEngine::Concat,
-        "vectored" => FlushEngine::Vectored,
-        "io-uring" => FlushEngine::IoUring { queue_depth },
-        "auto" => FlushEngine::Auto { queue_depth },
-        other => {
-            return Err(format!(
-                "unknown engine {other:?} (per-page, concat, vectored, io-uring, auto)"
-            ));
-        }
-    })
-}
-
 fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
     let modes = a
         .modes
         .iter()
-        .map(|m| {
-            Mode::parse(m, a.queue_depth).ok_or_else(|| {
-                format!("unknown mode {m:?} (per-page, concat, vectored, io-uring, separate-files)")
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|m| m.with_queue_depth(a.queue_depth))
+        .collect();
     if !a.duration.is_finite() || a.duration <= 0.0 || a.duration > 3600.0 {
         return Err(format!("--duration {} is not in (0, 3600] seconds", a.duration).into());
     }
@@ -599,8 +581,8 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
     let engines = a
         .engines
         .iter()
-        .map(|e| engine(e, a.queue_depth))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|e| e.with_queue_depth(a.queue_depth))
+        .collect();
     if !a.path.is_dir() {
         return Err(format!("--path {} is not a directory", a.path.display()).into());
     }
@@ -686,39 +668,23 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
         None => Box::new(std::io::stdout().lock()),
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut buf = vec![0u8; 8 << 20];
-    let mut at = 0u64;
     // Ctrl-C cuts -o to what was written (an incomplete file shows by size).
     let good = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     if let Some(p) = &a.output {
         pagewriter_bench::interrupt::partial(p.clone(), good.clone());
     }
-    while at < a.size {
-        let n = (buf.len() as u64).min(a.size - at) as usize;
-        generator.fill_at_parallel(at, &mut buf[..n], threads)?;
-        out.write_all(&buf[..n])?;
-        at += n as u64;
-        good.store(at, std::sync::atomic::Ordering::Release);
-    }
-    out.flush()?;
+    generator.write_to(&mut out, threads, &good)?;
     Ok(())
 }
 
 fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
+    use pagewriter_bench::stream::{self, WriteOptions};
     let mut opts = WriteOptions {
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,
         seed: a.seed,
         direct: a.direct.into(),
-        engine: match a.engine.as_str() {
-            "io-uring" | "io_uring" => StreamEngine::IoUring,
-            "pwrite" | "psync" => StreamEngine::Pwrite,
-            "auto" => StreamEngine::Auto,
-            other => {
-                return Err(format!("unknown engine {other:?} (io-uring, pwrite, auto)").into());
-            }
-        },
+        engine: a.engine,
         writer_threads: a.writer_threads,
         hugepages: a.hugepages,
         force: a.force,
@@ -798,7 +764,7 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
-    use pagewriter_bench::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
+    use pagewriter_bench::workload::io::{self, IoConfig, Pattern, Ranks};
     let shared = a.shared_file.is_some();
     let path = a
         .shared_file
@@ -812,7 +778,7 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let mut cfg = IoConfig::new(path);
-    cfg.rw = Rw::parse(&a.rw)?;
+    cfg.rw = a.rw;
     cfg.rwmix_read = a.rwmix_read;
     cfg.bs = usize::try_from(a.bs).map_err(|_| "--bs too large")?;
     cfg.size = a.size;
@@ -821,7 +787,7 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     cfg.iodepth_batch = a.iodepth_batch;
     cfg.numjobs = a.numjobs;
     cfg.direct = a.direct.into();
-    cfg.engine = IoEngine::parse(&a.engine)?;
+    cfg.engine = a.engine;
     cfg.fixedbufs = a.fixedbufs;
     cfg.registerfiles = a.registerfiles;
     cfg.sqthread_poll = a.sqthread_poll;

@@ -19,6 +19,24 @@ pub enum StreamEngine {
     Auto,
 }
 
+impl std::str::FromStr for StreamEngine {
+    type Err = Error;
+
+    /// Parses `io-uring` (or `io_uring`), `pwrite` (or `psync`) and `auto`.
+    ///
+    /// Errors: [`Error::InvalidConfig`] for any other name.
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "io-uring" | "io_uring" => Ok(StreamEngine::IoUring),
+            "pwrite" | "psync" => Ok(StreamEngine::Pwrite),
+            "auto" => Ok(StreamEngine::Auto),
+            other => Err(Error::InvalidConfig(format!(
+                "unknown engine {other:?} (io-uring, pwrite, auto)"
+            ))),
+        }
+    }
+}
+
 /// Settings of [`write_file`]. `WriteOptions::default()` and change what
 /// you need.
 #[derive(Debug, Clone, PartialEq)]

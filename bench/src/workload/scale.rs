@@ -38,7 +38,9 @@ impl Mode {
         Mode::Engine(FlushEngine::PerPage),
         Mode::Engine(FlushEngine::Concat),
         Mode::Engine(FlushEngine::Vectored),
-        Mode::Engine(FlushEngine::IoUring { queue_depth: 32 }),
+        Mode::Engine(FlushEngine::IoUring {
+            queue_depth: pagewriter::backend::DEFAULT_QUEUE_DEPTH,
+        }),
         Mode::SeparateFiles,
     ];
 
@@ -50,17 +52,35 @@ impl Mode {
         }
     }
 
-    /// Parses a [`name`](Self::name); io-uring gets `queue_depth`.
-    pub fn parse(s: &str, queue_depth: u32) -> Option<Mode> {
-        Self::DEFAULT
-            .into_iter()
-            .find(|m| m.name() == s)
-            .map(|m| match m {
-                Mode::Engine(FlushEngine::IoUring { .. }) => {
-                    Mode::Engine(FlushEngine::IoUring { queue_depth })
-                }
-                other => other,
-            })
+    /// The mode with its io_uring queue depth set to `queue_depth`.
+    pub fn with_queue_depth(self, queue_depth: u32) -> Mode {
+        match self {
+            Mode::Engine(e) => Mode::Engine(e.with_queue_depth(queue_depth)),
+            other => other,
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+
+    /// Parses a [`name`](Mode::name): `separate-files` or a flush engine
+    /// other than `auto` (io-uring at the engine's default queue depth).
+    fn from_str(s: &str) -> Result<Mode> {
+        match s {
+            "separate-files" => Ok(Mode::SeparateFiles),
+            "auto" => Err(Error::InvalidConfig(
+                "mode auto: scale measures named engines (per-page, concat, vectored, \
+                 io-uring, separate-files)"
+                    .into(),
+            )),
+            engine => engine.parse().map(Mode::Engine).map_err(|_| {
+                Error::InvalidConfig(format!(
+                    "unknown mode {engine:?} (per-page, concat, vectored, io-uring, \
+                     separate-files)"
+                ))
+            }),
+        }
     }
 }
 
@@ -554,4 +574,22 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mode_names_parse_back_and_auto_is_refused() {
+        for m in Mode::DEFAULT {
+            assert_eq!(m.name().parse::<Mode>().unwrap(), m);
+        }
+        assert_eq!(
+            "io-uring".parse::<Mode>().unwrap().with_queue_depth(4),
+            Mode::Engine(FlushEngine::IoUring { queue_depth: 4 })
+        );
+        assert!("auto".parse::<Mode>().is_err());
+        assert!("separate".parse::<Mode>().is_err());
+    }
 }

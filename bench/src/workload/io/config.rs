@@ -33,26 +33,6 @@ impl Rw {
         }
     }
 
-    /// Parses fio's names: read, write, randread, randwrite, rw (readwrite),
-    /// randrw.
-    ///
-    /// Errors: [`Error::InvalidConfig`] for any other name.
-    pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "read" => Self::Read,
-            "write" => Self::Write,
-            "randread" => Self::RandRead,
-            "randwrite" => Self::RandWrite,
-            "rw" | "readwrite" => Self::Rw,
-            "randrw" => Self::RandRw,
-            other => {
-                return Err(Error::InvalidConfig(format!(
-                    "unknown rw {other:?} (read, write, randread, randwrite, rw, randrw)"
-                )));
-            }
-        })
-    }
-
     pub(super) fn random(self) -> bool {
         matches!(self, Self::RandRead | Self::RandWrite | Self::RandRw)
     }
@@ -77,11 +57,37 @@ pub enum IoEngine {
     Psync,
 }
 
-impl IoEngine {
+impl std::str::FromStr for Rw {
+    type Err = Error;
+
+    /// Parses fio's names: read, write, randread, randwrite, rw (readwrite),
+    /// randrw.
+    ///
+    /// Errors: [`Error::InvalidConfig`] for any other name.
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "read" => Self::Read,
+            "write" => Self::Write,
+            "randread" => Self::RandRead,
+            "randwrite" => Self::RandWrite,
+            "rw" | "readwrite" => Self::Rw,
+            "randrw" => Self::RandRw,
+            other => {
+                return Err(Error::InvalidConfig(format!(
+                    "unknown rw {other:?} (read, write, randread, randwrite, rw, randrw)"
+                )));
+            }
+        })
+    }
+}
+
+impl std::str::FromStr for IoEngine {
+    type Err = Error;
+
     /// Parses `io_uring` (or `io-uring`) and `psync` (or `pwrite`).
     ///
     /// Errors: [`Error::InvalidConfig`] for any other name.
-    pub fn parse(s: &str) -> Result<Self> {
+    fn from_str(s: &str) -> Result<Self> {
         match s {
             "io_uring" | "io-uring" => Ok(Self::IoUring),
             "psync" | "pwrite" => Ok(Self::Psync),
