@@ -1,0 +1,105 @@
+//! Human-readable reports of `scale` and `io`.
+
+use super::*;
+
+pub(crate) fn print_scale(r: &ScaleReport) {
+    let c = &r.config;
+    for (mode, io) in &r.io_modes {
+        println!("I/O {:<15} {io}", mode.name());
+    }
+    println!(
+        "data: dedup {} compress {} (datagen, seed {})",
+        c.dedup_ratio, c.compress_ratio, c.seed
+    );
+    println!(
+        "commit: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
+        match c.commit {
+            CommitKind::Sync => "sync (fdatasync, group commit)",
+            CommitKind::Flush => "flush (no fdatasync)",
+        },
+        c.pages_per_txn,
+        c.page_size,
+        c.rewrites_per_txn(),
+        c.cell_duration.as_secs_f64(),
+        c.repeats
+    );
+    println!(
+        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>8} {:>8} {:>11}",
+        "threads",
+        "mode",
+        "pages/s",
+        "commits/s",
+        "MB/s",
+        "writes/commit",
+        "syncs/commit",
+        "p50 us",
+        "p99 us",
+        "vs per-page"
+    );
+    for row in &r.rows {
+        println!(
+            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>8} {:>8} {:>11}",
+            row.threads,
+            row.mode.name(),
+            row.page_writes_per_s,
+            row.commits_per_s,
+            row.mb_per_s,
+            row.write_calls_per_commit,
+            row.syncs_per_commit,
+            row.p50_us,
+            row.p99_us,
+            row.vs_per_page
+                .map_or("-".to_string(), |v| format!("{v:.2}x")),
+        );
+    }
+}
+
+pub(crate) fn print_io(r: &pagewriter_bench::workload::io::IoReport) {
+    let c = &r.config;
+    let who = match c.shared {
+        Some(s) => format!(" rank {}/{} on {}", s.rank, s.ranks, r.host),
+        None => String::new(),
+    };
+    // psync has one I/O in flight per job whatever --iodepth says.
+    let depth = match c.engine {
+        pagewriter_bench::workload::io::IoEngine::Psync => 1,
+        _ => c.iodepth,
+    };
+    println!(
+        "{}{}: rw={} bs={} iodepth={} numjobs={} runtime={:.3}s",
+        c.path.display(),
+        who,
+        c.rw.name(),
+        c.bs,
+        depth,
+        c.numjobs,
+        r.runtime_s
+    );
+    println!("  I/O: {}", r.io_mode);
+    for (name, d) in [("read", &r.read), ("write", &r.write)] {
+        let Some(d) = d else { continue };
+        println!(
+            "  {name}: IOPS={:.0}, BW={:.3} GB/s ({:.1} MiB/s) ({} B in {} I/Os)",
+            d.iops,
+            d.bw_bytes_per_s / 1e9,
+            d.bw_bytes_per_s / (1u64 << 20) as f64,
+            d.bytes,
+            d.ios
+        );
+        let l = &d.lat_us;
+        println!(
+            "    lat (us): min={:.1} avg={:.1} max={:.1}, samples={}",
+            l.min, l.mean, l.max, d.lat_samples
+        );
+        println!(
+            "    percentiles (us): p50={:.1} p90={:.1} p99={:.1} p99.9={:.1} p99.99={:.1}",
+            l.p50, l.p90, l.p99, l.p99_9, l.p99_99
+        );
+    }
+    if r.fsyncs > 0 {
+        println!("  fdatasync calls: {}", r.fsyncs);
+    }
+    if c.verify {
+        println!("  verify: {} blocks OK", r.verified_blocks);
+    }
+}
