@@ -111,6 +111,9 @@ pub enum Error {
         /// Which worker: "io job", "scale writer", "fill thread", ...
         worker: &'static str,
     },
+    /// The caller asked the work to stop (a tool's cancel flag, Ctrl-C in
+    /// a binding); what it left is reported as not done.
+    Cancelled,
     /// Data read back is not what was written: the first bad block.
     VerifyFailed {
         /// Byte offset of the bad block.
@@ -179,6 +182,7 @@ impl Error {
             Error::ReadOnly => Error::ReadOnly,
             Error::NoMemory { bytes } => Error::NoMemory { bytes: *bytes },
             Error::Panicked { worker } => Error::Panicked { worker },
+            Error::Cancelled => Error::Cancelled,
             Error::VerifyFailed { offset, why } => Error::VerifyFailed {
                 offset: *offset,
                 why: why.clone(),
@@ -253,6 +257,7 @@ impl fmt::Display for Error {
                 write!(f, "cannot allocate {bytes} bytes of memory for this call")
             }
             Error::Panicked { worker } => write!(f, "a {worker} panicked; its work is not done"),
+            Error::Cancelled => write!(f, "cancelled before the work was done"),
             Error::VerifyFailed { offset, why } => {
                 write!(f, "verify: block at offset {offset} is bad: {why}")
             }
@@ -313,6 +318,7 @@ impl From<Error> for io::Error {
                     Error::NoMemory { .. } => io::ErrorKind::OutOfMemory,
                     Error::VerifyFailed { .. } => io::ErrorKind::InvalidData,
                     Error::Panicked { .. } => io::ErrorKind::Other,
+                    Error::Cancelled => io::ErrorKind::Interrupted,
                     Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
                     Error::PagesFailed { ref source, .. } => source.kind(),
                     _ => io::ErrorKind::InvalidInput,

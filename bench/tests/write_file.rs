@@ -324,3 +324,45 @@ fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
         assert!(!path.exists() && !stream::partial_path(&path).exists());
     }
 }
+
+#[test]
+fn a_cancelled_write_removes_its_partial_file_and_leaves_the_old_one() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    for engine in engines() {
+        let path = dir.path().join(format!("c-{engine:?}"));
+        std::fs::write(&path, b"the old file").unwrap();
+        let opts = small(engine, DirectIo::Off);
+        // Set before the start: nothing is written.
+        let set = AtomicBool::new(true);
+        let e =
+            stream::write_file_cancellable(&path, 64 << 20, &opts, &mut |_| {}, &set).unwrap_err();
+        assert!(matches!(e.error, Error::Cancelled), "{engine:?}: {e}");
+        // Set by the first progress report, part way through a large file.
+        let flag = AtomicBool::new(false);
+        let mut reports = 0;
+        let e = stream::write_file_cancellable(
+            &path,
+            64 << 30,
+            &WriteOptions {
+                preallocate: false,
+                force: true,
+                ..opts.clone()
+            },
+            &mut |_| {
+                reports += 1;
+                flag.store(true, Ordering::Relaxed);
+            },
+            &flag,
+        )
+        .unwrap_err();
+        assert!(matches!(e.error, Error::Cancelled), "{engine:?}: {e}");
+        assert!(reports >= 1);
+        assert!(e.stats.bytes < 64 << 30, "stopped part way");
+        assert!(
+            !stream::partial_path(&path).exists(),
+            "partial file removed"
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"the old file");
+    }
+}

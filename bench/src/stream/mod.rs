@@ -194,6 +194,20 @@ pub fn write_file_with_progress(
     opts: &WriteOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> std::result::Result<WriteStats, WriteFileError> {
+    write_file_cancellable(path, size, opts, progress, &AtomicBool::new(false))
+}
+
+/// [`write_file_with_progress`] that stops when `cancel` is set (checked
+/// at least every 50 ms and after every progress report, so `progress`
+/// may set it): the writes in flight complete, the partial file is
+/// removed, and the error is [`Error::Cancelled`].
+pub fn write_file_cancellable(
+    path: impl AsRef<Path>,
+    size: u64,
+    opts: &WriteOptions,
+    progress: &mut dyn FnMut(Progress),
+    cancel: &AtomicBool,
+) -> std::result::Result<WriteStats, WriteFileError> {
     let path = path.as_ref();
     opts.validate(size)?;
     if let Ok(m) = std::fs::symlink_metadata(path)
@@ -206,7 +220,7 @@ pub fn write_file_with_progress(
         .into());
     }
     let partial = partial_path(path);
-    match write_partial(&partial, size, opts, progress) {
+    match write_partial(&partial, size, opts, progress, cancel) {
         Ok(stats) => {
             let done = std::fs::rename(&partial, path)
                 .and_then(|()| sync_dir(path))
@@ -242,6 +256,7 @@ fn write_partial(
     size: u64,
     opts: &WriteOptions,
     progress: &mut dyn FnMut(Progress),
+    cancel: &AtomicBool,
 ) -> std::result::Result<WriteStats, WriteFileError> {
     let generator = Generator::new(opts.gen_config(size))?;
     let start = Instant::now();
@@ -318,6 +333,7 @@ fn write_partial(
         size,
         chunk: opts.buffer_size as u64,
         io_align,
+        cancel,
     };
 
     let outcome = run_io(&backend, &plan, opts, bufs, &mut stats, start, progress);

@@ -10,6 +10,8 @@ pub(super) struct Plan<'a> {
     pub(super) size: u64,
     pub(super) chunk: u64,
     pub(super) io_align: u64,
+    /// Set by the caller to stop the write (`Error::Cancelled`).
+    pub(super) cancel: &'a AtomicBool,
 }
 
 impl Plan<'_> {

@@ -60,6 +60,11 @@ pub(super) fn run_pwrite(
         drop(filled_rx);
         let mut free_tx = Some(free_tx);
         loop {
+            if plan.cancel.load(Ordering::Relaxed) && first_error.is_none() {
+                first_error = Some(Error::Cancelled);
+                stop.store(true, Ordering::Relaxed);
+                free_tx = None;
+            }
             match done_rx.recv_timeout(Duration::from_millis(50)) {
                 Ok((chunk, res, write_ns, wait_ns, slot, buf)) => {
                     stats.writes += 1;

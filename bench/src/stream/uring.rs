@@ -92,6 +92,11 @@ pub(super) fn run(
         drop(free_rx);
         let mut free_tx = Some(free_tx);
         loop {
+            if plan.cancel.load(Ordering::Relaxed) && first_error.is_none() {
+                first_error = Some(Error::Cancelled);
+                stop.store(true, Ordering::Relaxed);
+                free_tx = None;
+            }
             // Submit every filled buffer there is room for; block for
             // one only when the ring is idle.
             while first_error.is_none() && ring.in_flight() < qd {
