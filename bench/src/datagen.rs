@@ -310,6 +310,102 @@ impl Generator {
     }
 }
 
+/// Bytes one fill thread of [`fill_cells`] makes at a time: 256 KiB, so
+/// that a piece is still in the cache when it is copied out.
+pub const CELL_PIECE: usize = 256 << 10;
+
+/// Fills `out` with bytes `offset..offset + out.len()` of `generator`'s
+/// stream, where `out` is memory another runtime owns and lends as cells
+/// (a Python buffer: written in place, never as `&mut [u8]`). `threads`
+/// threads make [`CELL_PIECE`]-byte pieces into their own cache-resident
+/// buffers while the calling thread copies finished pieces into `out`
+/// (generation overlaps the copy). The bytes are the same as
+/// [`Generator::fill_at`]'s for any thread count.
+///
+/// Errors: the range is outside the stream ([`Error::OutOfBounds`]); a
+/// fill thread panicked ([`Error::Panicked`]).
+pub fn fill_cells(
+    generator: &Generator,
+    offset: u64,
+    out: &[std::cell::Cell<u8>],
+    threads: usize,
+) -> Result<()> {
+    generator.check_range(offset, out.len())?;
+    let pieces = out.len().div_ceil(CELL_PIECE);
+    let threads = threads.clamp(1, pieces.max(1));
+    let copy = |k: usize, bytes: &[u8]| {
+        let dst = &out[k * CELL_PIECE..k * CELL_PIECE + bytes.len()];
+        for (c, &b) in dst.iter().zip(bytes) {
+            c.set(b);
+        }
+    };
+    let total = out.len();
+    let piece = |k: usize, buf: &mut Vec<u8>| -> Result<()> {
+        let len = CELL_PIECE.min(total - k * CELL_PIECE);
+        buf.resize(len, 0);
+        generator.fill_at(offset + (k * CELL_PIECE) as u64, buf)
+    };
+    if threads == 1 {
+        let mut buf = Vec::with_capacity(CELL_PIECE);
+        for k in 0..pieces {
+            piece(k, &mut buf)?;
+            copy(k, &buf);
+        }
+        return Ok(());
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Two buffers per thread: one being filled while the other is copied.
+    let (free_tx, free_rx) = crossbeam_channel::unbounded::<Vec<u8>>();
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Result<Vec<u8>>)>();
+    for _ in 0..2 * threads {
+        free_tx
+            .send(Vec::with_capacity(CELL_PIECE))
+            .expect("receiver alive");
+    }
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let (free_rx, done_tx, next, stop) = (free_rx.clone(), done_tx.clone(), &next, &stop);
+            let piece = &piece;
+            s.spawn(move || {
+                while let Ok(mut buf) = free_rx.recv() {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if k >= pieces || stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = piece(k, &mut buf).map(|()| buf);
+                    if done_tx.send((k, r)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut result = Ok(());
+        for _ in 0..pieces {
+            let Ok((k, r)) = done_rx.recv() else {
+                result = Err(Error::Panicked {
+                    worker: "fill thread",
+                });
+                break;
+            };
+            match r {
+                Ok(buf) => {
+                    copy(k, &buf);
+                    let _ = free_tx.send(buf);
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        drop(free_tx);
+        result
+    })
+}
+
 /// Ratios measured on real bytes.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct MeasuredRatios {
@@ -542,6 +638,28 @@ mod tests {
             ),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn fill_cells_gives_fill_at_bytes_for_any_thread_count() {
+        let g = generator(8 << 20, 2.0, 3.0);
+        for (offset, len) in [
+            (0u64, 3 * CELL_PIECE + 777),
+            (12_345, 1000),
+            (1 << 20, 5 << 20),
+        ] {
+            let mut want = vec![0u8; len];
+            g.fill_at(offset, &mut want).unwrap();
+            for threads in [1, 2, 3] {
+                let mut got = vec![0u8; len];
+                let cells = std::cell::Cell::from_mut(&mut got[..]).as_slice_of_cells();
+                fill_cells(&g, offset, cells, threads).unwrap();
+                assert!(got == want, "offset {offset} len {len} threads {threads}");
+            }
+        }
+        let mut past = [0u8; 10];
+        let cells = std::cell::Cell::from_mut(&mut past[..]).as_slice_of_cells();
+        assert!(fill_cells(&g, (8 << 20) - 5, cells, 2).is_err());
     }
 
     #[test]

@@ -1,0 +1,490 @@
+//! Python bindings of the `pagewriter` tools (module `pagewriter._native`,
+//! re-exported by the `pagewriter` package): `write_file`, `Generator`,
+//! `measure`, `io` and `scale`. No logic of their own: every call goes to
+//! `pagewriter-bench`, with the GIL released while it works.
+//!
+//! Errors: a bad argument raises `ValueError`; an I/O failure `OSError`
+//! with the errno and the path; Ctrl-C during `write_file` the
+//! `KeyboardInterrupt` Python raised.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pagewriter::{DirectIo, Error};
+use pagewriter_bench::datagen::{self, GenConfig};
+use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// 1 MiB in bytes.
+const MIB: usize = 1 << 20;
+
+/// The Python exception for a crate error about `path`.
+fn to_py(e: Error, path: Option<&std::path::Path>) -> PyErr {
+    let shown = path.map(|p| p.display().to_string());
+    match e {
+        Error::Io { op, offset, source } => {
+            let errno = source.raw_os_error().unwrap_or(0);
+            let at = offset.map_or(String::new(), |o| format!(" at offset {o}"));
+            let msg = format!("{op}{at}: {source}");
+            match shown {
+                Some(p) => PyOSError::new_err((errno, msg, p)),
+                None => PyOSError::new_err((errno, msg)),
+            }
+        }
+        Error::PagesFailed { ref source, .. } => {
+            let errno = source.raw_os_error().unwrap_or(0);
+            let msg = e.to_string();
+            match shown {
+                Some(p) => PyOSError::new_err((errno, msg, p)),
+                None => PyOSError::new_err((errno, msg)),
+            }
+        }
+        Error::InvalidConfig(_)
+        | Error::FileTooLarge { .. }
+        | Error::InvalidPageSize(_)
+        | Error::Unaligned { .. } => PyValueError::new_err(match shown {
+            Some(p) => format!("{p}: {e}"),
+            None => e.to_string(),
+        }),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+/// Sizes come in as Python ints of any size: negative or past `u64` is a
+/// `ValueError` naming the argument (not pyo3's `OverflowError`).
+fn size_arg(name: &str, v: i128) -> PyResult<u64> {
+    u64::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{name} = {v} is not in 0..=2**64-1 bytes")))
+}
+
+/// A ratio must be a number >= 1 (checked again by the generator).
+fn ratio_arg(name: &str, v: f64) -> PyResult<f64> {
+    if v.is_finite() && v >= 1.0 {
+        Ok(v)
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{name} = {v} must be a finite number >= 1"
+        )))
+    }
+}
+
+/// Figures of one `write_file`.
+#[pyclass(get_all, frozen, module = "pagewriter")]
+struct WriteStats {
+    /// Bytes written (the file's size).
+    bytes_written: u64,
+    /// Wall time of the write in seconds (open to rename).
+    duration_secs: f64,
+    /// bytes_written / duration_secs / 1e9.
+    throughput_gbps: f64,
+    /// Engine, queue depth, buffers and O_DIRECT, as the CLI prints them.
+    io_mode: String,
+    /// "io_uring" or "pwrite".
+    engine: String,
+    /// Why an engine or O_DIRECT asked for was not used.
+    fallbacks: Vec<String>,
+    /// Whether O_DIRECT was used.
+    direct: bool,
+    /// Bytes per buffer and per write.
+    buffer_size: usize,
+    /// Buffers in the pool.
+    buffer_count: usize,
+    /// Most writes in flight.
+    queue_depth: u32,
+    /// Threads generating data.
+    gen_threads: usize,
+    /// Seconds the fill threads spent generating (summed over threads).
+    gen_secs: f64,
+    /// Seconds the I/O side waited for writes to complete.
+    io_wait_secs: f64,
+    /// Seconds the I/O side waited for a filled buffer.
+    starved_secs: f64,
+    /// Seconds spent in fallocate.
+    preallocate_secs: f64,
+    /// Seconds spent in the final fdatasync.
+    fdatasync_secs: f64,
+}
+
+#[pymethods]
+impl WriteStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "WriteStats(bytes_written={}, duration_secs={:.3}, throughput_gbps={:.3}, io_mode={:?})",
+            self.bytes_written, self.duration_secs, self.throughput_gbps, self.io_mode
+        )
+    }
+}
+
+impl From<&stream::WriteStats> for WriteStats {
+    fn from(s: &stream::WriteStats) -> Self {
+        Self {
+            bytes_written: s.bytes,
+            duration_secs: s.duration_s,
+            throughput_gbps: s.gb_per_s,
+            io_mode: s.io_mode.clone(),
+            engine: s.engine.clone(),
+            fallbacks: s.fallbacks.clone(),
+            direct: s.direct.is_some(),
+            buffer_size: s.buffer_size,
+            buffer_count: s.buffer_count,
+            queue_depth: s.queue_depth,
+            gen_threads: s.gen_threads,
+            gen_secs: s.gen_s,
+            io_wait_secs: s.io_wait_s,
+            starved_secs: s.starved_s,
+            preallocate_secs: s.preallocate_s,
+            fdatasync_secs: s.fdatasync_s,
+        }
+    }
+}
+
+/// Writes `size` bytes of generated data to `path` at the storage's speed
+/// (see the package docs). Signature of the `dgen_py.write_file` proposal.
+#[pyfunction]
+#[pyo3(signature = (
+    path, size, buffer_size = 8 * MIB as i128, buffer_count = None, use_direct_io = true,
+    dedup_ratio = 1.0, compress_ratio = 1.0, use_io_uring = true, seed = 0, progress = false
+))]
+#[allow(clippy::too_many_arguments)]
+fn write_file(
+    py: Python<'_>,
+    path: PathBuf,
+    size: i128,
+    buffer_size: i128,
+    buffer_count: Option<i128>,
+    use_direct_io: bool,
+    dedup_ratio: f64,
+    compress_ratio: f64,
+    use_io_uring: bool,
+    seed: u64,
+    progress: bool,
+) -> PyResult<WriteStats> {
+    let size = size_arg("size", size)?;
+    let buffer_size = usize::try_from(size_arg("buffer_size", buffer_size)?)
+        .map_err(|_| PyValueError::new_err("buffer_size is too large"))?;
+    let base = WriteOptions {
+        buffer_size,
+        direct: if use_direct_io {
+            DirectIo::Auto
+        } else {
+            DirectIo::Off
+        },
+        engine: if use_io_uring {
+            StreamEngine::Auto
+        } else {
+            StreamEngine::Pwrite
+        },
+        dedup_ratio: ratio_arg("dedup_ratio", dedup_ratio)?,
+        compress_ratio: ratio_arg("compress_ratio", compress_ratio)?,
+        seed,
+        ..WriteOptions::default()
+    };
+    // Buffer count, queue depth and fill threads for this device and CPU,
+    // as the CLI's --auto; the caller's buffer size and count win.
+    let (mut opts, _) = stream::auto_options(&path, &base);
+    opts.buffer_size = buffer_size;
+    if let Some(n) = buffer_count {
+        opts.buffer_count = usize::try_from(size_arg("buffer_count", n)?)
+            .map_err(|_| PyValueError::new_err("buffer_count is too large"))?;
+    }
+    opts.queue_depth = opts
+        .queue_depth
+        .min(opts.buffer_count.saturating_sub(1).max(1) as u32);
+    let cancel = AtomicBool::new(false);
+    let mut interrupt: Option<PyErr> = None;
+    let result = py.detach(|| {
+        let mut report = |p: stream::Progress| {
+            // Ctrl-C: Python's handler only sets a flag; run it here (the
+            // thread that called us) and stop the write if it raised.
+            if let Err(e) = Python::attach(|py| py.check_signals()) {
+                interrupt.get_or_insert(e);
+                cancel.store(true, Ordering::Relaxed);
+            }
+            if progress {
+                eprint!(
+                    "\r{:>8.2} / {:.2} GB  {:>6.2} GB/s",
+                    p.bytes_done as f64 / 1e9,
+                    p.total as f64 / 1e9,
+                    p.bytes_per_sec / 1e9
+                );
+            }
+        };
+        stream::write_file_cancellable(&path, size, &opts, &mut report, &cancel)
+    });
+    if progress {
+        eprintln!();
+    }
+    match result {
+        Ok(stats) => Ok(WriteStats::from(&stats)),
+        Err(e) => match (e.error, interrupt) {
+            (Error::Cancelled, Some(py_err)) => Err(py_err),
+            (error, _) => Err(to_py(error, Some(&path))),
+        },
+    }
+}
+
+/// A stream of generated data: dgen-py's streaming surface over the
+/// crate's generator (same bytes for the same seed and settings).
+#[pyclass(module = "pagewriter")]
+struct Generator {
+    inner: datagen::Generator,
+    position: u64,
+    threads: usize,
+}
+
+#[pymethods]
+impl Generator {
+    #[new]
+    #[pyo3(signature = (size, dedup_ratio = 1.0, compress_ratio = 1.0, seed = 0, block_size = 4096, threads = None))]
+    fn new(
+        size: i128,
+        dedup_ratio: f64,
+        compress_ratio: f64,
+        seed: u64,
+        block_size: i128,
+        threads: Option<usize>,
+    ) -> PyResult<Self> {
+        let size = size_arg("size", size)?;
+        let block_size = usize::try_from(size_arg("block_size", block_size)?)
+            .map_err(|_| PyValueError::new_err("block_size is too large"))?;
+        let inner = datagen::Generator::new(GenConfig {
+            size,
+            dedup_ratio: ratio_arg("dedup_ratio", dedup_ratio)?,
+            compress_ratio: ratio_arg("compress_ratio", compress_ratio)?,
+            block_size,
+            seed,
+        })
+        .map_err(|e| to_py(e, None))?;
+        let threads = match threads {
+            Some(0) => return Err(PyValueError::new_err("threads must be at least 1")),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        };
+        Ok(Self {
+            inner,
+            position: 0,
+            threads,
+        })
+    }
+
+    /// Fills `buffer` (any writable, C-contiguous buffer of bytes:
+    /// bytearray, memoryview, numpy uint8 array, mmap) with the next bytes
+    /// of the stream, in place; returns how many (0 once complete).
+    fn fill_chunk(&mut self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let buf = PyBuffer::<u8>::get(buffer)?;
+        if buf.readonly() {
+            return Err(PyValueError::new_err("fill_chunk needs a writable buffer"));
+        }
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err(
+                "fill_chunk needs a C-contiguous buffer",
+            ));
+        }
+        let left = self.inner.config().size - self.position;
+        let n = (buf.len_bytes() as u64).min(left) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let cells = buf
+            .as_mut_slice(py)
+            .ok_or_else(|| PyValueError::new_err("fill_chunk needs a writable buffer"))?;
+        let (inner, at, threads) = (&self.inner, self.position, self.threads);
+        let filled = datagen::fill_cells(inner, at, &cells[..n], threads);
+        let _ = py;
+        filled.map_err(|e| to_py(e, None))?;
+        self.position += n as u64;
+        Ok(n)
+    }
+
+    /// The next `n` bytes of the stream (fewer at the end) as `bytes`.
+    fn get_chunk<'py>(&mut self, py: Python<'py>, n: i128) -> PyResult<Bound<'py, PyBytes>> {
+        let n = size_arg("n", n)?;
+        let left = self.inner.config().size - self.position;
+        let n =
+            usize::try_from(n.min(left)).map_err(|_| PyValueError::new_err("n is too large"))?;
+        let (inner, at, threads) = (&self.inner, self.position, self.threads);
+        let mut failed = None;
+        let bytes = PyBytes::new_with(py, n, |b: &mut [u8]| {
+            if let Err(e) = py.detach(|| inner.fill_at_parallel(at, b, threads)) {
+                failed = Some(e);
+            }
+            Ok(())
+        })?;
+        if let Some(e) = failed {
+            return Err(to_py(e, None));
+        }
+        self.position += n as u64;
+        Ok(bytes)
+    }
+
+    /// Bytes of the stream handed out so far.
+    #[getter]
+    fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Bytes in the whole stream.
+    #[getter]
+    fn total_size(&self) -> u64 {
+        self.inner.config().size
+    }
+
+    /// Starts the stream again from byte 0.
+    fn reset(&mut self) {
+        self.position = 0;
+    }
+
+    /// Whether every byte was handed out.
+    fn is_complete(&self) -> bool {
+        self.position >= self.inner.config().size
+    }
+}
+
+/// Measures a file's dedup ratio (XXH3-128 per `block_size` block) and
+/// compression ratio (LZ4 per 64 KiB of distinct data), as `gen --verify`.
+#[pyfunction]
+#[pyo3(signature = (path, block_size = 4096))]
+fn measure(
+    py: Python<'_>,
+    path: PathBuf,
+    block_size: i128,
+) -> PyResult<std::collections::HashMap<&'static str, f64>> {
+    use std::io::Read;
+    let block_size = usize::try_from(size_arg("block_size", block_size)?)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| PyValueError::new_err("block_size must be at least 1"))?;
+    let io_err = |e: std::io::Error| {
+        PyOSError::new_err((
+            e.raw_os_error().unwrap_or(0),
+            e.to_string(),
+            path.display().to_string(),
+        ))
+    };
+    let mut f = std::fs::File::open(&path).map_err(io_err)?;
+    let m = py
+        .detach(|| datagen::measure(|buf| f.read(buf), block_size))
+        .map_err(io_err)?;
+    Ok([
+        ("bytes", m.bytes as f64),
+        ("block_size", block_size as f64),
+        ("dedup_ratio", m.dedup_ratio),
+        ("compress_ratio", m.compress_ratio),
+    ]
+    .into_iter()
+    .collect())
+}
+
+/// The io worker's defaults for `path` (an `IoConfig`) as JSON text; the
+/// Python wrapper overlays the caller's keyword arguments on it.
+#[pyfunction]
+fn io_defaults(path: PathBuf) -> PyResult<String> {
+    let cfg = pagewriter_bench::workload::io::IoConfig::new(path);
+    serde_json::to_string(&cfg).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Runs `pagewriter io` with an `IoConfig` given as JSON text; returns the
+/// report (the CLI's `--json`) as JSON text.
+#[pyfunction]
+fn io_json(py: Python<'_>, config: &str) -> PyResult<String> {
+    let cfg: pagewriter_bench::workload::io::IoConfig =
+        serde_json::from_str(config).map_err(|e| PyValueError::new_err(format!("io: {e}")))?;
+    let path = cfg.path.clone();
+    let report = py
+        .detach(|| pagewriter_bench::workload::io::run(&cfg, &mut |_| {}))
+        .map_err(|e| to_py(e, Some(&path)))?;
+    serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Runs `pagewriter scale`; returns the report (the CLI's `--json`) as JSON
+/// text. Arguments as the CLI's; `duration` in seconds.
+#[pyfunction]
+#[pyo3(signature = (
+    threads, modes, pages, page_size, rewrite, commit, duration, repeats, path,
+    direct, queue_depth, dedup, compress, seed
+))]
+#[allow(clippy::too_many_arguments)]
+fn scale_json(
+    py: Python<'_>,
+    threads: Vec<usize>,
+    modes: Vec<String>,
+    pages: usize,
+    page_size: usize,
+    rewrite: f64,
+    commit: &str,
+    duration: f64,
+    repeats: usize,
+    path: PathBuf,
+    direct: &str,
+    queue_depth: u32,
+    dedup: f64,
+    compress: f64,
+    seed: u64,
+) -> PyResult<String> {
+    use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig};
+    let value = |e: Error| to_py(e, None);
+    let modes = modes
+        .iter()
+        .map(|m| m.parse::<Mode>().map(|m| m.with_queue_depth(queue_depth)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(value)?;
+    if !(duration.is_finite() && duration > 0.0 && duration <= 3600.0) {
+        return Err(PyValueError::new_err(format!(
+            "duration = {duration} is not in (0, 3600] seconds"
+        )));
+    }
+    let cfg = ScaleConfig {
+        threads,
+        modes,
+        pages_per_txn: pages,
+        page_size,
+        rewrite_fraction: rewrite,
+        commit: match commit {
+            "sync" => CommitKind::Sync,
+            "flush" => CommitKind::Flush,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "commit = {other:?} is not sync or flush"
+                )));
+            }
+        },
+        cell_duration: std::time::Duration::from_secs_f64(duration),
+        repeats,
+        dir: path,
+        direct: match direct {
+            "off" => DirectIo::Off,
+            "on" => DirectIo::On,
+            "auto" => DirectIo::Auto,
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "direct = {other:?} is not off, on or auto"
+                )));
+            }
+        },
+        dedup_ratio: ratio_arg("dedup", dedup)?,
+        compress_ratio: ratio_arg("compress", compress)?,
+        seed,
+        ..ScaleConfig::default()
+    };
+    let dir = cfg.dir.clone();
+    let report = py
+        .detach(|| scale::run(&cfg, |_| {}))
+        .map_err(|e| to_py(e, Some(&dir)))?;
+    serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(write_file, m)?)?;
+    m.add_function(wrap_pyfunction!(measure, m)?)?;
+    m.add_function(wrap_pyfunction!(io_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(io_json, m)?)?;
+    m.add_function(wrap_pyfunction!(scale_json, m)?)?;
+    m.add_class::<Generator>()?;
+    m.add_class::<WriteStats>()?;
+    Ok(())
+}
