@@ -29,15 +29,29 @@
 # default. Ratios: bandwidth pagewriter / fio (higher is better) and p99
 # latency pagewriter / fio (lower is better).
 #
-# Usage: scripts/compare-fio.sh [--suites flush,write-file,io] [--size 1GiB]
+# Suite commit: durable commits of 64 KiB. `pagewriter scale --rewrite 0`
+# (16 fresh 4 KiB pages per transaction, sync() with group commit, O_DIRECT)
+# per mode in --commit-modes, against fio's thread-per-fsync job: numjobs =
+# threads, each writing 64 KiB with O_DIRECT and calling fdatasync after
+# every write (psync, offset_increment=1G, size=1G, fallocate=native), for
+# the same --commit-seconds, at 1 and 8 threads, alternating. Ratios:
+# commits/s pagewriter / fio (fio: write IOPS, one commit per write), and
+# p99 commit latency pagewriter / fio, where fio's p99 is its write p99 plus
+# its fdatasync p99 (fio reports the two apart; their sum roughly bounds
+# the p99 of a write followed by its fdatasync from above, so the ratio leans
+# in pagewriter's favour: read it as a bound, not an exact figure).
+#
+# Usage: scripts/compare-fio.sh [--suites flush,write-file,io,commit] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
+#          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
-size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io plot_dir=""
+size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
-usage="usage: $0 [--suites flush,write-file,io] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR]"
+commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -51,6 +65,9 @@ while [ $# -gt 0 ]; do
     --dir) dir=$2; shift 2 ;;
     --qd) qd=$2; shift 2 ;;
     --plot) plot_dir=$2; shift 2 ;;
+    --commit-seconds) commit_seconds=$2; shift 2 ;;
+    --commit-threads) commit_threads=$2; shift 2 ;;
+    --commit-modes) commit_modes=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -208,6 +225,44 @@ print("%.1f %.1f" % (d["bw_bytes"], d["lat_ns"]["percentile"]["99.000000"] / 1e3
   rm -f "$fio_json"
 done
 rm -f "$file"
+fi
+
+if has_suite commit; then
+echo "suite commit: 64 KiB per commit, ${commit_seconds}s per run, O_DIRECT, threads $commit_threads, modes $commit_modes"
+scale_dir=$(cd "$dir" && pwd)
+for t in ${commit_threads//,/ }; do
+  for mode in ${commit_modes//,/ }; do
+    name="$mode-${t}thr"
+    c_r=() p_r=()
+    for r in $(seq 1 "$rounds"); do
+      read -r a ap99 < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
+          --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
+          --queue-depth "$qd" --json |
+        python3 -c 'import json,sys
+row=json.load(sys.stdin)["rows"][0]
+print("%.1f %.1f" % (row["commits_per_s"], row["p99_us"]))')
+      rm -f "$file"
+      read -r b bp99 < <(fio --name=commit --filename="$file" --rw=write --bs=65536 --direct=1 \
+          --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment=1G --size=1G \
+          --fallocate=native --time_based --runtime="$commit_seconds" --group_reporting \
+          --output-format=json |
+        python3 -c 'import json,sys
+j=json.load(sys.stdin)["jobs"][0]
+p=lambda d: d["percentile"]["99.000000"] / 1e3
+print("%.1f %.1f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"])))')
+      rm -f "$file"
+      ratio=$(python3 -c "print('%.3f' % ($a / $b))")
+      pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
+      c_r+=("$ratio"); p_r+=("$pratio")
+      printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us  fio %8.0f commits/s p99 %7.1f us  ratio %s  p99 ratio %s\n' \
+        "$name" "$r" "$a" "$ap99" "$b" "$bp99" "$ratio" "$pratio"
+    done
+    summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)' "$name" \
+      "$(printf '%s\n' "${c_r[@]}" | median)" "${c_r[*]}" "$(printf '%s\n' "${p_r[@]}" | median)" "${p_r[*]}")")
+    record commit "$name commits/s" "${c_r[@]}"
+    record commit "$name p99" "${p_r[@]}"
+  done
+done
 fi
 
 echo
