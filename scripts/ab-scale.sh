@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A/B of two `pagewriter` binaries on `scale`: runs them alternately
+# (base, new, base, new, ...) so a noisy moment of the machine hits both,
+# and prints per cell the medians and the median of the per-round ratios
+# new / base (commits/s).
+#
+# Usage: scripts/ab-scale.sh BASE_BIN NEW_BIN ROUNDS [scale args...]
+#   e.g. git worktree add /tmp/base <rev> && (cd /tmp/base && cargo build --release)
+#        scripts/ab-scale.sh /tmp/base/target/release/pagewriter target/release/pagewriter 7 \
+#          --threads 1,8 --modes vectored,io-uring --duration 1 --path /some/dir
+set -euo pipefail
+[ $# -ge 3 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+base=$1 new=$2 rounds=$3; shift 3
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+for r in $(seq 1 "$rounds"); do
+  "$base" scale --repeats 1 --json "$@" 2>/dev/null >"$out/base.$r.json"
+  "$new" scale --repeats 1 --json "$@" 2>/dev/null >"$out/new.$r.json"
+done
+python3 - "$out" "$rounds" <<'PY'
+import json, statistics as st, sys
+out, rounds = sys.argv[1], int(sys.argv[2])
+cells = {}
+for side in ("base", "new"):
+    for r in range(1, rounds + 1):
+        for row in json.load(open(f"{out}/{side}.{r}.json"))["rows"]:
+            cells.setdefault((row["mode"], row["threads"]), {"base": [], "new": []})[side].append(row["commits_per_s"])
+for (mode, threads), v in sorted(cells.items()):
+    ratios = [n / b for n, b in zip(v["new"], v["base"])]
+    print(f"{mode:14s} {threads:2d} threads  base {st.median(v['base']):8.0f}  new {st.median(v['new']):8.0f} commits/s"
+          f"  median ratio {st.median(ratios):.3f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+PY
