@@ -39,19 +39,19 @@ fn sync_fs(path: &std::path::Path) {
 
 /// Free bytes including the blocks reserved for root (`stat -f` %f).
 fn free_blocks_for_root(path: &std::path::Path) -> u64 {
-    let out = std::process::Command::new("stat")
-        .args(["-f", "-c", "%f %S"])
-        .arg(path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut it = text.split_whitespace().map(|n| n.parse::<u64>().unwrap());
-    it.next().unwrap() * it.next().unwrap()
+    stat_free(path, "%f")
 }
 
+/// Free bytes available to unprivileged users (`stat -f` %a).
 fn free_bytes(path: &std::path::Path) -> u64 {
+    stat_free(path, "%a")
+}
+
+/// `stat -f` free blocks (`blocks`: a `%a` or `%f` format) times the block
+/// size, in bytes.
+fn stat_free(path: &std::path::Path, blocks: &str) -> u64 {
     let out = std::process::Command::new("stat")
-        .args(["-f", "-c", "%a %S"])
+        .args(["-f", "-c", &format!("{blocks} %S")])
         .arg(path)
         .output()
         .unwrap();

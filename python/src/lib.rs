@@ -292,9 +292,7 @@ impl Generator {
             .as_mut_slice(py)
             .ok_or_else(|| PyValueError::new_err("fill_chunk needs a writable buffer"))?;
         let (inner, at, threads) = (&self.inner, self.position, self.threads);
-        let filled = datagen::fill_cells(inner, at, &cells[..n], threads);
-        let _ = py;
-        filled.map_err(|e| to_py(e, None))?;
+        datagen::fill_cells(inner, at, &cells[..n], threads).map_err(|e| to_py(e, None))?;
         self.position += n as u64;
         Ok(n)
     }

@@ -856,9 +856,11 @@ impl SlotRing {
     /// when no SQE is in flight. Returns each run's error: a failed run
     /// does not stop the others.
     ///
-    /// Errors (`Err`): `io_uring_enter` failing other than with `EINTR`,
-    /// `EBUSY` or `EAGAIN`; any run may then be unwritten or partly
-    /// written. `fault` is the test fail point (`None` outside tests).
+    /// Errors (`Err`): `InvalidInput` if transfers pushed with
+    /// [`push`](Self::push) are still in flight (nothing written);
+    /// `io_uring_enter` failing other than with `EINTR`, `EBUSY` or
+    /// `EAGAIN`; any run may then be unwritten or partly written. `fault` is
+    /// the test fail point (`None` outside tests).
     pub fn write_vectored(
         &mut self,
         runs: &[VectoredRun<'_, '_>],
@@ -908,8 +910,11 @@ impl SlotRing {
     /// Returns each job's error: a failed job does not stop the others.
     ///
     /// Errors (`Err`): `InvalidInput` if the ring has no slot or a job is
-    /// longer than a slot's buffer (nothing written); `io_uring_enter` as
-    /// in [`write_vectored`](Self::write_vectored).
+    /// longer than a slot's buffer (nothing written); otherwise as
+    /// [`write_vectored`](Self::write_vectored).
+    ///
+    /// Panics: if `fill` panics. The SQEs then in flight point only at the
+    /// ring's own slots, which stay valid: the ring's `Drop` waits for them.
     pub fn write_copied(
         &mut self,
         jobs: &[CopyJob],

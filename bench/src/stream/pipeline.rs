@@ -15,6 +15,17 @@ pub(super) struct Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// Whether the caller cancelled and no error was recorded yet; then
+    /// records `Error::Cancelled` in `first_error`. The engine stops as it
+    /// does on its first error.
+    pub(super) fn cancelled_now(&self, first_error: &mut Option<Error>) -> bool {
+        if first_error.is_none() && self.cancel.load(Ordering::Relaxed) {
+            *first_error = Some(Error::Cancelled);
+            return true;
+        }
+        false
+    }
+
     pub(super) fn chunks(&self) -> u64 {
         self.size.div_ceil(self.chunk)
     }

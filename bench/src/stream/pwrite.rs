@@ -60,8 +60,7 @@ pub(super) fn run_pwrite(
         drop(filled_rx);
         let mut free_tx = Some(free_tx);
         loop {
-            if plan.cancel.load(Ordering::Relaxed) && first_error.is_none() {
-                first_error = Some(Error::Cancelled);
+            if plan.cancelled_now(&mut first_error) {
                 stop.store(true, Ordering::Relaxed);
                 free_tx = None;
             }

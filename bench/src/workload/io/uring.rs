@@ -41,20 +41,9 @@ pub(crate) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Resu
         iopoll: cfg.hipri,
         single_issuer: true,
     };
-    let mut ring =
+    let ring =
         SlotRing::new(ctx.file, opts, bufs).map_err(|e| Error::io(e.stage, None, e.source))?;
-    let mut free: Vec<usize> = (0..cfg.iodepth as usize).rev().collect();
-    // Per slot: the I/O it carries.
-    let mut active: Vec<Io> = vec![
-        Io {
-            read: true,
-            offset: 0,
-            len: 0
-        };
-        cfg.iodepth as usize
-    ];
-    let mut cqes: Vec<Completion> = Vec::with_capacity(cfg.iodepth as usize);
-    let mut writes = 0u64;
+    let mut f = Flight::new(ring);
     let mut exhausted = false;
     let mut tail_buf: Option<AlignedBuf> = None;
     let deadline = begin(ctx, out);
@@ -66,7 +55,7 @@ pub(crate) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Resu
             exhausted = true;
         }
         // Queue as many I/Os as there are free slots.
-        while !exhausted && let Some(&slot) = free.last() {
+        while !exhausted && let Some(&slot) = f.free.last() {
             let Some(io) = iter.next() else {
                 exhausted = true;
                 break;
@@ -79,60 +68,42 @@ pub(crate) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Resu
                 };
                 // After every direct I/O in flight completes, so the
                 // page cache never holds stale bytes of this region.
-                drain(
-                    ctx,
-                    &mut ring,
-                    &mut cqes,
-                    &mut active,
-                    &mut free,
-                    out,
-                    &mut writes,
-                )?;
+                f.drain(ctx, out)?;
                 sync_io(ctx, ctx.tail, io, b, out)?;
                 continue;
             }
-            free.pop();
+            f.free.pop();
             let op = if io.read { RingOp::Read } else { RingOp::Write };
             if !io.read && cfg.pattern != Pattern::Fixed {
-                let buf = ring.buf_mut(slot).expect("free slot");
+                let buf = f.ring.buf_mut(slot).expect("free slot");
                 fill(cfg, ctx.generator, io.offset, &mut buf[..io.len]);
             }
-            ring.push(slot, op, io.offset, 0, io.len)
+            f.ring
+                .push(slot, op, io.offset, 0, io.len)
                 .map_err(|e| Error::io("io_uring push", Some(io.offset), e))?;
-            active[slot] = io;
+            f.active[slot] = io;
             queued += 1;
             if queued >= cfg.iodepth_batch {
                 // Like fio's iodepth_batch_submit: each batch goes to
                 // the device as soon as it is ready. Submitting 4 KiB
                 // random reads one by one kept QD64 full: 1.2-1.3x the
                 // IOPS of one submit per refill of all free slots.
-                ring.submit()
+                f.ring
+                    .submit()
                     .map_err(|e| Error::io("io_uring_enter", None, e))?;
                 queued = 0;
             }
         }
-        if ring.in_flight() == 0 {
+        if f.ring.in_flight() == 0 {
             if exhausted {
                 break;
             }
             continue;
         }
-        cqes.clear();
-        let min = (cfg.iodepth_batch as usize).min(ring.in_flight() as usize);
-        ring.wait(min, &mut cqes)
-            .map_err(|e| Error::io("io_uring_enter", None, e))?;
-        let before = writes;
-        complete(ctx, &mut cqes, &mut active, &mut free, out, &mut writes)?;
-        if cfg.fsync_every > 0 && writes / cfg.fsync_every > before / cfg.fsync_every {
-            drain(
-                ctx,
-                &mut ring,
-                &mut cqes,
-                &mut active,
-                &mut free,
-                out,
-                &mut writes,
-            )?;
+        let before = f.writes;
+        f.reap(ctx, out, cfg.iodepth_batch as usize)?;
+        if cfg.fsync_every > 0 && f.writes / cfg.fsync_every > before / cfg.fsync_every {
+            f.drain(ctx, out)?;
             ctx.file
                 .sync_data()
                 .map_err(|e| Error::io("fdatasync", None, e))?;
@@ -142,66 +113,89 @@ pub(crate) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Resu
     Ok(())
 }
 
-/// Waits for every I/O in flight and accounts it.
-fn drain(
-    ctx: &JobCtx<'_>,
-    ring: &mut SlotRing,
-    cqes: &mut Vec<Completion>,
-    active: &mut [Io],
-    free: &mut Vec<usize>,
-    out: &mut JobOut,
-    writes: &mut u64,
-) -> Result<()> {
-    while ring.in_flight() > 0 {
-        cqes.clear();
-        ring.wait(1, cqes)
-            .map_err(|e| Error::io("io_uring_enter", None, e))?;
-        complete(ctx, cqes, active, free, out, writes)?;
-    }
-    Ok(())
+/// A job's ring and what is in flight on it.
+struct Flight {
+    ring: SlotRing,
+    /// Per slot: the I/O it carries.
+    active: Vec<Io>,
+    /// Slots with nothing in flight.
+    free: Vec<usize>,
+    /// Reaped completions (reused).
+    cqes: Vec<Completion>,
+    /// Writes completed so far.
+    writes: u64,
 }
 
-/// Accounts finished I/Os: each frees its slot; an error or a read cut
-/// short by the end of the file ends the job.
-fn complete(
-    ctx: &JobCtx<'_>,
-    cqes: &mut Vec<Completion>,
-    active: &mut [Io],
-    free: &mut Vec<usize>,
-    out: &mut JobOut,
-    writes: &mut u64,
-) -> Result<()> {
-    // The progress counter is shared by all jobs: one add per reap.
-    let mut reaped_bytes = 0u64;
-    for c in cqes.drain(..) {
-        // The ring continued short and interrupted transfers: `Ok` is
-        // the whole I/O unless a read met the end of the file.
-        let io = active[c.slot];
-        let op_name = if io.read { "read" } else { "write" };
-        match c.result {
-            Ok(n) if n == io.len => {
-                out.record(io, c.latency);
-                *writes += u64::from(!io.read);
-                reaped_bytes += io.len as u64;
-                free.push(c.slot);
-            }
-            Ok(n) => {
-                return Err(Error::io(
-                    op_name,
-                    Some(io.offset + n as u64),
-                    std::io::ErrorKind::UnexpectedEof.into(),
-                ));
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) && ctx.cfg.hipri => {
-                return Err(Error::InvalidConfig(
-                    "hipri: the device completes polled I/O with EOPNOTSUPP (no poll \
-                     queues)"
-                        .into(),
-                ));
-            }
-            Err(e) => return Err(Error::io(op_name, Some(io.offset), e)),
+impl Flight {
+    fn new(ring: SlotRing) -> Self {
+        let slots = ring.slots();
+        let idle = Io {
+            read: true,
+            offset: 0,
+            len: 0,
+        };
+        Self {
+            ring,
+            active: vec![idle; slots],
+            free: (0..slots).rev().collect(),
+            cqes: Vec::with_capacity(slots),
+            writes: 0,
         }
     }
-    ctx.done_bytes.fetch_add(reaped_bytes, Ordering::Relaxed);
-    Ok(())
+
+    /// Waits until at least `min` I/Os (fewer if fewer are in flight)
+    /// finished, and accounts them.
+    fn reap(&mut self, ctx: &JobCtx<'_>, out: &mut JobOut, min: usize) -> Result<()> {
+        self.cqes.clear();
+        let min = min.min(self.ring.in_flight() as usize);
+        self.ring
+            .wait(min, &mut self.cqes)
+            .map_err(|e| Error::io("io_uring_enter", None, e))?;
+        self.complete(ctx, out)
+    }
+
+    /// Waits for every I/O in flight and accounts it.
+    fn drain(&mut self, ctx: &JobCtx<'_>, out: &mut JobOut) -> Result<()> {
+        while self.ring.in_flight() > 0 {
+            self.reap(ctx, out, 1)?;
+        }
+        Ok(())
+    }
+    /// Accounts finished I/Os: each frees its slot; an error or a read cut
+    /// short by the end of the file ends the job.
+    fn complete(&mut self, ctx: &JobCtx<'_>, out: &mut JobOut) -> Result<()> {
+        // The progress counter is shared by all jobs: one add per reap.
+        let mut reaped_bytes = 0u64;
+        for c in self.cqes.drain(..) {
+            // The ring continued short and interrupted transfers: `Ok` is
+            // the whole I/O unless a read met the end of the file.
+            let io = self.active[c.slot];
+            let op_name = if io.read { "read" } else { "write" };
+            match c.result {
+                Ok(n) if n == io.len => {
+                    out.record(io, c.latency);
+                    self.writes += u64::from(!io.read);
+                    reaped_bytes += io.len as u64;
+                    self.free.push(c.slot);
+                }
+                Ok(n) => {
+                    return Err(Error::io(
+                        op_name,
+                        Some(io.offset + n as u64),
+                        std::io::ErrorKind::UnexpectedEof.into(),
+                    ));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) && ctx.cfg.hipri => {
+                    return Err(Error::InvalidConfig(
+                        "hipri: the device completes polled I/O with EOPNOTSUPP (no poll \
+                     queues)"
+                            .into(),
+                    ));
+                }
+                Err(e) => return Err(Error::io(op_name, Some(io.offset), e)),
+            }
+        }
+        ctx.done_bytes.fetch_add(reaped_bytes, Ordering::Relaxed);
+        Ok(())
+    }
 }
