@@ -12,7 +12,7 @@ On one file system, interleaved, median of --rounds (default 3):
 
 Set up (dgen-py goes into the bench's own virtual environment):
   python3 -m venv /tmp/bench-venv
-  /tmp/bench-venv/bin/pip install ./python "dgen-py==0.3.*"
+  /tmp/bench-venv/bin/pip install ./python "dgen-py==0.3.*" numpy
   /tmp/bench-venv/bin/python python/bench.py --dir /path/on/the/disk --size 8GiB
 
 Throughput is in GB/s (1e9 bytes per second); the file is removed after each
@@ -112,6 +112,8 @@ def main():
     ap.add_argument("--gen-bs", default="32MiB", help="buffer of the fill_chunk loops")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument("--skip-write", action="store_true",
+                    help="only the fill_chunk loops (no file is written)")
     a = ap.parse_args()
     if dgen_py is None:
         sys.exit("dgen-py is not installed in this environment (see the module docstring)")
@@ -123,7 +125,9 @@ def main():
     has_fio = shutil.which("fio") is not None
     writers = [("dgen-py fill_chunk + os.write (O_DIRECT)", dgen_write),
                ("pagewriter.write_file", pw_write)]
-    if has_fio:
+    if a.skip_write:
+        writers, has_fio = [], False
+    elif has_fio:
         writers.append(("fio seq write (O_DIRECT, io_uring QD4)", fio_write))
     gens = []
     for threads in (1, 2):
@@ -150,7 +154,7 @@ def main():
     print(f"\nwrite {a.size} at {a.bs} to {a.dir}, median of {a.rounds} interleaved rounds\n")
     print("| case | GB/s | ratio |")
     print("|---|---|---|")
-    base = med[writers[0][0]]
+    base = med[writers[0][0]] if writers else 0
     for name, _ in writers:
         print(f"| {name} | {med[name]:.3f} | {med[name] / base:.2f}x dgen-py |")
     if has_fio:

@@ -10,30 +10,40 @@
 //!
 //! A unique block's bytes are a pure function of (seed, unique id): the
 //! same whatever buffer size, offset or thread count streams them. Inside a
-//! block, every [`CHUNK`]-byte chunk is some random bytes followed by
-//! zeros; the number of random bytes is dithered from chunk to chunk so
-//! that fractional compression ratios hold on average. Every chunk keeps at
-//! least a few random bytes, so no block and no 4 KiB region is all zeros:
-//! compressibility does not leak into dedup.
+//! block, every chunk (of [`CHUNK`] bytes, or the block if smaller) is some
+//! random bytes followed by zeros; the number of random bytes is dithered
+//! from chunk to chunk so that fractional compression ratios hold on
+//! average. Every chunk keeps random bytes, so no block and no 4 KiB region
+//! is all zeros: compressibility does not leak into dedup. The zeros of a
+//! chunk are one `memset` of up to a few KiB, so compressible data is made
+//! faster than incompressible.
 //!
-//! The random bytes come from `WyRand` (one multiply per 8 bytes); blocks
-//! are filled in parallel by [`Generator::fill_at_parallel`].
+//! The random bytes come from [`WyRand4`] (four interleaved wyrand streams,
+//! one multiply per 8 bytes); blocks are filled in parallel by
+//! [`Generator::fill_at_parallel`] on a persistent pool of fill threads.
 
-use crate::rng::WyRand;
+use crate::rng::WyRand4;
 use pagewriter::error::{Error, Result};
 
-/// Compression grain in bytes: each chunk is random bytes then zeros.
-pub const CHUNK: usize = 256;
+/// Compression grain in bytes (at most; a smaller block is one chunk): each
+/// chunk is random bytes then zeros.
+pub const CHUNK: usize = 4096;
 
-/// LZ4's cost of a chunk of `r` random bytes then zeros is about
-/// `LZ4_PER_BYTE * r + LZ4_OVERHEAD` bytes (token, match offset, length
-/// extensions), fitted to `lz4_flex` block output on 64 KiB pieces at
-/// ratios 1.5 and 5 (with a flat 4-byte overhead, ratios 1.5/2/3/5 came
-/// out 1.468/1.956/2.943/4.871).
-const LZ4_OVERHEAD: f64 = 4.43;
-const LZ4_PER_BYTE: f64 = 1.0196;
+/// LZ4's cost of a chunk of `c` bytes, `r` random then zeros, is about
+/// `a * r + b + (c - r) / 255` bytes: the literals with their length bytes,
+/// the token and match offset, and one length byte per 255 bytes of the
+/// zero run. `(a, b)` fitted to `lz4_flex` block output on 64 KiB pieces at
+/// ratios 1.5, 5 and 16: (1.008, 3.93) for 512-byte chunks, (1.0045, 7.2)
+/// for 4 KiB chunks, and interpolated on log2(c) between them.
+fn lz4_cost_fit(c: usize) -> (f64, f64) {
+    let t = ((c.ilog2() as f64 - 9.0) / 3.0).clamp(0.0, 1.0);
+    (1.008 + (1.0045 - 1.008) * t, 3.93 + (7.2 - 3.93) * t)
+}
 
-/// Highest compression ratio supported: each chunk keeps at least ~4
+/// 1.0 in the fixed point of the random bytes per chunk (32 fraction bits).
+const FIXED_ONE: u64 = 1 << 32;
+
+/// Highest compression ratio supported: each chunk keeps at least ~9
 /// random bytes.
 pub const MAX_COMPRESS_RATIO: f64 = 32.0;
 
@@ -124,8 +134,10 @@ pub struct Generator {
     blocks: u64,
     unique: u64,
     perm: Permutation,
-    /// Random bytes per chunk (fractional; dithered).
-    random_per_chunk: f64,
+    /// Bytes per compression chunk: [`CHUNK`] or the block if smaller.
+    chunk: usize,
+    /// Random bytes per chunk (fractional; dithered), in 1/2^32 bytes.
+    random_per_chunk: u64,
 }
 
 /// Bytes [`Generator::write_to`] makes and writes at a time: 8 MiB.
@@ -159,16 +171,22 @@ impl Generator {
         check_block_size(cfg.block_size)?;
         let blocks = cfg.size.div_ceil(cfg.block_size as u64);
         let unique = ((blocks as f64 / cfg.dedup_ratio).round() as u64).clamp(1, blocks);
+        let chunk = CHUNK.min(cfg.block_size);
+        let c = chunk as f64;
         let random_per_chunk = if cfg.compress_ratio == 1.0 {
-            CHUNK as f64
+            c
         } else {
-            ((CHUNK as f64 / cfg.compress_ratio - LZ4_OVERHEAD) / LZ4_PER_BYTE).max(1.0)
+            let (a, b) = lz4_cost_fit(chunk);
+            ((c / cfg.compress_ratio - b - c / 255.0) / (a - 1.0 / 255.0)).clamp(1.0, c)
         };
+        // Fixed point: the dithering below is exact integer arithmetic.
+        let random_per_chunk = (random_per_chunk * FIXED_ONE as f64).round() as u64;
         Ok(Self {
             perm: Permutation::new(blocks, cfg.seed),
             cfg,
             blocks,
             unique,
+            chunk,
             random_per_chunk,
         })
     }
@@ -196,20 +214,24 @@ impl Generator {
     /// Fills `out` (exactly `block_size` bytes) with unique block `id`.
     pub fn fill_block(&self, id: u64, out: &mut [u8]) {
         debug_assert_eq!(out.len(), self.cfg.block_size);
-        let mut rng = WyRand::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))));
-        if self.random_per_chunk >= CHUNK as f64 {
+        let mut rng = WyRand4::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))));
+        let chunk_len = self.chunk;
+        if self.random_per_chunk >= chunk_len as u64 * FIXED_ONE {
             rng.fill(out);
             return;
         }
-        let chunks_per_block = (self.cfg.block_size / CHUNK) as u64;
-        let x = self.random_per_chunk;
-        for (k, chunk) in out.chunks_mut(CHUNK).enumerate() {
-            // Dithering over the chunk's global index keeps the average
-            // exact across blocks.
-            let g = (id * chunks_per_block + k as u64) as f64;
-            let r = (((g + 1.0) * x).floor() - (g * x).floor()) as usize;
-            let r = r.clamp(1, chunk.len());
-            rng.fill(&mut chunk[..r]);
+        // Chunk `g` (global index) gets floor((g+1)x) - floor(gx) random
+        // bytes, so the average over any run of chunks is x up to one byte:
+        // fractional ratios hold across blocks.
+        let x = u128::from(self.random_per_chunk);
+        let chunks_per_block = (self.cfg.block_size / chunk_len) as u128;
+        let mut acc = u128::from(id) * chunks_per_block * x;
+        for chunk in out.chunks_exact_mut(chunk_len) {
+            let next = acc + x;
+            let r = (((next >> 32) - (acc >> 32)) as usize).clamp(1, chunk_len);
+            acc = next;
+            // Whole 32-byte steps (no partial copy), then the zeros.
+            rng.fill(&mut chunk[..r.next_multiple_of(32)]);
             chunk[r..].fill(0);
         }
     }
@@ -280,34 +302,67 @@ impl Generator {
         Ok(at)
     }
 
-    /// [`fill_at`](Self::fill_at) with `threads` threads (scoped), split
-    /// at block boundaries. The bytes are the same for any thread count.
+    /// [`fill_at`](Self::fill_at) with `threads` threads from a persistent
+    /// pool (one rayon pool per thread count, built on first use and kept
+    /// for the process), in [`PAR_PIECE`]-byte pieces aligned to the
+    /// stream (so only the ends of `buf` can start or stop inside a block).
+    /// The bytes are the same for any thread count. The calling thread
+    /// waits while the pool fills.
+    ///
+    /// Errors: [`Error::OutOfBounds`] if the range passes the end;
+    /// [`Error::InvalidConfig`] if the pool's threads cannot be started.
     pub fn fill_at_parallel(&self, offset: u64, buf: &mut [u8], threads: usize) -> Result<()> {
-        let bs = self.cfg.block_size;
+        use rayon::prelude::*;
         let threads = threads.max(1);
-        if threads == 1 || buf.len() < 2 * bs {
+        let piece = PAR_PIECE.max(self.cfg.block_size);
+        if threads == 1 || buf.len() <= piece {
             return self.fill_at(offset, buf);
         }
         // Bounds first, so no thread starts on a bad range.
         self.check_range(offset, buf.len())?;
-        let per = buf.len().div_ceil(threads).div_ceil(bs) * bs;
-        std::thread::scope(|s| {
-            let handles: Vec<_> = buf
-                .chunks_mut(per)
+        let head = ((piece as u64 - offset % piece as u64) % piece as u64) as usize;
+        let (first, rest) = buf.split_at_mut(head.min(buf.len()));
+        let at = offset + first.len() as u64;
+        let mut pieces = vec![(offset, first)];
+        pieces.extend(
+            rest.chunks_mut(piece)
                 .enumerate()
-                .map(|(i, part)| s.spawn(move || self.fill_at(offset + (i * per) as u64, part)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or(Err(Error::Panicked {
-                        worker: "fill thread",
-                    }))
-                })
-                .collect::<Result<Vec<()>>>()
-                .map(|_| ())
+                .map(|(i, p)| (at + (i * piece) as u64, p)),
+        );
+        fill_pool(threads)?.install(|| {
+            pieces
+                .into_par_iter()
+                .try_for_each(|(at, p)| self.fill_at(at, p))
         })
     }
+}
+
+/// Bytes per task of [`Generator::fill_at_parallel`]: 256 KiB, enough to
+/// make a task's overhead small and small enough that two threads share a
+/// 32 MiB buffer evenly.
+pub const PAR_PIECE: usize = 256 << 10;
+
+/// The persistent fill pool for `threads` threads.
+fn fill_pool(threads: usize) -> Result<std::sync::Arc<rayon::ThreadPool>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    /// One pool per thread count asked for.
+    type Pools = Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>>;
+    static POOLS: OnceLock<Pools> = OnceLock::new();
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = pools.iter().find(|(n, _)| *n == threads) {
+        return Ok(p.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("pagewriter-fill-{i}"))
+        .build()
+        .map_err(|e| Error::InvalidConfig(format!("cannot start {threads} fill threads: {e}")))?;
+    let pool = Arc::new(pool);
+    pools.push((threads, pool.clone()));
+    Ok(pool)
 }
 
 /// Bytes one fill thread of [`fill_cells`] makes at a time: 256 KiB, so

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use numpy::PyArrayMethods;
 use pagewriter::{DirectIo, Error};
 use pagewriter_bench::datagen::{self, GenConfig};
 use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
@@ -235,6 +236,21 @@ struct Generator {
     threads: usize,
 }
 
+/// `buffer` as a one-dimensional numpy `uint8` view (`numpy.frombuffer`,
+/// no copy), or `None` where numpy is not installed. Its `&mut [u8]` comes
+/// from rust-numpy's borrow checking, so threads can fill it without
+/// `unsafe` here.
+fn numpy_view<'py>(
+    py: Python<'py>,
+    buffer: &Bound<'py, PyAny>,
+) -> PyResult<Option<Bound<'py, numpy::PyArray1<u8>>>> {
+    let Ok(np) = py.import("numpy") else {
+        return Ok(None);
+    };
+    let view = np.call_method1("frombuffer", (buffer, np.getattr("uint8")?))?;
+    Ok(Some(view.cast_into::<numpy::PyArray1<u8>>()?))
+}
+
 #[pymethods]
 impl Generator {
     #[new]
@@ -273,6 +289,11 @@ impl Generator {
     /// Fills `buffer` (any writable, C-contiguous buffer of bytes:
     /// bytearray, memoryview, numpy uint8 array, mmap) with the next bytes
     /// of the stream, in place; returns how many (0 once complete).
+    ///
+    /// Where numpy is installed, the fill threads write the buffer directly
+    /// through a numpy view of it (rust-numpy checks the borrow); without
+    /// numpy they make pieces in their own memory and this thread copies
+    /// them in (`datagen::fill_cells`). The bytes are the same either way.
     fn fill_chunk(&mut self, py: Python<'_>, buffer: &Bound<'_, PyAny>) -> PyResult<usize> {
         let buf = PyBuffer::<u8>::get(buffer)?;
         if buf.readonly() {
@@ -288,11 +309,24 @@ impl Generator {
         if n == 0 {
             return Ok(0);
         }
-        let cells = buf
-            .as_mut_slice(py)
-            .ok_or_else(|| PyValueError::new_err("fill_chunk needs a writable buffer"))?;
         let (inner, at, threads) = (&self.inner, self.position, self.threads);
-        datagen::fill_cells(inner, at, &cells[..n], threads).map_err(|e| to_py(e, None))?;
+        if let Some(view) = numpy_view(py, buffer)? {
+            // The GIL stays held: no Python code runs while the pool writes.
+            let mut view = view
+                .try_readwrite()
+                .map_err(|e| PyValueError::new_err(format!("fill_chunk: {e}")))?;
+            let bytes = view
+                .as_slice_mut()
+                .map_err(|e| PyValueError::new_err(format!("fill_chunk: {e}")))?;
+            inner
+                .fill_at_parallel(at, &mut bytes[..n], threads)
+                .map_err(|e| to_py(e, None))?;
+        } else {
+            let cells = buf
+                .as_mut_slice(py)
+                .ok_or_else(|| PyValueError::new_err("fill_chunk needs a writable buffer"))?;
+            datagen::fill_cells(inner, at, &cells[..n], threads).map_err(|e| to_py(e, None))?;
+        }
         self.position += n as u64;
         Ok(n)
     }

@@ -92,6 +92,35 @@ def test_fill_chunk_fills_every_writable_buffer_type_in_place():
         assert g.position == 2 * n, name
 
 
+def test_fill_chunk_without_numpy_gives_the_same_bytes():
+    # With numpy, fill threads write through a numpy view; without it (the
+    # import blocked in a child interpreter) pieces are copied in. Both must
+    # give the stream's bytes, for several thread counts.
+    pytest.importorskip("numpy")
+    size = 5 * MIB + 4321
+    want = pagewriter.Generator(size, 2.0, 1.5, seed=9).get_chunk(size)
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["numpy"] = None  # import numpy now raises ImportError
+        import pagewriter
+        for threads in (1, 2, 3):
+            g = pagewriter.Generator({size}, 2.0, 1.5, seed=9, threads=threads)
+            buf, out = bytearray(3 << 20), bytearray()
+            while (n := g.fill_chunk(buf)) > 0:
+                out += buf[:n]
+            sys.stdout.buffer.write(out)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         cwd="/").stdout
+    assert out == want * 3
+    for threads in (1, 2, 3):
+        g = pagewriter.Generator(size, 2.0, 1.5, seed=9, threads=threads)
+        buf, got = bytearray(3 << 20), bytearray()
+        while (n := g.fill_chunk(buf)) > 0:
+            got += buf[:n]
+        assert bytes(got) == want
+
+
 def test_fill_chunk_refuses_read_only_and_non_contiguous_buffers():
     np = pytest.importorskip("numpy")
     g = pagewriter.Generator(MIB)

@@ -2,7 +2,7 @@
 //! its ring, decided once at open from the [`Config`].
 
 use super::config::Config;
-use super::writer::{RunWriter, bounce_buffers};
+use super::writer::RunWriter;
 use crate::backend::{
     FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
 };
@@ -113,6 +113,7 @@ fn uring_writer(
     bounce_len: usize,
     align: usize,
 ) -> Result<RunWriter> {
+    use super::writer::bounce_buffers;
     use crate::backend::ring::{RingOptions, SlotRing};
     let mut opts = RingOptions::new(queue_depth);
     opts.single_issuer = false;
