@@ -112,13 +112,18 @@ cases=(
   "io_uring-direct|io-uring|on|io_uring|$qd"
 )
 
-ours() { # engine direct -> GB/s
+ours() { # engine direct -> GB/s, CPU s/GB
   "$pw" flush --size "$size_b" --bs "$bs_b" --engines "$1" --queue-depth "$qd" --direct "$2" \
     --repeats 1 --file "$file" --json |
-    python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)[0]["gb_per_s"])'
+    python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print("%.4f %.4f" % (r["gb_per_s"], r["cpu_s_per_gb"]))'
 }
 
-theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsync included)
+# fio's CPU seconds per GB of a job (or a group) in its JSON: usr_cpu and
+# sys_cpu are percent of one CPU over job_runtime (ms).
+fio_cpu='cpu=lambda j, b: (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000 / (b / 1e9)'
+
+
+theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsync included), CPU s/GB
   local falloc=none
   [ "$3" = 1 ] && falloc=native
   rm -f "$file"
@@ -126,10 +131,15 @@ theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsyn
     --ioengine="$1" --iodepth="$2" --direct="$3" --end_fsync=1 --fallocate="$falloc" \
     --output-format=json |
     python3 -c 'import json,sys
+'"$fio_cpu"'
 j=json.load(sys.stdin)["jobs"][0]
-print("%.4f" % (j["write"]["io_bytes"] / (j["job_runtime"] / 1000) / 1e9))'
+b=j["write"]["io_bytes"]
+print("%.4f %.4f" % (b / (j["job_runtime"] / 1000) / 1e9, cpu(j, b)))'
   rm -f "$file"
 }
+
+# cpu_ratio A B -> A / B, or "n/a" where fio reported no CPU time.
+cpu_ratio() { python3 -c "import sys; a, b = $1, $2; print('%.3f' % (a / b) if b > 0 else 'n/a')"; }
 
 median() { sort -n | python3 -c 'import sys; v=[float(x) for x in sys.stdin]; n=len(v); print("%.3f" % (v[n//2] if n%2 else (v[n//2-1]+v[n//2])/2))'; }
 
@@ -140,42 +150,50 @@ echo "suite flush: size $size ($size_b B), bs $bs ($bs_b B), queue depth $qd"
 for c in "${cases[@]}"; do
   IFS='|' read -r name engine direct ioengine depth <<<"$c"
   fdirect=0; [ "$direct" = on ] && fdirect=1
-  ratios=()
+  ratios=() cpu_r=()
   for r in $(seq 1 "$rounds"); do
-    a=$(ours "$engine" "$direct")
-    b=$(theirs "$ioengine" "$depth" "$fdirect")
+    read -r a acpu < <(ours "$engine" "$direct")
+    read -r b bcpu < <(theirs "$ioengine" "$depth" "$fdirect")
     ratio=$(python3 -c "print('%.3f' % ($a / $b))")
-    ratios+=("$ratio")
-    printf '%-18s round %d  pagewriter %7.3f GB/s  fio %7.3f GB/s  ratio %s\n' "$name" "$r" "$a" "$b" "$ratio"
+    cr=$(cpu_ratio "$acpu" "$bcpu")
+    ratios+=("$ratio"); cpu_r+=("$cr")
+    printf '%-18s round %d  pagewriter %7.3f GB/s %6.3f CPU s/GB  fio %7.3f GB/s %6.3f CPU s/GB  ratio %s  CPU ratio %s\n' \
+      "$name" "$r" "$a" "$acpu" "$b" "$bcpu" "$ratio" "$cr"
   done
   med=$(printf '%s\n' "${ratios[@]}" | median)
-  summary+=("$(printf '%-18s median ratio %s  (%s)' "$name" "$med" "${ratios[*]}")")
+  summary+=("$(printf '%-18s median ratio %s  (%s)  median CPU/GB ratio %s (%s)' "$name" "$med" "${ratios[*]}" \
+    "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)" "${cpu_r[*]}")")
   record flush "$name" "${ratios[@]}"
 done
 fi
 
 if has_suite write-file; then
 echo "suite write-file: size $wf_size ($wf_size_b B), bs $wf_bs ($wf_bs_b B), queue depth $wf_qd, O_DIRECT"
-ratios=()
+ratios=() cpu_r=()
 for r in $(seq 1 "$rounds"); do
   rm -f "$file"; sync
-  a=$("$pw" write-file "$file" --size "$wf_size_b" --buffer-size "$wf_bs_b" --queue-depth "$wf_qd" \
+  read -r a acpu < <("$pw" write-file "$file" --size "$wf_size_b" --buffer-size "$wf_bs_b" --queue-depth "$wf_qd" \
         --buffer-count $((wf_qd + 4)) --direct on --engine io-uring --json |
-      python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["gb_per_s"])')
+      python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.4f %.4f" % (r["gb_per_s"], r["cpu_s_per_gb"]))')
   rm -f "$file"; sync
-  b=$(fio --name=seqwrite --filename="$file" --size="$wf_size_b" --bs="$wf_bs_b" --rw=write \
+  read -r b bcpu < <(fio --name=seqwrite --filename="$file" --size="$wf_size_b" --bs="$wf_bs_b" --rw=write \
         --ioengine=io_uring --iodepth="$wf_qd" --direct=1 --end_fsync=1 --fallocate=native \
         --output-format=json |
       python3 -c 'import json,sys
+'"$fio_cpu"'
 j=json.load(sys.stdin)["jobs"][0]
-print("%.4f" % (j["write"]["io_bytes"] / (j["job_runtime"] / 1000) / 1e9))')
+b=j["write"]["io_bytes"]
+print("%.4f %.4f" % (b / (j["job_runtime"] / 1000) / 1e9, cpu(j, b)))')
   rm -f "$file"
   ratio=$(python3 -c "print('%.3f' % ($a / $b))")
-  ratios+=("$ratio")
-  printf '%-18s round %d  pagewriter %7.3f GB/s  fio %7.3f GB/s  ratio %s\n' write-file "$r" "$a" "$b" "$ratio"
+  cr=$(cpu_ratio "$acpu" "$bcpu")
+  ratios+=("$ratio"); cpu_r+=("$cr")
+  printf '%-18s round %d  pagewriter %7.3f GB/s %6.3f CPU s/GB  fio %7.3f GB/s %6.3f CPU s/GB  ratio %s  CPU ratio %s\n' \
+    write-file "$r" "$a" "$acpu" "$b" "$bcpu" "$ratio" "$cr"
 done
 med=$(printf '%s\n' "${ratios[@]}" | median)
-summary+=("$(printf '%-18s median ratio %s  (%s)' write-file "$med" "${ratios[*]}")")
+summary+=("$(printf '%-18s median ratio %s  (%s)  median CPU/GB ratio %s (%s)' write-file "$med" "${ratios[*]}" \
+  "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)" "${cpu_r[*]}")")
 record write-file write-file "${ratios[@]}"
 fi
 if has_suite io; then
@@ -192,7 +210,7 @@ io_cases=(
 for c in "${io_cases[@]}"; do
   IFS='|' read -r name rw cbs depth <<<"$c"
   dir_key=write; case "$rw" in *read) dir_key=read ;; esac
-  bw_r=() p99_r=()
+  bw_r=() p99_r=() cpu_r=()
   fio_json=$(mktemp)
   for r in $(seq 1 "$rounds"); do
     # The last round draws the latency curve, beside fio's of the round before.
@@ -201,25 +219,28 @@ for c in "${io_cases[@]}"; do
       plot_args=(--plot "$plot_dir/io-$name-latency.svg")
       [ -s "$fio_json" ] && plot_args+=(--reference "$fio_json")
     fi
-    read -r a ap99 < <("$pw" io --filename "$file" --rw "$rw" --bs "$cbs" --iodepth "$depth" \
+    read -r a ap99 acpu < <("$pw" io --filename "$file" --rw "$rw" --bs "$cbs" --iodepth "$depth" \
         --direct on --size "$io_size_b" --runtime "$io_runtime" --pattern fixed --json "${plot_args[@]}" |
       python3 -c 'import json,sys
-d=json.load(sys.stdin)["'$dir_key'"]
-print("%.1f %.1f" % (d["bw_bytes_per_s"], d["lat_us"]["p99"]))')
-    read -r b bp99 < <(fio --name="$name" --filename="$file" --rw="$rw" --bs="$cbs" --iodepth="$depth" \
+r=json.load(sys.stdin); d=r["'$dir_key'"]
+print("%.1f %.1f %.4f" % (d["bw_bytes_per_s"], d["lat_us"]["p99"], r["cpu_s"] / (d["bytes"] / 1e9)))')
+    read -r b bp99 bcpu < <(fio --name="$name" --filename="$file" --rw="$rw" --bs="$cbs" --iodepth="$depth" \
         --direct=1 --ioengine=io_uring --size="$io_size_b" --runtime="$io_runtime" --time_based \
         --lat_percentiles=1 --output-format=json | tee "$fio_json" |
       python3 -c 'import json,sys
-d=json.load(sys.stdin)["jobs"][0]["'$dir_key'"]
-print("%.1f %.1f" % (d["bw_bytes"], d["lat_ns"]["percentile"]["99.000000"] / 1e3))')
+'"$fio_cpu"'
+j=json.load(sys.stdin)["jobs"][0]; d=j["'$dir_key'"]
+print("%.1f %.1f %.4f" % (d["bw_bytes"], d["lat_ns"]["percentile"]["99.000000"] / 1e3, cpu(j, d["io_bytes"])))')
     ratio=$(python3 -c "print('%.3f' % ($a / $b))")
     pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
-    bw_r+=("$ratio"); p99_r+=("$pratio")
-    printf '%-18s round %d  pagewriter %8.3f GB/s p99 %8.1f us  fio %8.3f GB/s p99 %8.1f us  bw ratio %s  p99 ratio %s\n' \
-      "$name" "$r" "$(python3 -c "print($a/1e9)")" "$ap99" "$(python3 -c "print($b/1e9)")" "$bp99" "$ratio" "$pratio"
+    cr=$(cpu_ratio "$acpu" "$bcpu")
+    bw_r+=("$ratio"); p99_r+=("$pratio"); cpu_r+=("$cr")
+    printf '%-18s round %d  pagewriter %8.3f GB/s p99 %8.1f us %6.3f CPU s/GB  fio %8.3f GB/s p99 %8.1f us %6.3f CPU s/GB  bw ratio %s  p99 ratio %s  CPU ratio %s\n' \
+      "$name" "$r" "$(python3 -c "print($a/1e9)")" "$ap99" "$acpu" "$(python3 -c "print($b/1e9)")" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
   done
-  summary+=("$(printf '%-18s median bw ratio %s (%s)  median p99 ratio %s (%s)' "$name" \
-    "$(printf '%s\n' "${bw_r[@]}" | median)" "${bw_r[*]}" "$(printf '%s\n' "${p99_r[@]}" | median)" "${p99_r[*]}")")
+  summary+=("$(printf '%-18s median bw ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
+    "$(printf '%s\n' "${bw_r[@]}" | median)" "${bw_r[*]}" "$(printf '%s\n' "${p99_r[@]}" | median)" "${p99_r[*]}" \
+    "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)")")
   record io "$name bw" "${bw_r[@]}"
   record io "$name p99" "${p99_r[@]}"
   rm -f "$fio_json"
@@ -233,32 +254,35 @@ scale_dir=$(cd "$dir" && pwd)
 for t in ${commit_threads//,/ }; do
   for mode in ${commit_modes//,/ }; do
     name="$mode-${t}thr"
-    c_r=() p_r=()
+    c_r=() p_r=() cpu_r=()
     for r in $(seq 1 "$rounds"); do
-      read -r a ap99 < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
+      read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
           --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
           --queue-depth "$qd" --json |
         python3 -c 'import json,sys
 row=json.load(sys.stdin)["rows"][0]
-print("%.1f %.1f" % (row["commits_per_s"], row["p99_us"]))')
+print("%.1f %.1f %.4f" % (row["commits_per_s"], row["p99_us"], row["cpu_s_per_gb"]))')
       rm -f "$file"
-      read -r b bp99 < <(fio --name=commit --filename="$file" --rw=write --bs=65536 --direct=1 \
+      read -r b bp99 bcpu < <(fio --name=commit --filename="$file" --rw=write --bs=65536 --direct=1 \
           --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment=1G --size=1G \
           --fallocate=native --time_based --runtime="$commit_seconds" --group_reporting \
           --output-format=json |
         python3 -c 'import json,sys
+'"$fio_cpu"'
 j=json.load(sys.stdin)["jobs"][0]
 p=lambda d: d["percentile"]["99.000000"] / 1e3
-print("%.1f %.1f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"])))')
+print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"]), cpu(j, j["write"]["io_bytes"])))')
       rm -f "$file"
       ratio=$(python3 -c "print('%.3f' % ($a / $b))")
       pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
-      c_r+=("$ratio"); p_r+=("$pratio")
-      printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us  fio %8.0f commits/s p99 %7.1f us  ratio %s  p99 ratio %s\n' \
-        "$name" "$r" "$a" "$ap99" "$b" "$bp99" "$ratio" "$pratio"
+      cr=$(cpu_ratio "$acpu" "$bcpu")
+      c_r+=("$ratio"); p_r+=("$pratio"); cpu_r+=("$cr")
+      printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
+        "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
     done
-    summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)' "$name" \
-      "$(printf '%s\n' "${c_r[@]}" | median)" "${c_r[*]}" "$(printf '%s\n' "${p_r[@]}" | median)" "${p_r[*]}")")
+    summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
+      "$(printf '%s\n' "${c_r[@]}" | median)" "${c_r[*]}" "$(printf '%s\n' "${p_r[@]}" | median)" "${p_r[*]}" \
+      "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)")")
     record commit "$name commits/s" "${c_r[@]}"
     record commit "$name p99" "${p_r[@]}"
   done

@@ -7,6 +7,7 @@
 //! `io` worker). Built on the core crate `pagewriter`; an engine that embeds
 //! the page writer does not depend on this crate.
 
+pub mod cpu;
 pub mod datagen;
 pub mod interrupt;
 pub mod plot;

@@ -80,6 +80,9 @@ pub struct WriteStats {
     pub duration_s: f64,
     /// `bytes / duration_s / 1e9`.
     pub gb_per_s: f64,
+    /// CPU seconds (user + system, whole process: fill threads and I/O)
+    /// per 10^9 bytes over `duration_s`.
+    pub cpu_s_per_gb: f64,
     /// One line: engine, queue depth, buffers, `O_DIRECT` verdict.
     pub io_mode: String,
     /// `"io_uring"` or `"pwrite"`.
@@ -260,6 +263,7 @@ fn write_partial(
 ) -> std::result::Result<WriteStats, WriteFileError> {
     let generator = Generator::new(opts.gen_config(size))?;
     let start = Instant::now();
+    let cpu = crate::cpu::process_time();
     let mut stats = WriteStats {
         size,
         buffer_size: opts.buffer_size,
@@ -353,6 +357,7 @@ fn write_partial(
     stats.fdatasync_s = t.elapsed().as_secs_f64();
     stats.duration_s = start.elapsed().as_secs_f64();
     stats.gb_per_s = stats.bytes as f64 / stats.duration_s.max(1e-9) / 1e9;
+    stats.cpu_s_per_gb = crate::cpu::seconds_since(cpu) / (stats.bytes.max(1) as f64 / 1e9);
     stats.io_mode = io_mode_line(&stats);
     progress(Progress {
         bytes_done: stats.bytes,

@@ -74,6 +74,9 @@ pub struct BulkRun {
     pub seconds: f64,
     /// Bytes per second / 10^9.
     pub gb_per_s: f64,
+    /// CPU seconds (user + system, whole process) per 10^9 bytes over the
+    /// same span as `seconds`.
+    pub cpu_s_per_gb: f64,
     /// The file's counters.
     pub stats: Stats,
 }
@@ -163,8 +166,10 @@ fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) 
         rng.fill(&mut page);
     }
     let started = Instant::now();
+    let cpu = crate::cpu::process_time();
     file.sync()?;
     let seconds = started.elapsed().as_secs_f64();
+    let cpu_s = crate::cpu::seconds_since(cpu);
     let run = BulkRun {
         engine: file.io_mode().engine,
         io_mode: file.io_mode().to_string(),
@@ -172,6 +177,7 @@ fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) 
         bytes,
         seconds,
         gb_per_s: bytes as f64 / seconds / 1e9,
+        cpu_s_per_gb: cpu_s / (bytes as f64 / 1e9),
         stats: file.stats(),
     };
     file.close()?;

@@ -244,6 +244,8 @@ pub struct Cell {
     pub repeat: usize,
     /// Wall time from start to the last thread's end, seconds.
     pub seconds: f64,
+    /// CPU seconds (user + system, whole process) over `seconds`.
+    pub cpu_s: f64,
     /// Pages written by transactions (rewrites included).
     pub page_writes: u64,
     /// Transactions committed.
@@ -282,6 +284,9 @@ pub struct Row {
     pub write_calls_per_commit: f64,
     /// Median `fdatasync` calls per commit.
     pub syncs_per_commit: f64,
+    /// Median CPU seconds (user + system, whole process: page fill,
+    /// commits, I/O) per 10^9 bytes of pages written by transactions.
+    pub cpu_s_per_gb: f64,
     /// Commit latency over all repeats, µs.
     pub p50_us: u64,
     /// See `p50_us`.
@@ -396,6 +401,7 @@ pub fn run_cell(
     let allocators: Vec<AtomicU64> = files.iter().map(|_| AtomicU64::new(0)).collect();
     let stop = AtomicBool::new(false);
     let start = Instant::now();
+    let cpu = crate::cpu::process_time();
     let results: Vec<Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -421,6 +427,7 @@ pub fn run_cell(
             .collect()
     });
     let seconds = start.elapsed().as_secs_f64();
+    let cpu_s = crate::cpu::seconds_since(cpu);
     let mut latency = new_histogram();
     let (mut page_writes, mut commits) = (0, 0);
     for r in results {
@@ -453,6 +460,7 @@ pub fn run_cell(
         threads,
         repeat,
         seconds,
+        cpu_s,
         page_writes,
         commits,
         stats,
@@ -555,6 +563,9 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                 }),
                 write_calls_per_commit: per(&|c| per_commit(c.stats.write_calls, c)),
                 syncs_per_commit: per(&|c| per_commit(c.stats.syncs, c)),
+                cpu_s_per_gb: per(&|c| {
+                    c.cpu_s / (c.page_writes.max(1) as f64 * config.page_size as f64 / 1e9)
+                }),
                 p50_us: latency.value_at_quantile(0.50),
                 p99_us: latency.value_at_quantile(0.99),
                 vs_per_page: None,

@@ -291,7 +291,9 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
         done_bytes: &done_bytes,
         stop: &stop,
     };
+    let cpu = crate::cpu::process_time();
     let outs = run_jobs(&ctx, total_bytes, start, progress);
+    let cpu_s = crate::cpu::seconds_since(cpu);
     let mut read = new_hist();
     let mut write = new_hist();
     let (mut rb, mut wb, mut fsyncs) = (0u64, 0u64, 0u64);
@@ -346,6 +348,7 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
         start_unix_ns: unix(start_wall),
         end_unix_ns: unix(end_wall),
         runtime_s: runtime.as_secs_f64(),
+        cpu_s,
         read: DirStats::from_hist(&read, rb, secs),
         write: DirStats::from_hist(&write, wb, secs),
         fsyncs,

@@ -64,6 +64,10 @@ pub struct IoReport {
     pub end_unix_ns: u128,
     /// Wall time of the run, seconds.
     pub runtime_s: f64,
+    /// CPU seconds (user + system, whole process) while the jobs ran,
+    /// setup and verify excluded (0 in reports written before it existed).
+    #[serde(default)]
+    pub cpu_s: f64,
     /// Reads, if any.
     pub read: Option<DirStats>,
     /// Writes, if any.
