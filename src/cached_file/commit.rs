@@ -118,9 +118,17 @@ impl PagedCachedFile {
             if self.is_poisoned() {
                 return Err(Error::Poisoned);
             }
-            if st.writing || st.started >= ticket {
-                // A round is writing, or one that covers us is under way.
-                self.commit_done.wait(&mut st);
+            if st.started >= ticket {
+                // A round that covers us is under way: wait for it to be
+                // published.
+                self.commit_published.wait(&mut st);
+                continue;
+            }
+            if st.writing {
+                // Not covered yet, and the write stage is taken: wait for
+                // it to be free (one waiter is woken to lead; a round that
+                // covers us wakes us when it is published).
+                self.commit_may_lead.wait(&mut st);
                 continue;
             }
             self.lead_round(&mut st);
@@ -147,7 +155,9 @@ impl PagedCachedFile {
             None => (None, None),
         };
         while st.free_lanes.is_empty() {
-            self.commit_done.wait(st);
+            // A lane comes back when a round's sync ends, before it is
+            // published.
+            self.commit_published.wait(st);
         }
         let lane = st.free_lanes.pop().expect("checked");
         st.writing = false;
@@ -156,8 +166,9 @@ impl PagedCachedFile {
             hi,
             outcome: None,
         });
-        // The next round may start writing now.
-        self.commit_done.notify_all();
+        // The next round may start writing now: one uncovered waiter
+        // leads it and covers every other.
+        self.commit_may_lead.notify_one();
         let needed = seq > st.synced_seq;
         let synced = MutexGuard::unlocked(st, || self.sync_batch(batch, needed, lane));
         st.free_lanes.push(lane);
@@ -178,7 +189,10 @@ impl PagedCachedFile {
             .expect("round queued above");
         me.outcome = Some(outcome);
         self.publish(st);
-        self.commit_done.notify_all();
+        // Waiters whose round is published, the leader waiting for a lane,
+        // and waiters a later round covered while they waited to lead.
+        self.commit_published.notify_all();
+        self.commit_may_lead.notify_all();
     }
 
     /// Publishes finished rounds in round order.

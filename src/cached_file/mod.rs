@@ -161,7 +161,10 @@ pub struct PagedCachedFile {
     /// retires; `set_len` waits for it.
     all_settled: Condvar,
     commit: Mutex<CommitState>,
-    commit_done: Condvar,
+    /// Notified when the commit write stage is free (one waiter leads).
+    commit_may_lead: Condvar,
+    /// Notified when a round is published (or a sync lane comes back).
+    commit_published: Condvar,
     poisoned: AtomicBool,
     closed: AtomicBool,
     read_only: bool,
@@ -307,7 +310,8 @@ impl PagedCachedFile {
             unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
             all_settled: Condvar::new(),
             commit: Mutex::new(CommitState::new(lanes)),
-            commit_done: Condvar::new(),
+            commit_may_lead: Condvar::new(),
+            commit_published: Condvar::new(),
             poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             read_only: false,
