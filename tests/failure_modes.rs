@@ -25,8 +25,6 @@ fn engines() -> Vec<FlushEngine> {
     v
 }
 
-/// Bytes free to an unprivileged user on the file system of `path`
-/// (`stat -f`: available blocks x block size).
 /// Commits the file system's journal (`sync -f`, syncfs(2)).
 fn sync_fs(path: &std::path::Path) {
     let ok = std::process::Command::new("sync")
@@ -270,6 +268,9 @@ fn a_full_disk_keeps_pages_dirty_until_space_returns() {
         }
         drop(fill);
         std::fs::remove_file(&filler).unwrap();
+        // ext4 frees a removed file's blocks at its next journal commit:
+        // commit it, or the space may not be back yet.
+        sync_fs(filler.parent().expect("filler is in a directory"));
         f.sync().unwrap();
         f.close().unwrap();
         drop(f);

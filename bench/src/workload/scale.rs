@@ -136,6 +136,14 @@ pub struct ScaleConfig {
     /// Compression ratio of the page contents (`datagen`). Default 1
     /// (incompressible).
     pub compress_ratio: f64,
+    /// Page reads per transaction (before its commit), for a read-heavy
+    /// mix: 90% of them go to the oldest tenth of the file's pages (an
+    /// engine's upper B-tree levels), the rest anywhere in it. At most
+    /// [`MAX_READS_PER_TXN`]. Default 0.
+    pub reads_per_txn: usize,
+    /// Read cache budget in bytes ([`Config::read_cache_bytes`]; CLOCK
+    /// eviction). Default 0 (no read cache).
+    pub read_cache_bytes: usize,
     /// `O_DIRECT` or buffered. Default [`DirectIo::Auto`]: with buffered
     /// I/O the kernel's writeback coalesces per-page writes itself, which
     /// hides the cost this benchmark exists to show (`.project/results.md`).
@@ -160,9 +168,14 @@ impl Default for ScaleConfig {
             direct: DirectIo::Auto,
             dedup_ratio: 1.0,
             compress_ratio: 1.0,
+            reads_per_txn: 0,
+            read_cache_bytes: 0,
         }
     }
 }
+
+/// Most page reads per transaction [`ScaleConfig::reads_per_txn`] takes.
+pub const MAX_READS_PER_TXN: usize = 1 << 16;
 
 impl ScaleConfig {
     /// Pages of each transaction that are rewrites.
@@ -204,6 +217,12 @@ impl ScaleConfig {
         }
         if self.repeats == 0 {
             return bad("repeats must be at least 1");
+        }
+        if self.reads_per_txn > MAX_READS_PER_TXN {
+            return Err(Error::InvalidConfig(format!(
+                "reads per transaction {} is above {MAX_READS_PER_TXN}",
+                self.reads_per_txn
+            )));
         }
         if self.cell_duration.is_zero() {
             return bad("cell duration must be above 0");
@@ -250,6 +269,8 @@ pub struct Cell {
     pub page_writes: u64,
     /// Transactions committed.
     pub commits: u64,
+    /// Pages read by transactions.
+    pub reads: u64,
     /// File counters at the end (summed over files in separate-files mode).
     pub stats: Stats,
     /// Commit latency percentiles in µs: p50, p99.
@@ -284,6 +305,12 @@ pub struct Row {
     pub write_calls_per_commit: f64,
     /// Median `fdatasync` calls per commit.
     pub syncs_per_commit: f64,
+    /// Median page reads per second.
+    pub reads_per_s: f64,
+    /// Reads served by the read cache over reads that missed the write
+    /// buffer (cache hits + disk reads), over all repeats; `None` without
+    /// reads.
+    pub cache_hit_ratio: Option<f64>,
     /// Median CPU seconds (user + system, whole process: page fill,
     /// commits, I/O) per 10^9 bytes of pages written by transactions.
     pub cpu_s_per_gb: f64,
@@ -369,6 +396,7 @@ fn open_cached(
         .page_size(config.page_size)
         .max_write_buffer_bytes(config.max_write_buffer_bytes)
         .sync_lanes(config.sync_lanes)
+        .read_cache_bytes(config.read_cache_bytes)
         .direct(config.direct)
         .engine(engine);
     PagedCachedFile::open(file.path(), cfg)
@@ -402,7 +430,7 @@ pub fn run_cell(
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let cpu = crate::cpu::process_time();
-    let results: Vec<Result<(u64, u64, Histogram<u64>)>> = std::thread::scope(|s| {
+    let results: Vec<Result<Tally>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let which = t % files.len();
@@ -429,12 +457,13 @@ pub fn run_cell(
     let seconds = start.elapsed().as_secs_f64();
     let cpu_s = crate::cpu::seconds_since(cpu);
     let mut latency = new_histogram();
-    let (mut page_writes, mut commits) = (0, 0);
+    let (mut page_writes, mut commits, mut reads) = (0, 0, 0);
     for r in results {
-        let (p, c, h) = r?;
-        page_writes += p;
-        commits += c;
-        latency.add(&h).expect("same histogram bounds");
+        let t = r?;
+        page_writes += t.pages;
+        commits += t.commits;
+        reads += t.reads;
+        latency.add(&t.latency).expect("same histogram bounds");
     }
     let mut stats = Stats::default();
     for f in &files {
@@ -451,6 +480,9 @@ pub fn run_cell(
         stats.flushes += s.flushes;
         stats.max_commit_group = stats.max_commit_group.max(s.max_commit_group);
         stats.backpressure_waits += s.backpressure_waits;
+        stats.buffer_hits += s.buffer_hits;
+        stats.cache_hits += s.cache_hits;
+        stats.disk_reads += s.disk_reads;
     }
     let io = files[0].io_mode().to_string();
     drop(files);
@@ -463,6 +495,7 @@ pub fn run_cell(
         cpu_s,
         page_writes,
         commits,
+        reads,
         stats,
         p50_us: latency.value_at_quantile(0.50),
         p99_us: latency.value_at_quantile(0.99),
@@ -476,22 +509,30 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
 }
 
-/// One writer thread: transactions until `stop`. Returns (page writes,
-/// commits, commit latency in µs).
+/// What one writer thread did.
+struct Tally {
+    pages: u64,
+    commits: u64,
+    reads: u64,
+    /// Commit latency, µs.
+    latency: Histogram<u64>,
+}
+
+/// One writer thread: transactions until `stop`.
 fn writer(
     config: &ScaleConfig,
     file: &PagedCachedFile,
     alloc: &AtomicU64,
     stop: &AtomicBool,
     seed: u64,
-) -> Result<(u64, u64, Histogram<u64>)> {
+) -> Result<Tally> {
     let ps = config.page_size as u64;
     let rewrites = config.rewrites_per_txn() as u64;
     let fresh = config.pages_per_txn as u64 - rewrites;
     let mut rng = WyRand::new(seed);
     let data = config.generator()?;
     let mut latency = new_histogram();
-    let (mut pages, mut commits) = (0u64, 0u64);
+    let (mut pages, mut commits, mut reads) = (0u64, 0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
         let first = alloc.fetch_add(fresh, Ordering::Relaxed);
         for p in first..first + fresh {
@@ -506,6 +547,21 @@ fn writer(
             data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
         }
         pages += fresh + rewrites;
+        // Reads of whole pages below the file's length (pages allocated
+        // but not yet written by their thread read as zeros).
+        let have = file.len() / ps;
+        if have > 0 {
+            let hot = (have / 10).max(1);
+            for _ in 0..config.reads_per_txn {
+                let p = if rng.below(10) < 9 {
+                    rng.below(hot)
+                } else {
+                    rng.below(have)
+                };
+                std::hint::black_box(file.read(p * ps, ps as usize)?);
+                reads += 1;
+            }
+        }
         let t0 = Instant::now();
         match config.commit {
             CommitKind::Sync => file.sync()?,
@@ -514,7 +570,12 @@ fn writer(
         latency.saturating_record(t0.elapsed().as_micros().max(1) as u64);
         commits += 1;
     }
-    Ok((pages, commits, latency))
+    Ok(Tally {
+        pages,
+        commits,
+        reads,
+        latency,
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -563,6 +624,12 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                 }),
                 write_calls_per_commit: per(&|c| per_commit(c.stats.write_calls, c)),
                 syncs_per_commit: per(&|c| per_commit(c.stats.syncs, c)),
+                reads_per_s: per(&|c| c.reads as f64 / c.seconds),
+                cache_hit_ratio: {
+                    let hits: u64 = these.iter().map(|c| c.stats.cache_hits).sum();
+                    let disk: u64 = these.iter().map(|c| c.stats.disk_reads).sum();
+                    (hits + disk > 0).then(|| hits as f64 / (hits + disk) as f64)
+                },
                 cpu_s_per_gb: per(&|c| {
                     c.cpu_s / (c.page_writes.max(1) as f64 * config.page_size as f64 / 1e9)
                 }),
@@ -602,5 +669,48 @@ mod tests {
         );
         assert!("auto".parse::<Mode>().is_err());
         assert!("separate".parse::<Mode>().is_err());
+    }
+
+    #[test]
+    fn reads_hit_the_read_cache_once_it_holds_the_hot_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |cache| ScaleConfig {
+            threads: vec![2],
+            modes: vec![Mode::Engine(FlushEngine::Vectored)],
+            cell_duration: Duration::from_millis(300),
+            repeats: 1,
+            dir: dir.path().to_path_buf(),
+            direct: DirectIo::Off,
+            commit: CommitKind::Flush,
+            reads_per_txn: 32,
+            read_cache_bytes: cache,
+            ..ScaleConfig::default()
+        };
+        let rows = |cache| run(&config(cache), |_| {}).unwrap().rows;
+        let none = &rows(0)[0];
+        assert!(none.reads_per_s > 0.0);
+        // Without a cache every read that misses the write buffer is a
+        // disk read.
+        assert_eq!(none.cache_hit_ratio, Some(0.0));
+        // A cache larger than the whole file serves nearly every read that
+        // missed the write buffer (the first read of each page misses).
+        let big = &rows(1 << 30)[0];
+        let hit = big.cache_hit_ratio.expect("reads missed the write buffer");
+        assert!(hit > 0.5, "hit ratio {hit}");
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn too_many_reads_per_transaction_is_a_config_error() {
+        let c = ScaleConfig {
+            reads_per_txn: MAX_READS_PER_TXN + 1,
+            ..ScaleConfig::default()
+        };
+        assert!(matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.contains("reads")));
+        let c = ScaleConfig {
+            reads_per_txn: MAX_READS_PER_TXN,
+            ..ScaleConfig::default()
+        };
+        c.validate().unwrap();
     }
 }

@@ -355,6 +355,13 @@ pub(crate) struct ScaleArgs {
     /// Compression ratio of the page contents (LZ4), 1 = incompressible.
     #[arg(long, default_value_t = 1.0)]
     pub(crate) compress: f64,
+    /// Page reads per transaction before its commit (90% to the oldest
+    /// tenth of the pages), for a read-heavy mix.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) reads: usize,
+    /// Read cache budget (e.g. 64MiB; CLOCK eviction); 0 = no read cache.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub(crate) read_cache: u64,
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     pub(crate) json: bool,

@@ -74,6 +74,8 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         direct: a.direct.into(),
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,
+        reads_per_txn: a.reads,
+        read_cache_bytes: usize::try_from(a.read_cache).map_err(|_| "--read-cache too large")?,
     };
     config.validate()?;
     // Plot path and reference are checked before minutes of work.

@@ -52,6 +52,26 @@ pub(crate) fn print_scale(r: &ScaleReport) {
                 .map_or("-".to_string(), |v| format!("{v:.2}x")),
         );
     }
+    if c.reads_per_txn > 0 {
+        println!(
+            "reads: {} per transaction, read cache {} B (CLOCK)",
+            c.reads_per_txn, c.read_cache_bytes
+        );
+        println!(
+            "{:>7}  {:<15} {:>11} {:>15}",
+            "threads", "mode", "reads/s", "cache hit ratio"
+        );
+        for row in &r.rows {
+            println!(
+                "{:>7}  {:<15} {:>11.0} {:>15}",
+                row.threads,
+                row.mode.name(),
+                row.reads_per_s,
+                row.cache_hit_ratio
+                    .map_or("-".to_string(), |h| format!("{h:.3}")),
+            );
+        }
+    }
 }
 
 pub(crate) fn print_io(r: &pagewriter_bench::workload::io::IoReport) {
