@@ -294,6 +294,10 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// Bytes of one slab of a [`BufferPool`]: 2 MiB, one transparent huge
+/// page.
+pub const SLAB_BYTES: usize = HUGE_PAGE;
+
 /// A free list of page buffers of one size and alignment, so that a steady
 /// write load neither allocates nor frees page memory (LMDB keeps freed
 /// dirty pages for reuse the same way). Holds at most `max_bytes` of idle
@@ -328,14 +332,36 @@ impl BufferPool {
     }
 
     /// A zero-filled buffer: a pooled one cleared, or a new one.
+    ///
+    /// When the pool is empty it is refilled with a slab: [`SLAB_BYTES`] of
+    /// one mapping carved into buffers ([`thp_slab`]), handed out in address
+    /// order. Pages allocated one after another (a transaction writing
+    /// consecutive pages) are then adjacent in memory, and a run of them
+    /// goes to `pwritev` as one iovec (`backend::file::merge_adjacent`).
+    /// Where the alignment is above 4 KiB or the mapping fails, buffers are
+    /// allocated one by one.
     pub fn zeroed(&self) -> AlignedBuf {
-        match self.free.lock().pop() {
-            Some(mut b) => {
-                b.fill(0);
-                b
-            }
-            None => AlignedBuf::zeroed(self.len, self.align).expect("layout checked in new"),
+        let mut free = self.free.lock();
+        if let Some(mut b) = free.pop() {
+            drop(free);
+            b.fill(0);
+            return b;
         }
+        // At most as many as the pool may keep idle (plus the one returned).
+        let per_slab = (SLAB_BYTES / self.len.next_multiple_of(4096).max(1))
+            .min(self.max_buffers.saturating_add(1));
+        if self.align <= 4096
+            && per_slab >= 2
+            && let Ok(mut slab) = thp_slab(self.len, per_slab)
+        {
+            // Popped from the end: reversed, they come out in address
+            // order. Fresh mappings are zero already.
+            let first = slab.remove(0);
+            free.extend(slab.into_iter().rev());
+            return first;
+        }
+        drop(free);
+        AlignedBuf::zeroed(self.len, self.align).expect("layout checked in new")
     }
 
     /// A buffer holding a copy of `bytes`, which must be `buffer_len()`
@@ -352,10 +378,16 @@ impl BufferPool {
     }
 
     /// Returns buffers to the pool; those of another size or alignment, or
-    /// past the idle bound, are freed.
-    pub fn put_all(&self, bufs: impl IntoIterator<Item = AlignedBuf>) {
+    /// past the idle bound, are freed. Give them in file order (a flushed
+    /// batch): they are handed out again in the reverse of the order they
+    /// came back in, so pages reused for the next consecutive pages stay
+    /// adjacent where they were.
+    pub fn put_all(
+        &self,
+        bufs: impl IntoIterator<Item = AlignedBuf, IntoIter: DoubleEndedIterator>,
+    ) {
         let mut free = self.free.lock();
-        for b in bufs {
+        for b in bufs.into_iter().rev() {
             if free.len() < self.max_buffers && b.len() == self.len && b.align() == self.align {
                 free.push(b);
             }
@@ -397,6 +429,36 @@ impl PartialEq for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pool_hands_out_slab_pages_in_address_order_and_reuses_them_so() {
+        let pool = BufferPool::new(4096, 4096, 64 << 20).unwrap();
+        let pages: Vec<AlignedBuf> = (0..8).map(|_| pool.zeroed()).collect();
+        for w in pages.windows(2) {
+            assert_eq!(w[0].as_ptr() as usize + 4096, w[1].as_ptr() as usize);
+        }
+        assert!(pages.iter().all(|p| p.iter().all(|&b| b == 0)));
+        let addrs: Vec<usize> = pages.iter().map(|p| p.as_ptr() as usize).collect();
+        // Back in file order, dirty: out again in the same order, zeroed.
+        let mut pages = pages;
+        for p in &mut pages {
+            p.fill(0xAB);
+        }
+        pool.put_all(pages);
+        let again: Vec<AlignedBuf> = (0..8).map(|_| pool.zeroed()).collect();
+        assert_eq!(
+            again
+                .iter()
+                .map(|p| p.as_ptr() as usize)
+                .collect::<Vec<_>>(),
+            addrs
+        );
+        assert!(again.iter().all(|p| p.iter().all(|&b| b == 0)));
+        // A pool that may keep few idle buffers carves small slabs.
+        let small = BufferPool::new(4096, 4096, 2 * 4096).unwrap();
+        let _a = small.zeroed();
+        assert!(small.idle() <= 2);
+    }
 
     #[test]
     fn slab_buffers_are_disjoint_aligned_zeroed_and_freed_one_by_one() {

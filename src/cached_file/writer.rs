@@ -106,6 +106,24 @@ impl RunWriter {
     }
 }
 
+/// Whether the runs' pages are adjacent in memory often enough that the
+/// runs make at most two iovec segments each on average (pages carved from
+/// one slab in file order; `BufferPool::zeroed`).
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
+    let segments: usize = runs
+        .iter()
+        .map(|r| {
+            let pages = &entries[r.entries()];
+            1 + pages
+                .windows(2)
+                .filter(|w| w[0].1.as_ptr() as usize + w[0].1.len() != w[1].1.as_ptr() as usize)
+                .count()
+        })
+        .sum();
+    segments <= 2 * runs.len()
+}
+
 /// Copies a run's pages into `buf`, back to back.
 fn gather(pages: &[(u64, PageRef)], buf: &mut [u8]) {
     let mut at = 0;
@@ -187,6 +205,9 @@ fn write_uring(
         None
     };
     let before = ring.enter_calls();
+    // Runs whose pages are adjacent in memory go out zero-copy: one WRITEV
+    // segment per run costs less than the copy.
+    let copy = copy && !mostly_contiguous(runs, entries);
     let outcome = if copy {
         let jobs: Vec<CopyJob> = runs
             .iter()
