@@ -123,19 +123,24 @@ ours() { # engine direct -> GB/s, CPU s/GB
 fio_cpu='cpu=lambda j, b: (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000 / (b / 1e9)'
 
 
-theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsync included), CPU s/GB
-  local falloc=none
+theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsync included),
+  # CPU s/GB of the job thread (fio's usr_cpu + sys_cpu), CPU s/GB of the whole fio run
+  # (every process and thread, io_uring workers included; setup too)
+  local falloc=none out times
   [ "$3" = 1 ] && falloc=native
   rm -f "$file"
-  fio --name=bulk --filename="$file" --size="$size_b" --bs="$bs_b" --rw=write \
-    --ioengine="$1" --iodepth="$2" --direct="$3" --end_fsync=1 --fallocate="$falloc" \
-    --output-format=json |
-    python3 -c 'import json,sys
+  out=$(mktemp) times=$(mktemp)
+  # bash's `time` reports user and system seconds of fio and its children.
+  { TIMEFORMAT='%U %S'; time fio --name=bulk --filename="$file" --size="$size_b" --bs="$bs_b" \
+      --rw=write --ioengine="$1" --iodepth="$2" --direct="$3" --end_fsync=1 \
+      --fallocate="$falloc" --output-format=json >"$out"; } 2>"$times"
+  python3 -c 'import json,sys
 '"$fio_cpu"'
-j=json.load(sys.stdin)["jobs"][0]
+j=json.load(open(sys.argv[1]))["jobs"][0]
+u, s = map(float, open(sys.argv[2]).read().split()[-2:])
 b=j["write"]["io_bytes"]
-print("%.4f %.4f" % (b / (j["job_runtime"] / 1000) / 1e9, cpu(j, b)))'
-  rm -f "$file"
+print("%.4f %.4f %.4f" % (b / (j["job_runtime"] / 1000) / 1e9, cpu(j, b), (u + s) / (b / 1e9)))' "$out" "$times"
+  rm -f "$file" "$out" "$times"
 }
 
 # cpu_ratio A B -> A / B, or "n/a" where fio reported no CPU time.
@@ -150,19 +155,20 @@ echo "suite flush: size $size ($size_b B), bs $bs ($bs_b B), queue depth $qd"
 for c in "${cases[@]}"; do
   IFS='|' read -r name engine direct ioengine depth <<<"$c"
   fdirect=0; [ "$direct" = on ] && fdirect=1
-  ratios=() cpu_r=()
+  ratios=() cpu_r=() cpu_w=()
   for r in $(seq 1 "$rounds"); do
     read -r a acpu < <(ours "$engine" "$direct")
-    read -r b bcpu < <(theirs "$ioengine" "$depth" "$fdirect")
+    read -r b bcpu bwhole < <(theirs "$ioengine" "$depth" "$fdirect")
     ratio=$(python3 -c "print('%.3f' % ($a / $b))")
     cr=$(cpu_ratio "$acpu" "$bcpu")
-    ratios+=("$ratio"); cpu_r+=("$cr")
-    printf '%-18s round %d  pagewriter %7.3f GB/s %6.3f CPU s/GB  fio %7.3f GB/s %6.3f CPU s/GB  ratio %s  CPU ratio %s\n' \
-      "$name" "$r" "$a" "$acpu" "$b" "$bcpu" "$ratio" "$cr"
+    cw=$(cpu_ratio "$acpu" "$bwhole")
+    ratios+=("$ratio"); cpu_r+=("$cr"); cpu_w+=("$cw")
+    printf '%-18s round %d  pagewriter %7.3f GB/s %6.3f CPU s/GB  fio %7.3f GB/s %6.3f CPU s/GB (whole run %6.3f)  ratio %s  CPU ratio %s (whole run %s)\n' \
+      "$name" "$r" "$a" "$acpu" "$b" "$bcpu" "$bwhole" "$ratio" "$cr" "$cw"
   done
   med=$(printf '%s\n' "${ratios[@]}" | median)
-  summary+=("$(printf '%-18s median ratio %s  (%s)  median CPU/GB ratio %s (%s)' "$name" "$med" "${ratios[*]}" \
-    "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)" "${cpu_r[*]}")")
+  summary+=("$(printf '%-18s median ratio %s  (%s)  median CPU/GB ratio %s, against fio'"'"'s whole run %s' "$name" "$med" "${ratios[*]}" \
+    "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)" "$(printf '%s\n' "${cpu_w[@]}" | grep -v n/a | median)")")
   record flush "$name" "${ratios[@]}"
 done
 fi
