@@ -61,16 +61,21 @@ def scale(
     dedup: float = 1.0,
     compress: float = 1.0,
     seed: int = 24301,
+    reads: int = 0,
+    read_cache: int = 0,
 ) -> dict:
     """Runs ``pagewriter scale`` (commit throughput across thread counts) and
     returns its report as the CLI's ``--json`` does. Arguments are the CLI's;
     ``duration`` is seconds per cell, ``path`` the directory for the
-    temporary files (removed afterwards)."""
+    temporary files (removed afterwards); ``reads`` page reads per
+    transaction and ``read_cache`` the read cache budget in bytes (the CLI's
+    ``--reads`` and ``--read-cache``)."""
     if modes is None:
         modes = ("per-page", "concat", "vectored", "io-uring", "separate-files")
     return json.loads(
         _native.scale_json(
             list(threads), list(modes), pages, page_size, rewrite, commit, duration,
             repeats, os.fspath(path), direct, queue_depth, dedup, compress, seed,
+            reads, read_cache,
         )
     )

@@ -13,6 +13,8 @@ class WriteStats:
     """Wall time from open to the rename of the complete file."""
     throughput_gbps: float
     """bytes_written / duration_secs / 1e9."""
+    cpu_s_per_gb: float
+    """CPU seconds (user + system, the whole process) per 1e9 bytes."""
     io_mode: str
     """Engine, queue depth, buffers and O_DIRECT, as the CLI prints them."""
     engine: str
@@ -125,5 +127,7 @@ def scale(
     dedup: float = 1.0,
     compress: float = 1.0,
     seed: int = 24301,
+    reads: int = 0,
+    read_cache: int = 0,
 ) -> dict[str, Any]:
     """Runs ``pagewriter scale``; returns the CLI's ``--json`` report."""

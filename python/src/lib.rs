@@ -62,16 +62,6 @@ fn size_arg(name: &str, v: i128) -> PyResult<u64> {
 }
 
 /// A ratio must be a number >= 1 (checked again by the generator).
-fn ratio_arg(name: &str, v: f64) -> PyResult<f64> {
-    if v.is_finite() && v >= 1.0 {
-        Ok(v)
-    } else {
-        Err(PyValueError::new_err(format!(
-            "{name} = {v} must be a finite number >= 1"
-        )))
-    }
-}
-
 /// Figures of one `write_file`.
 #[pyclass(get_all, frozen, module = "pagewriter")]
 struct WriteStats {
@@ -81,6 +71,9 @@ struct WriteStats {
     duration_secs: f64,
     /// bytes_written / duration_secs / 1e9.
     throughput_gbps: f64,
+    /// CPU seconds (user + system, the whole process: fill threads and
+    /// I/O) per 10^9 bytes.
+    cpu_s_per_gb: f64,
     /// Engine, queue depth, buffers and O_DIRECT, as the CLI prints them.
     io_mode: String,
     /// "io_uring" or "pwrite".
@@ -125,6 +118,7 @@ impl From<&stream::WriteStats> for WriteStats {
             bytes_written: s.bytes,
             duration_secs: s.duration_s,
             throughput_gbps: s.gb_per_s,
+            cpu_s_per_gb: s.cpu_s_per_gb,
             io_mode: s.io_mode.clone(),
             engine: s.engine.clone(),
             fallbacks: s.fallbacks.clone(),
@@ -178,8 +172,8 @@ fn write_file(
         } else {
             StreamEngine::Pwrite
         },
-        dedup_ratio: ratio_arg("dedup_ratio", dedup_ratio)?,
-        compress_ratio: ratio_arg("compress_ratio", compress_ratio)?,
+        dedup_ratio,
+        compress_ratio,
         seed,
         ..WriteOptions::default()
     };
@@ -268,8 +262,8 @@ impl Generator {
             .map_err(|_| PyValueError::new_err("block_size is too large"))?;
         let inner = datagen::Generator::new(GenConfig {
             size,
-            dedup_ratio: ratio_arg("dedup_ratio", dedup_ratio)?,
-            compress_ratio: ratio_arg("compress_ratio", compress_ratio)?,
+            dedup_ratio,
+            compress_ratio,
             block_size,
             seed,
         })
@@ -436,7 +430,7 @@ fn io_json(py: Python<'_>, config: &str) -> PyResult<String> {
 #[pyfunction]
 #[pyo3(signature = (
     threads, modes, pages, page_size, rewrite, commit, duration, repeats, path,
-    direct, queue_depth, dedup, compress, seed
+    direct, queue_depth, dedup, compress, seed, reads, read_cache
 ))]
 #[allow(clippy::too_many_arguments)]
 fn scale_json(
@@ -455,6 +449,8 @@ fn scale_json(
     dedup: f64,
     compress: f64,
     seed: u64,
+    reads: usize,
+    read_cache: usize,
 ) -> PyResult<String> {
     use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig};
     let value = |e: Error| to_py(e, None);
@@ -496,9 +492,11 @@ fn scale_json(
                 )));
             }
         },
-        dedup_ratio: ratio_arg("dedup", dedup)?,
-        compress_ratio: ratio_arg("compress", compress)?,
+        dedup_ratio: dedup,
+        compress_ratio: compress,
         seed,
+        reads_per_txn: reads,
+        read_cache_bytes: read_cache,
         ..ScaleConfig::default()
     };
     let dir = cfg.dir.clone();

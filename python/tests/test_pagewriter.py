@@ -144,6 +144,7 @@ def test_write_file_content_stats_and_ratios(tmp_path):
     assert st.bytes_written == size == path.stat().st_size
     assert st.duration_secs > 0 and st.throughput_gbps > 0
     assert math.isclose(st.throughput_gbps, size / st.duration_secs / 1e9, rel_tol=1e-6)
+    assert st.cpu_s_per_gb > 0
     assert st.engine in ("io_uring", "pwrite") and st.io_mode
     assert st.buffer_size == 4 * MIB
     assert "WriteStats(" in repr(st)
@@ -272,4 +273,15 @@ def test_io_and_scale_return_the_clis_reports(tmp_path):
         pagewriter.scale(modes=["bogus"], path=tmp_path)
     with pytest.raises(ValueError):
         pagewriter.scale(duration=-1, path=tmp_path)
+    with pytest.raises(ValueError, match="dedup"):
+        pagewriter.scale(dedup=0.5, path=tmp_path)
+    with pytest.raises(ValueError, match="reads"):
+        pagewriter.scale(reads=1 << 20, path=tmp_path)
+    # A read-heavy mix with a read cache reports reads and a hit ratio.
+    s = pagewriter.scale(threads=[2], modes=["vectored"], duration=0.2, repeats=1,
+                         path=tmp_path, direct="off", commit="flush", reads=16,
+                         read_cache=64 << 20)
+    row = s["rows"][0]
+    assert row["reads_per_s"] > 0
+    assert 0.0 <= row["cache_hit_ratio"] <= 1.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["io.bin"], "scratch removed"
