@@ -400,6 +400,43 @@ impl BufferPool {
     }
 }
 
+impl Drop for BufferPool {
+    /// Idle slab pages that are adjacent in memory are unmapped with one
+    /// `munmap` per range rather than one per page: closing a file whose
+    /// pool holds 1 GiB of idle 4 KiB pages would otherwise make 262,144
+    /// calls.
+    fn drop(&mut self) {
+        let mut free = std::mem::take(self.free.get_mut());
+        free.sort_unstable_by_key(|b| b.ptr.as_ptr() as usize);
+        let mut i = 0;
+        while i < free.len() {
+            let start = free[i].ptr.as_ptr() as usize;
+            let mut end = start + free[i].cap;
+            let mut j = i + 1;
+            while free[i].mmapped
+                && j < free.len()
+                && free[j].mmapped
+                && free[j].ptr.as_ptr() as usize == end
+            {
+                end += free[j].cap;
+                j += 1;
+            }
+            if j - i < 2 {
+                i = j;
+                continue;
+            }
+            // SAFETY: `start..end` is the union of the mappings of
+            // `free[i..j]` (each owns `ptr..ptr+cap` of an anonymous
+            // mapping alone, and they are back to back); those buffers are
+            // forgotten below, so nothing else unmaps or touches them.
+            unsafe { libc::munmap(start as *mut libc::c_void, end - start) };
+            for b in free.drain(i..j) {
+                std::mem::forget(b);
+            }
+        }
+    }
+}
+
 impl fmt::Debug for BufferPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferPool")
@@ -429,6 +466,26 @@ impl PartialEq for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dropping_a_pool_unmaps_only_its_idle_pages() {
+        let pool = BufferPool::new(4096, 4096, 64 << 20).unwrap();
+        // Two slabs' worth and a bit, so idle pages span slab boundaries.
+        let mut pages: Vec<AlignedBuf> = (0..1100).map(|_| pool.zeroed()).collect();
+        // Keep every third page (a gap in each idle range), return the rest
+        // out of order.
+        let kept: Vec<AlignedBuf> = (0..pages.len() / 3)
+            .map(|i| pages.swap_remove(i * 2))
+            .collect();
+        pages.reverse();
+        pool.put_all(pages);
+        drop(pool);
+        // The pages held outside are still mapped and writable.
+        for (i, mut p) in kept.into_iter().enumerate() {
+            p.fill(i as u8);
+            assert!(p.iter().all(|&b| b == i as u8));
+        }
+    }
 
     #[test]
     fn pool_hands_out_slab_pages_in_address_order_and_reuses_them_so() {
