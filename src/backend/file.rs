@@ -344,29 +344,34 @@ impl FileBackend {
 /// the next call).
 pub(crate) const MERGED_IOVECS: usize = 64;
 
-/// Fills `out` with iovecs for a prefix of `bufs`, joining slices that are
-/// adjacent in memory (one ends where the next starts), and returns how
-/// many it filled (at least 1 when `bufs` has a non-empty slice). Only
-/// addresses are compared and no Rust slice spans two buffers: the joined
-/// iovec goes to the kernel only.
+/// The iovecs of `bufs` with slices adjacent in memory (one ends where the
+/// next starts: pages carved from one slab in file order) joined into one,
+/// and empty slices left out. Only addresses are compared and no Rust
+/// slice spans two buffers: a joined iovec goes to the kernel only. Shared
+/// by `pwritev` here and the io_uring WRITEV path (`ring`).
+pub(crate) fn joined_iovecs<'a>(bufs: &'a [IoSlice<'_>]) -> impl Iterator<Item = libc::iovec> + 'a {
+    let mut bufs = bufs.iter().filter(|b| !b.is_empty()).peekable();
+    std::iter::from_fn(move || {
+        let first = bufs.next()?;
+        let start = first.as_ptr() as usize;
+        let mut len = first.len();
+        while let Some(next) = bufs.next_if(|b| b.as_ptr() as usize == start + len) {
+            len += next.len();
+        }
+        Some(libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len,
+        })
+    })
+}
+
+/// Fills `out` with the [`joined_iovecs`] of a prefix of `bufs` and
+/// returns how many it filled (at least 1 when `bufs` has a non-empty
+/// slice).
 pub(crate) fn merge_adjacent(bufs: &[IoSlice<'_>], out: &mut [libc::iovec]) -> usize {
     let mut n = 0;
-    for b in bufs.iter().filter(|b| !b.is_empty()) {
-        let start = b.as_ptr() as usize;
-        if n > 0 {
-            let last = &mut out[n - 1];
-            if last.iov_base as usize + last.iov_len == start {
-                last.iov_len += b.len();
-                continue;
-            }
-        }
-        if n == out.len() {
-            break;
-        }
-        out[n] = libc::iovec {
-            iov_base: b.as_ptr().cast_mut().cast(),
-            iov_len: b.len(),
-        };
+    for (slot, iov) in out.iter_mut().zip(joined_iovecs(bufs)) {
+        *slot = iov;
         n += 1;
     }
     n

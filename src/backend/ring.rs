@@ -542,20 +542,8 @@ impl SlotRing {
         let v = &mut self.vec_io[tag];
         debug_assert!(v.pending.is_none(), "tag {tag} reused while in flight");
         v.segs.clear();
-        // Slices adjacent in memory (pages carved from one slab in file
-        // order) become one segment; only addresses are compared.
-        for b in bufs.iter().filter(|b| !b.is_empty()) {
-            let start = b.as_ptr() as usize;
-            match v.segs.last_mut() {
-                Some(last) if last.iov_base as usize + last.iov_len == start => {
-                    last.iov_len += b.len();
-                }
-                _ => v.segs.push(libc::iovec {
-                    iov_base: start as *mut libc::c_void,
-                    iov_len: b.len(),
-                }),
-            }
-        }
+        // Slices adjacent in memory become one segment.
+        v.segs.extend(super::file::joined_iovecs(bufs));
         let len = bufs.iter().map(|b| b.len()).sum();
         v.pending = Some(Pending::new(RingOp::Write, offset, len, 0));
         self.start(tag as u64 | VECTORED, fault)
