@@ -785,3 +785,27 @@ fn a_failed_fdatasync_among_concurrent_rounds_fails_everything_after_it() {
         }
     }
 }
+
+/// The crash backend reports a failed writeback as Linux does with one open
+/// file description per sync lane: the failing sync returns the error, and
+/// so does the next sync on every other lane, once; the lost writes stay
+/// lost.
+#[test]
+fn crash_backend_reports_a_writeback_error_once_per_lane() {
+    let be = CrashBackend::new();
+    be.write_all_at(0, &page(PS, 0, 1)).unwrap();
+    be.schedule_syncs([true]);
+    assert!(be.sync_data_on(0).is_err(), "the failing sync");
+    be.write_all_at(PS as u64, &page(PS, 1, 1)).unwrap();
+    assert!(be.sync_data_on(1).is_err(), "lane 1 has not seen the error");
+    assert!(be.sync_data_on(1).is_ok(), "reported once per lane");
+    assert!(be.sync_data_on(0).is_ok(), "lane 0 saw it when it failed");
+    let img = be.durable_image();
+    // Page 0's write was dropped by the failed sync; page 1's was synced by
+    // lane 1's sync, which wrote back before reporting the error.
+    assert!(
+        img[..PS].iter().all(|&b| b == 0),
+        "a dropped write came back"
+    );
+    assert_eq!(img[PS..2 * PS], page(PS, 1, 1)[..]);
+}

@@ -8,12 +8,21 @@
 
 use std::sync::Arc;
 
-use pagewriter::testing::CrashBackend;
+use pagewriter::testing::{CrashBackend, FaultyBackend, WriteFault};
 use pagewriter::{Config, Error, PagedCachedFile};
 
 const PS: usize = 512;
 
-/// Schedules per test; `SHUTTLE_ITERATIONS` overrides.
+/// Runs `body` under uniform random schedules and under PCT schedules
+/// (depth 3, which finds bugs that need a few preemptions at the right
+/// steps: a uniform random schedule rarely makes one thread run a dozen
+/// steps while another waits between two of its own).
+fn check(body: fn()) {
+    shuttle::check_random(body, iterations());
+    shuttle::check_pct(body, iterations(), 3);
+}
+
+/// Schedules per test and scheduler; `SHUTTLE_ITERATIONS` overrides.
 fn iterations() -> usize {
     std::env::var("SHUTTLE_ITERATIONS")
         .ok()
@@ -53,43 +62,40 @@ fn assert_page(img: &[u8], page: u64, version: u64, what: &str) {
 /// and the shared page ends as the last version written.
 #[test]
 fn a_successful_sync_covers_everything_written_before_it() {
-    shuttle::check_random(
-        || {
-            let (be, f) = file();
-            let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
-            let writers: Vec<_> = (0..3u64)
-                .map(|t| {
-                    let (f, be, last_shared) =
-                        (Arc::clone(&f), Arc::clone(&be), Arc::clone(&last_shared));
-                    shuttle::thread::spawn(move || {
-                        for i in 0..2u64 {
-                            let p = 1 + t * 2 + i;
-                            f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
-                            {
-                                // Versions of the shared page 0 in write order.
-                                let mut v = last_shared.lock().unwrap();
-                                *v += 1;
-                                f.write_page(0, &[tag(0, *v); PS]).unwrap();
-                            }
-                            f.sync().unwrap();
-                            let img = be.durable_image();
-                            for q in 1 + t * 2..=p {
-                                assert_page(&img, q, 1, "after sync");
-                            }
+    check(|| {
+        let (be, f) = file();
+        let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
+        let writers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (f, be, last_shared) =
+                    (Arc::clone(&f), Arc::clone(&be), Arc::clone(&last_shared));
+                shuttle::thread::spawn(move || {
+                    for i in 0..2u64 {
+                        let p = 1 + t * 2 + i;
+                        f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+                        {
+                            // Versions of the shared page 0 in write order.
+                            let mut v = last_shared.lock().unwrap();
+                            *v += 1;
+                            f.write_page(0, &[tag(0, *v); PS]).unwrap();
                         }
-                    })
+                        f.sync().unwrap();
+                        let img = be.durable_image();
+                        for q in 1 + t * 2..=p {
+                            assert_page(&img, q, 1, "after sync");
+                        }
+                    }
                 })
-                .collect();
-            for w in writers {
-                w.join().unwrap();
-            }
-            f.close().unwrap();
-            let img = be.durable_image();
-            assert_page(&img, 0, *last_shared.lock().unwrap(), "newest wins");
-            assert_eq!(f.stats().buffered_bytes, 0);
-        },
-        iterations(),
-    );
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        f.close().unwrap();
+        let img = be.durable_image();
+        assert_page(&img, 0, *last_shared.lock().unwrap(), "newest wins");
+        assert_eq!(f.stats().buffered_bytes, 0);
+    });
 }
 
 /// A failed fdatasync under concurrent commits and flushes: nobody hangs,
@@ -97,47 +103,99 @@ fn a_successful_sync_covers_everything_written_before_it() {
 /// poisoned from then on.
 #[test]
 fn a_failed_fdatasync_poisons_and_nobody_hangs() {
-    shuttle::check_random(
-        || {
-            let (be, f) = file();
-            // The second fdatasync fails.
-            be.schedule_syncs([false, true]);
-            let workers: Vec<_> = (0..3u64)
-                .map(|t| {
-                    let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-                    shuttle::thread::spawn(move || {
-                        for i in 0..2u64 {
-                            let p = t * 2 + i;
-                            match f.write_page(p * PS as u64, &[tag(p, 1); PS]) {
-                                Ok(()) => {}
-                                Err(Error::Poisoned) => return,
-                                Err(e) => panic!("write: {e}"),
-                            }
-                            let r = if t == 2 && i == 0 {
-                                f.flush()
-                            } else {
-                                f.sync()
-                            };
-                            match r {
-                                Ok(()) if t == 2 && i == 0 => {}
-                                Ok(()) => assert_page(&be.durable_image(), p, 1, "Ok sync"),
-                                Err(Error::Poisoned) | Err(Error::Io { .. }) => {
-                                    assert!(f.is_poisoned());
-                                    return;
-                                }
-                                Err(e) => panic!("sync: {e}"),
-                            }
+    check(|| {
+        let (be, f) = file();
+        // The second fdatasync fails.
+        be.schedule_syncs([false, true]);
+        let workers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+                shuttle::thread::spawn(move || {
+                    for i in 0..2u64 {
+                        let p = t * 2 + i;
+                        match f.write_page(p * PS as u64, &[tag(p, 1); PS]) {
+                            Ok(()) => {}
+                            Err(Error::Poisoned) => return,
+                            Err(e) => panic!("write: {e}"),
                         }
-                    })
+                        let r = if t == 2 && i == 0 {
+                            f.flush()
+                        } else {
+                            f.sync()
+                        };
+                        match r {
+                            Ok(()) if t == 2 && i == 0 => {}
+                            Ok(()) => assert_page(&be.durable_image(), p, 1, "Ok sync"),
+                            Err(Error::Poisoned) | Err(Error::Io { .. }) => {
+                                assert!(f.is_poisoned());
+                                return;
+                            }
+                            Err(e) => panic!("sync: {e}"),
+                        }
+                    }
                 })
-                .collect();
-            for w in workers {
-                w.join().unwrap();
-            }
-            if f.is_poisoned() {
-                assert!(matches!(f.sync(), Err(Error::Poisoned)));
-            }
-        },
-        iterations(),
-    );
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        if f.is_poisoned() {
+            assert!(matches!(f.sync(), Err(Error::Poisoned)));
+        }
+    });
+}
+
+/// A commit round whose write fails puts its pages back in the write
+/// buffer. A writer that found the buffer full while those pages were in
+/// flight (so its own flush found nothing to write) must notice and flush
+/// them itself, not sleep on a wakeup it missed: the model has no
+/// timeouts, so a missed one is reported as a deadlock (found by the PCT
+/// schedules; the window is a few steps wide).
+#[test]
+fn a_writer_waiting_for_room_sees_pages_a_failed_round_put_back() {
+    check(|| {
+        let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+        be.schedule_writes([WriteFault::Errno(libc::EIO)]);
+        let cfg = Config::default()
+            .page_size(PS)
+            .page_align(PS)
+            .stripes(2)
+            .sync_lanes(2)
+            .max_write_buffer_bytes(2 * PS);
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), cfg).unwrap());
+        let committer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                for p in 0..2u64 {
+                    f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+                }
+                // Ok, or the failed write (the pages stay buffered);
+                // nothing after it wakes the other writer.
+                match f.sync() {
+                    Ok(()) | Err(Error::PagesFailed { .. }) => {}
+                    Err(e) => panic!("sync: {e}"),
+                }
+            })
+        };
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                loop {
+                    match f.write_page(2 * PS as u64, &[tag(2, 1); PS]) {
+                        Ok(()) => break,
+                        // Its own flush met the failing write first.
+                        Err(Error::PagesFailed { .. }) => continue,
+                        Err(e) => panic!("write: {e}"),
+                    }
+                }
+            })
+        };
+        committer.join().unwrap();
+        writer.join().unwrap();
+        f.close().unwrap();
+        let img = be.inner().durable_image();
+        for p in 0..3 {
+            assert_page(&img, p, 1, "after close");
+        }
+    });
 }

@@ -460,7 +460,6 @@ impl PagedCachedFile {
         }
         debug_assert!(self.buffered.load(Ordering::Acquire) >= bytes);
         self.buffered.fetch_sub(bytes, Ordering::AcqRel);
-        let _room = self.room.lock();
-        self.room_freed.notify_all();
+        self.notify_room();
     }
 }

@@ -271,8 +271,7 @@ impl PagedCachedFile {
                 // Writers waiting for room would wait for a settle that
                 // frees nothing (the pages went back to the buffer): wake
                 // them to see the poison. Found by the shuttle model check.
-                let _room = self.room.lock();
-                self.room_freed.notify_all();
+                self.notify_room();
                 Err(Error::io("fdatasync", None, e))
             }
         }

@@ -388,8 +388,7 @@ impl PagedCachedFile {
             // Wake writers waiting for room (see `wait_for_room`): room was
             // freed, or the pages went back to the write buffer, where a
             // waiter can flush them itself.
-            let _room = self.room.lock();
-            self.room_freed.notify_all();
+            self.notify_room();
         }
     }
 }

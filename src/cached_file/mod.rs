@@ -152,7 +152,9 @@ pub struct PagedCachedFile {
     next_generation: AtomicU64,
     /// Writers that find the buffer full of in-flight pages (which no flush
     /// can release before their `fdatasync`) wait here for a settle.
-    room: Mutex<()>,
+    /// Counts the events that may have freed room (settles, a poisoning);
+    /// a waiter sleeps only if none happened since it last looked.
+    room: Mutex<u64>,
     room_freed: Condvar,
     /// One per stripe: notified when a guard on a page of that stripe is
     /// dropped.
@@ -305,7 +307,7 @@ impl PagedCachedFile {
             write_seq: AtomicU64::new(0),
             generations: Mutex::new(std::collections::VecDeque::new()),
             next_generation: AtomicU64::new(0),
-            room: Mutex::new(()),
+            room: Mutex::new(0),
             room_freed: Condvar::new(),
             unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
             all_settled: Condvar::new(),
@@ -753,6 +755,7 @@ impl PagedCachedFile {
         add(&self.counters.backpressure_waits, 1);
         while self.buffered.load(Ordering::Acquire) >= max {
             self.check_writable()?;
+            let seen = *self.room.lock();
             let before = self.buffered.load(Ordering::Acquire);
             let flushed = match self.flush_to_os() {
                 Ok(flushed) => flushed,
@@ -769,16 +772,28 @@ impl PagedCachedFile {
             };
             if !flushed {
                 let mut room = self.room.lock();
-                if self.buffered.load(Ordering::Acquire) >= max {
-                    // Settle notifies under `room` after lowering `buffered`,
-                    // so this cannot miss it; the timeout only bounds a wait
-                    // on a round whose fdatasync hangs.
+                if *room == seen && self.buffered.load(Ordering::Acquire) >= max {
+                    // Nothing settled since before the flush: every event
+                    // that could free room, put pages back in the buffer
+                    // or poison the file bumps `room` and notifies under
+                    // it, so this cannot miss one (a settle between the
+                    // flush finding nothing and this check would otherwise
+                    // go unseen). The timeout only bounds a wait on a
+                    // round whose fdatasync hangs.
                     self.room_freed
                         .wait_for(&mut room, std::time::Duration::from_millis(100));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Wakes writers waiting for room (see `wait_for_room`): a settle freed
+    /// room or put pages back in the buffer, or the file was poisoned.
+    fn notify_room(&self) {
+        let mut room = self.room.lock();
+        *room = room.wrapping_add(1);
+        self.room_freed.notify_all();
     }
 
     /// Puts one whole page into the write buffer (after any guard on it

@@ -265,7 +265,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
 /// A sync scheduled to fail ([`schedule_syncs`](Self::schedule_syncs))
 /// returns `EIO` and drops the log, as Linux does after failed writeback:
 /// the pages are marked clean, stay readable from the page cache, and a
-/// later successful `fdatasync` does not write them.
+/// later successful `fdatasync` does not write them. As on Linux (each file
+/// description samples the file's `errseq_t` and reports an error it has
+/// not seen once), the error is also reported once by the next sync on
+/// every other lane, which syncs its log first.
 #[derive(Debug, Default)]
 pub struct CrashBackend {
     state: Mutex<CrashState>,
@@ -280,7 +283,14 @@ struct CrashState {
     /// Length set by `set_len` since the last sync.
     len_changed: bool,
     sync_faults: VecDeque<bool>,
+    /// Failed syncs so far (the file's `errseq_t`).
+    errors: u64,
+    /// Per lane: the failed syncs it has reported.
+    seen: [u64; CRASH_LANES],
 }
+
+/// Sync lanes of a [`CrashBackend`].
+const CRASH_LANES: usize = 8;
 
 fn apply(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
     let start = offset as usize;
@@ -390,14 +400,19 @@ impl StorageBackend for CrashBackend {
         st.log.push((offset, buf.to_vec()));
         Ok(())
     }
-    /// Any number: a sync is one atomic step under the state lock.
+    /// A sync is one atomic step under the state lock.
     fn sync_lanes(&self) -> usize {
-        8
+        CRASH_LANES
     }
     fn sync_data(&self) -> io::Result<()> {
+        self.sync_data_on(0)
+    }
+    fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         let mut st = self.state.lock();
         let log = std::mem::take(&mut st.log);
         if st.sync_faults.pop_front().unwrap_or(false) {
+            st.errors += 1;
+            st.seen[lane] = st.errors;
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         for (offset, bytes) in &log {
@@ -406,6 +421,10 @@ impl StorageBackend for CrashBackend {
         if std::mem::take(&mut st.len_changed) {
             let len = st.live.len();
             st.durable.resize(len, 0);
+        }
+        if st.seen[lane] < st.errors {
+            st.seen[lane] = st.errors;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         Ok(())
     }
