@@ -5,7 +5,9 @@
 //! Each round makes `--size` bytes of every cell with both generators into
 //! one reused buffer (`--buffer`, 32 MiB by default: no I/O), the order of
 //! the two alternating from round to round; the table shows medians of GB/s
-//! and of the per-round ratios (pagewriter / dgen-data). Then both
+//! and of the per-round ratios (pagewriter / dgen-data), and beside them
+//! what `memset` of the same bytes from the same threads reaches (the
+//! store bandwidth: a generator using ordinary stores cannot pass it). Then both
 //! generators' bytes are measured (dedup by 4 KiB block, LZ4 compression,
 //! as `pagewriter gen --verify`) and the run fails if pagewriter's ratios
 //! are more than 5% off their targets.
@@ -99,6 +101,28 @@ fn time_dgen(cell: Cell, size: u64, buf: &mut [u8]) -> f64 {
     made as f64 / t.elapsed().as_secs_f64() / 1e9
 }
 
+/// GB/s of writing `size` bytes of one constant into `buf` (`memset`)
+/// from `cell.threads` threads, each its share of every buffer: the store
+/// bandwidth no generator can pass with ordinary stores.
+fn time_memset(cell: Cell, size: u64, buf: &mut [u8]) -> f64 {
+    let t = Instant::now();
+    let mut at = 0;
+    let mut byte = 0u8;
+    while at < size {
+        let n = (buf.len() as u64).min(size - at) as usize;
+        byte = byte.wrapping_add(1);
+        let share = n.div_ceil(cell.threads);
+        std::thread::scope(|s| {
+            for piece in buf[..n].chunks_mut(share) {
+                s.spawn(move || piece.fill(byte));
+            }
+        });
+        at += n as u64;
+    }
+    std::hint::black_box(&buf);
+    size as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
 /// Dedup and compression ratios of the stream `make` writes into `buf`,
 /// one buffer at a time (0 bytes: the end).
 fn measure(buf: &mut [u8], mut make: impl FnMut(&mut [u8]) -> usize) -> datagen::MeasuredRatios {
@@ -152,7 +176,16 @@ fn main() {
     let mut buf = vec![0u8; args.buffer.min(args.size) as usize];
     // (pagewriter GB/s, dgen-data GB/s, ratio) per cell per round.
     let mut figures = vec![(Vec::new(), Vec::new(), Vec::new()); cells.len()];
+    // memset GB/s per thread count (1, 2) per round.
+    let mut ceiling = [Vec::new(), Vec::new()];
     for round in 0..args.rounds {
+        for (i, c) in ceiling.iter_mut().enumerate() {
+            let cell = Cell {
+                threads: i + 1,
+                ratio: 1,
+            };
+            c.push(time_memset(cell, args.size, &mut buf));
+        }
         for (cell, fig) in cells.iter().zip(&mut figures) {
             let (pw, dg) = if round % 2 == 0 {
                 let dg = time_dgen(*cell, args.size, &mut buf);
@@ -174,16 +207,19 @@ fn main() {
         "{} per cell and generator, {} buffer, median of {} interleaved rounds",
         args.size, args.buffer, args.rounds
     );
-    println!("| threads | dedup = compress | pagewriter GB/s | dgen-data GB/s | ratio |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| threads | dedup = compress | pagewriter GB/s | dgen-data GB/s | ratio | memset GB/s |"
+    );
+    println!("|---|---|---|---|---|---|");
     for (cell, fig) in cells.iter().zip(&mut figures) {
         println!(
-            "| {} | {} | {:.2} | {:.2} | {:.2} |",
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {:.2} |",
             cell.threads,
             cell.ratio,
             median(&mut fig.0),
             median(&mut fig.1),
-            median(&mut fig.2)
+            median(&mut fig.2),
+            median(&mut ceiling[cell.threads - 1].clone())
         );
     }
 
