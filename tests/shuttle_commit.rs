@@ -34,17 +34,21 @@ fn tag(page: u64, version: u64) -> u8 {
     (page * 16 + version) as u8
 }
 
-/// Small pages, 2 stripes, 2 sync lanes, and a write buffer of 3 pages,
-/// so that rounds pipeline and writers hit backpressure.
-fn file() -> (Arc<CrashBackend>, Arc<PagedCachedFile>) {
-    let be = Arc::new(CrashBackend::new());
-    let cfg = Config::default()
+/// Small pages, 2 stripes, 2 sync lanes, and a write buffer of `pages`
+/// pages, so that rounds pipeline and writers hit backpressure.
+fn config(pages: usize) -> Config {
+    Config::default()
         .page_size(PS)
         .page_align(PS)
         .stripes(2)
         .sync_lanes(2)
-        .max_write_buffer_bytes(3 * PS);
-    let f = PagedCachedFile::new(Arc::clone(&be), cfg).unwrap();
+        .max_write_buffer_bytes(pages * PS)
+}
+
+/// A file as [`config`] with a 3-page write buffer.
+fn file() -> (Arc<CrashBackend>, Arc<PagedCachedFile>) {
+    let be = Arc::new(CrashBackend::new());
+    let f = PagedCachedFile::new(Arc::clone(&be), config(3)).unwrap();
     (be, Arc::new(f))
 }
 
@@ -156,13 +160,7 @@ fn a_writer_waiting_for_room_sees_pages_a_failed_round_put_back() {
     check(|| {
         let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
         be.schedule_writes([WriteFault::Errno(libc::EIO)]);
-        let cfg = Config::default()
-            .page_size(PS)
-            .page_align(PS)
-            .stripes(2)
-            .sync_lanes(2)
-            .max_write_buffer_bytes(2 * PS);
-        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), cfg).unwrap());
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(2)).unwrap());
         let committer = {
             let f = Arc::clone(&f);
             shuttle::thread::spawn(move || {

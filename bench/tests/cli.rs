@@ -6,15 +6,21 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pagewriter"))
 }
 
-/// Runs the binary with `args` and `--path dir`, asserts success, parses
-/// its JSON output.
-fn run_json<T: serde::de::DeserializeOwned>(args: &[&str], dir: &std::path::Path) -> T {
-    let out = bin().args(args).arg("--path").arg(dir).output().unwrap();
+/// Runs `cmd`, asserts it succeeded (showing its stderr if not).
+fn succeed(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// Runs the binary with `args` and `--path dir`, asserts success, parses
+/// its JSON output.
+fn run_json<T: serde::de::DeserializeOwned>(args: &[&str], dir: &std::path::Path) -> T {
+    let out = succeed(bin().args(args).arg("--path").arg(dir));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -92,36 +98,22 @@ fn flush_reports_every_engine() {
 fn gen_then_verify_reports_the_ratios() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("g");
-    let out = bin()
-        .args([
-            "gen",
-            "--size",
-            "32MiB",
-            "--dedup",
-            "3",
-            "--compress",
-            "2",
-            "--output",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        bin()
+            .args([
+                "gen",
+                "--size",
+                "32MiB",
+                "--dedup",
+                "3",
+                "--compress",
+                "2",
+                "--output",
+            ])
+            .arg(&file),
     );
     assert_eq!(std::fs::metadata(&file).unwrap().len(), 32 << 20);
-    let out = bin()
-        .args(["gen", "--json", "--verify"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeed(bin().args(["gen", "--json", "--verify"]).arg(&file));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let d = v["dedup_ratio"].as_f64().unwrap();
     let c = v["compress_ratio"].as_f64().unwrap();
@@ -143,21 +135,16 @@ fn gen_then_verify_reports_the_ratios() {
 fn write_file_writes_the_generated_bytes_and_reports_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wf");
-    let out = bin()
-        .args([
-            "write-file",
-            path.to_str().unwrap(),
-            "--size",
-            "3MiB",
-            "--json",
-        ])
-        .args(["--buffer-size", "1MiB", "--compress", "2", "--seed", "9"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeed(
+        bin()
+            .args([
+                "write-file",
+                path.to_str().unwrap(),
+                "--size",
+                "3MiB",
+                "--json",
+            ])
+            .args(["--buffer-size", "1MiB", "--compress", "2", "--seed", "9"]),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["bytes"], 3 << 20);
@@ -242,17 +229,7 @@ fn four_ranks_as_processes_write_a_shared_file() {
         "shared file != generator"
     );
 
-    let out = bin()
-        .arg("report")
-        .arg(&reports)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeed(bin().arg("report").arg(&reports).arg("--json"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ranks"], 4);
     assert_eq!(v["total_bytes"], size);
