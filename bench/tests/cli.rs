@@ -98,7 +98,7 @@ fn flush_reports_every_engine() {
 fn gen_then_verify_reports_the_ratios() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("g");
-    let out = succeed(
+    succeed(
         bin()
             .args([
                 "gen",
