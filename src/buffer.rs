@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// Default alignment of page memory in bytes: 4096, which satisfies the
 /// `O_DIRECT` alignment of every Linux block device in common use.
@@ -24,8 +25,43 @@ pub struct AlignedBuf {
     align: usize,
     /// Bytes allocated (`len` rounded up for huge pages).
     cap: usize,
-    /// Whether the memory is an `mmap` (else the global allocator's).
-    mmapped: bool,
+    backing: Backing,
+}
+
+/// Where an [`AlignedBuf`]'s memory comes from, and so how it is freed.
+enum Backing {
+    /// The global allocator: `cap` bytes at `align`.
+    Heap,
+    /// Its own anonymous mapping of `cap` bytes ([`AlignedBuf::huge`]).
+    Mapping,
+    /// `cap` bytes of a slab shared with the other buffers carved from it
+    /// ([`thp_slab`]). Dropping one gives its memory back to the kernel
+    /// (`MADV_DONTNEED`, which keeps the mapping whole); the last one to
+    /// drop unmaps the slab. Unmapping pieces one by one instead would
+    /// split the mapping into ever more VMAs (one more per page freed
+    /// between two live ones) until `vm.max_map_count` refuses mappings.
+    Slab(Arc<Slab>),
+}
+
+/// A slab mapping, unmapped when the last buffer carved from it drops.
+struct Slab {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Slab is only an address range to unmap once, at its drop; it
+// is never read or written through.
+unsafe impl Send for Slab {}
+// SAFETY: see above.
+unsafe impl Sync for Slab {}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        // SAFETY: `base..base+len` is the mapping made in `thp_slab`; every
+        // buffer carved from it held this Slab and has dropped, so nothing
+        // uses the range any more.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
 }
 
 /// Size of a huge page on x86-64 and arm64 with 4 KiB base pages: 2 MiB.
@@ -68,7 +104,7 @@ impl AlignedBuf {
                 len,
                 align,
                 cap: len,
-                mmapped: false,
+                backing: Backing::Heap,
             })),
             None => Err(len),
         }
@@ -88,7 +124,7 @@ impl AlignedBuf {
                 len,
                 align,
                 cap: 0,
-                mmapped: false,
+                backing: Backing::Heap,
             });
         }
         // SAFETY: `layout` has a non-zero size (checked above).
@@ -101,7 +137,7 @@ impl AlignedBuf {
             len,
             align,
             cap: len,
-            mmapped: false,
+            backing: Backing::Heap,
         })
     }
 
@@ -141,7 +177,7 @@ impl AlignedBuf {
                 len,
                 align: HUGE_PAGE,
                 cap: map_len,
-                mmapped: true,
+                backing: Backing::Mapping,
             };
             return Ok((buf, HugePages::Reserved, None));
         }
@@ -177,7 +213,8 @@ impl AlignedBuf {
 /// pages, so a large direct I/O needs few segments (a 1 MiB write from
 /// scattered 4 KiB pages exceeds a virtio disk's 254 segments and is
 /// split). Each buffer starts on a 4 KiB boundary (stride `len` rounded up
-/// to 4 KiB) and is unmapped on its own when dropped.
+/// to 4 KiB); dropping one gives its memory back to the kernel, and the
+/// last one to drop unmaps the slab.
 ///
 /// Errors: `len` or `count` is 0 or the size overflows (`InvalidInput`);
 /// `mmap`'s error.
@@ -223,6 +260,10 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
         // Advice only: without THP the memory is ordinary pages.
         libc::madvise(base as *mut libc::c_void, total, libc::MADV_HUGEPAGE);
     }
+    let slab = Arc::new(Slab {
+        base: NonNull::new(base as *mut u8).expect("mmap is not NULL"),
+        len: total,
+    });
     Ok((0..count)
         .map(|i| {
             let ptr = base + i * stride;
@@ -237,7 +278,7 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
                 len,
                 align: 4096,
                 cap,
-                mmapped: true,
+                backing: Backing::Slab(Arc::clone(&slab)),
             }
         })
         .collect())
@@ -277,19 +318,30 @@ impl Drop for AlignedBuf {
         if self.cap == 0 {
             return;
         }
-        if self.mmapped {
+        match &self.backing {
             // SAFETY: `ptr..ptr+cap` is the mapping made in `huge`, owned
             // by this buffer alone.
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
-            return;
-        }
-        // SAFETY: allocated in `zeroed` with exactly `cap` bytes and this
-        // alignment (which passed `Layout::from_size_align` then).
-        unsafe {
-            alloc::dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.cap, self.align),
-            )
+            Backing::Mapping => unsafe {
+                libc::munmap(self.ptr.as_ptr().cast(), self.cap);
+            },
+            // The last buffer of a slab leaves the memory to the unmap that
+            // follows when its `Arc<Slab>` drops (after this function).
+            Backing::Slab(slab) if Arc::strong_count(slab) > 1 => {
+                // SAFETY: `ptr..ptr+cap` is this buffer's own piece of the
+                // slab (pieces are disjoint), which nobody uses after this
+                // drop; the mapping stays, held by the other buffers.
+                // MADV_DONTNEED frees the memory and changes no mapping.
+                unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.cap, libc::MADV_DONTNEED) };
+            }
+            Backing::Slab(_) => {}
+            // SAFETY: allocated in `zeroed` with exactly `cap` bytes and
+            // this alignment (which passed `Layout::from_size_align` then).
+            Backing::Heap => unsafe {
+                alloc::dealloc(
+                    self.ptr.as_ptr(),
+                    Layout::from_size_align_unchecked(self.cap, self.align),
+                )
+            },
         }
     }
 }
@@ -401,37 +453,18 @@ impl BufferPool {
 }
 
 impl Drop for BufferPool {
-    /// Idle slab pages that are adjacent in memory are unmapped with one
-    /// `munmap` per range rather than one per page: closing a file whose
-    /// pool holds 1 GiB of idle 4 KiB pages would otherwise make 262,144
-    /// calls.
+    /// Idle slab pages go without giving their memory back one by one: each
+    /// only lets go of its slab, and a slab whose pages are all idle here is
+    /// unmapped whole, so closing a file whose pool holds 1 GiB of idle
+    /// 4 KiB pages makes one `munmap` per 2 MiB, not 262,144 calls. (A slab
+    /// with a page still held elsewhere keeps its memory until that page
+    /// drops.)
     fn drop(&mut self) {
-        let mut free = std::mem::take(self.free.get_mut());
-        free.sort_unstable_by_key(|b| b.ptr.as_ptr() as usize);
-        let mut i = 0;
-        while i < free.len() {
-            let start = free[i].ptr.as_ptr() as usize;
-            let mut end = start + free[i].cap;
-            let mut j = i + 1;
-            while free[i].mmapped
-                && j < free.len()
-                && free[j].mmapped
-                && free[j].ptr.as_ptr() as usize == end
-            {
-                end += free[j].cap;
-                j += 1;
-            }
-            if j - i < 2 {
-                i = j;
-                continue;
-            }
-            // SAFETY: `start..end` is the union of the mappings of
-            // `free[i..j]` (each owns `ptr..ptr+cap` of an anonymous
-            // mapping alone, and they are back to back); those buffers are
-            // forgotten below, so nothing else unmaps or touches them.
-            unsafe { libc::munmap(start as *mut libc::c_void, end - start) };
-            for b in free.drain(i..j) {
-                std::mem::forget(b);
+        for mut b in std::mem::take(self.free.get_mut()) {
+            if matches!(b.backing, Backing::Slab(_)) {
+                // `cap` 0: `AlignedBuf::drop` frees nothing itself; the
+                // slab reference drops with the buffer.
+                b.cap = 0;
             }
         }
     }
@@ -515,6 +548,47 @@ mod tests {
         let small = BufferPool::new(4096, 4096, 2 * 4096).unwrap();
         let _a = small.zeroed();
         assert!(small.idle() <= 2);
+    }
+
+    /// Mappings of this process that overlap `lo..hi` (`/proc/self/maps`).
+    fn mappings_over(lo: usize, hi: usize) -> usize {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|l| {
+                let range = l.split_whitespace().next().unwrap();
+                let (a, b) = range.split_once('-').unwrap();
+                let a = usize::from_str_radix(a, 16).unwrap();
+                let b = usize::from_str_radix(b, 16).unwrap();
+                a < hi && lo < b
+            })
+            .count()
+    }
+
+    /// Freeing slab pages between live ones gives their memory back
+    /// without cutting the mapping: unmapping each would leave a hole and
+    /// one more mapping per page, until `vm.max_map_count` refuses new
+    /// mappings (a read cache evicting pages did this steadily).
+    #[test]
+    fn freeing_slab_pages_one_by_one_keeps_the_slab_one_mapping() {
+        let mut bufs = thp_slab(4096, 512).unwrap();
+        let lo = bufs[0].as_ptr() as usize;
+        let hi = lo + 512 * 4096;
+        let before = mappings_over(lo, hi);
+        assert!(before >= 1);
+        let mut i = 0;
+        bufs.retain(|_| {
+            i += 1;
+            i % 2 == 0
+        });
+        assert_eq!(bufs.len(), 256);
+        assert_eq!(mappings_over(lo, hi), before, "the slab was cut up");
+        for (i, b) in bufs.iter_mut().enumerate() {
+            b.fill(i as u8);
+        }
+        for (i, b) in bufs.iter().enumerate() {
+            assert!(b.iter().all(|&x| x == i as u8));
+        }
     }
 
     #[test]
