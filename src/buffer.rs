@@ -207,8 +207,53 @@ impl AlignedBuf {
     }
 }
 
+/// The sizes of a slab of `count` buffers of `len` bytes (see
+/// [`thp_slab`]).
+#[derive(Debug, PartialEq, Eq)]
+struct SlabSize {
+    /// Bytes from one buffer's start to the next: `len` rounded up to 4 KiB.
+    stride: usize,
+    /// Bytes the buffers own: `stride * count`, rounded up to 2 MiB unless
+    /// under [`SMALL_SLAB`] (the last buffer owns the slack).
+    total: usize,
+    /// Bytes to map: `total`, plus 2 MiB to align within. Under
+    /// [`SMALL_SLAB`] in all, the slab is a plain mapping of its size.
+    map_len: usize,
+}
+
+/// A slab smaller than this (512 KiB) is a plain mapping of its size, not
+/// a 2 MiB transparent huge page: a pool that keeps a few buffers does not
+/// hold a huge page for them, and a direct I/O from it needs at most 128
+/// 4 KiB segments anyway (below the 254 a virtio disk takes in one
+/// request).
+const SMALL_SLAB: usize = HUGE_PAGE / 4;
+
+impl SlabSize {
+    fn of(len: usize, count: usize) -> Option<Self> {
+        if len == 0 || count == 0 {
+            return None;
+        }
+        let stride = len.checked_next_multiple_of(4096)?;
+        let used = stride.checked_mul(count)?;
+        if used < SMALL_SLAB {
+            return Some(Self {
+                stride,
+                total: used,
+                map_len: used,
+            });
+        }
+        let total = used.checked_next_multiple_of(HUGE_PAGE)?;
+        Some(Self {
+            stride,
+            total,
+            map_len: total.checked_add(HUGE_PAGE)?,
+        })
+    }
+}
+
 /// `count` buffers of `len` bytes carved from one anonymous mapping
-/// advised for transparent huge pages (`MADV_HUGEPAGE`), 2 MiB aligned:
+/// advised for transparent huge pages (`MADV_HUGEPAGE`), 2 MiB aligned
+/// (under 512 KiB in all: a plain mapping of that size, no huge page):
 /// physically contiguous in 2 MiB pieces where the kernel finds huge
 /// pages, so a large direct I/O needs few segments (a 1 MiB write from
 /// scattered 4 KiB pages exceeds a virtio disk's 254 segments and is
@@ -220,15 +265,12 @@ impl AlignedBuf {
 /// `mmap`'s error.
 pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
     let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad slab size");
-    if len == 0 || count == 0 {
-        return Err(invalid());
-    }
-    let stride = len.checked_next_multiple_of(4096).ok_or_else(invalid)?;
-    let used = stride.checked_mul(count).ok_or_else(invalid)?;
-    let total = used
-        .checked_next_multiple_of(HUGE_PAGE)
-        .ok_or_else(invalid)?;
-    let map_len = total.checked_add(HUGE_PAGE).ok_or_else(invalid)?;
+    let SlabSize {
+        stride,
+        total,
+        map_len,
+    } = SlabSize::of(len, count).ok_or_else(invalid)?;
+    let small = total < SMALL_SLAB;
     // SAFETY: a fresh anonymous private mapping; no existing memory is
     // affected. The result is checked below.
     let raw = unsafe {
@@ -245,7 +287,11 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
         return Err(std::io::Error::last_os_error());
     }
     let start = raw as usize;
-    let base = start.next_multiple_of(HUGE_PAGE);
+    let base = if small {
+        start
+    } else {
+        start.next_multiple_of(HUGE_PAGE)
+    };
     let head = base - start;
     let tail = map_len - head - total;
     // SAFETY: trimming the unaligned head and the tail of the mapping just
@@ -258,7 +304,9 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
             libc::munmap((base + total) as *mut libc::c_void, tail);
         }
         // Advice only: without THP the memory is ordinary pages.
-        libc::madvise(base as *mut libc::c_void, total, libc::MADV_HUGEPAGE);
+        if !small {
+            libc::madvise(base as *mut libc::c_void, total, libc::MADV_HUGEPAGE);
+        }
     }
     let slab = Arc::new(Slab {
         base: NonNull::new(base as *mut u8).expect("mmap is not NULL"),
@@ -550,6 +598,25 @@ mod tests {
         assert!(small.idle() <= 2);
     }
 
+    #[test]
+    fn small_slabs_are_mapped_at_their_size_large_ones_on_huge_pages() {
+        // Three 4 KiB buffers: 12 KiB mapped, not a 2 MiB huge page.
+        let s = SlabSize::of(4096, 3).unwrap();
+        assert_eq!((s.stride, s.total, s.map_len), (4096, 3 * 4096, 3 * 4096));
+        // 1000-byte buffers take 4 KiB strides.
+        assert_eq!(SlabSize::of(1000, 7).unwrap().total, 7 * 4096);
+        // One 1 MiB I/O buffer: on a huge page (256 segments otherwise).
+        let s = SlabSize::of(1 << 20, 1).unwrap();
+        assert_eq!((s.total, s.map_len), (HUGE_PAGE, 2 * HUGE_PAGE));
+        // A full slab: 2 MiB, plus 2 MiB of room to align it.
+        let s = SlabSize::of(4096, 512).unwrap();
+        assert_eq!((s.total, s.map_len), (HUGE_PAGE, 2 * HUGE_PAGE));
+        // Past 2 MiB: rounded up to whole huge pages.
+        assert_eq!(SlabSize::of(1 << 20, 5).unwrap().total, 3 * HUGE_PAGE);
+        assert!(SlabSize::of(0, 1).is_none() && SlabSize::of(1, 0).is_none());
+        assert!(SlabSize::of(usize::MAX, 2).is_none());
+    }
+
     /// Mappings of this process that overlap `lo..hi` (`/proc/self/maps`).
     fn mappings_over(lo: usize, hi: usize) -> usize {
         std::fs::read_to_string("/proc/self/maps")
@@ -601,7 +668,9 @@ mod tests {
         ] {
             let mut bufs = thp_slab(len, count).unwrap();
             assert_eq!(bufs.len(), count);
-            assert_eq!(bufs[0].as_ptr() as usize % HUGE_PAGE, 0);
+            if len.next_multiple_of(4096) * count >= SMALL_SLAB {
+                assert_eq!(bufs[0].as_ptr() as usize % HUGE_PAGE, 0);
+            }
             for (i, b) in bufs.iter_mut().enumerate() {
                 assert_eq!(b.len(), len);
                 assert_eq!(b.as_ptr() as usize % 4096, 0);
