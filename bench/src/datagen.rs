@@ -18,11 +18,11 @@
 //! chunk are one `memset` of up to a few KiB, so compressible data is made
 //! faster than incompressible.
 //!
-//! The random bytes come from [`WyRand4`] (four interleaved wyrand streams,
-//! one multiply per 8 bytes); blocks are filled in parallel by
+//! The random bytes come from [`XorShift4`] (four xorshift128+ streams side
+//! by side, vector code without multiplies); blocks are filled in parallel by
 //! [`Generator::fill_at_parallel`] on a persistent pool of fill threads.
 
-use crate::rng::WyRand4;
+use crate::rng::XorShift4;
 use pagewriter::error::{Error, Result};
 
 /// Compression grain in bytes (at most; a smaller block is one chunk): each
@@ -214,7 +214,7 @@ impl Generator {
     /// Fills `out` (exactly `block_size` bytes) with unique block `id`.
     pub fn fill_block(&self, id: u64, out: &mut [u8]) {
         debug_assert_eq!(out.len(), self.cfg.block_size);
-        let mut rng = WyRand4::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))));
+        let mut rng = XorShift4::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))));
         let chunk_len = self.chunk;
         if self.random_per_chunk >= chunk_len as u64 * FIXED_ONE {
             rng.fill(out);
