@@ -60,6 +60,7 @@ pub struct XorShift4 {
 impl XorShift4 {
     /// Four streams from `seed`: lane `l`'s two state words are splitmix64
     /// of `seed ^ 2l` and `seed ^ (2l + 1)` (never both zero).
+    #[inline]
     pub fn new(seed: u64) -> Self {
         let word = |k: u64| splitmix64(seed ^ k);
         Self {
@@ -106,6 +107,7 @@ impl XorShift4 {
 
 /// splitmix64's output function (Steele, Lea and Flood 2014): a bijective
 /// 64-bit mix, used to expand seeds.
+#[inline]
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
