@@ -45,22 +45,17 @@ enum Backing {
 
 /// A slab mapping, unmapped when the last buffer carved from it drops.
 struct Slab {
-    base: NonNull<u8>,
+    /// Start address (an address only: never read or written through).
+    base: usize,
     len: usize,
 }
-
-// SAFETY: a Slab is only an address range to unmap once, at its drop; it
-// is never read or written through.
-unsafe impl Send for Slab {}
-// SAFETY: see above.
-unsafe impl Sync for Slab {}
 
 impl Drop for Slab {
     fn drop(&mut self) {
         // SAFETY: `base..base+len` is the mapping made in `thp_slab`; every
         // buffer carved from it held this Slab and has dropped, so nothing
         // uses the range any more.
-        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }
 
@@ -308,10 +303,7 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
             libc::madvise(base as *mut libc::c_void, total, libc::MADV_HUGEPAGE);
         }
     }
-    let slab = Arc::new(Slab {
-        base: NonNull::new(base as *mut u8).expect("mmap is not NULL"),
-        len: total,
-    });
+    let slab = Arc::new(Slab { base, len: total });
     Ok((0..count)
         .map(|i| {
             let ptr = base + i * stride;

@@ -22,7 +22,7 @@
 //! by side, vector code without multiplies); blocks are filled in parallel by
 //! [`Generator::fill_at_parallel`] on a persistent pool of fill threads.
 
-use crate::rng::XorShift4;
+use crate::rng::{XorShift4, mix};
 use pagewriter::error::{Error, Result};
 
 /// Compression grain in bytes (at most; a smaller block is one chunk): each
@@ -83,13 +83,6 @@ pub struct Permutation {
     n: u64,
     half_bits: u32,
     keys: [u64; 4],
-}
-
-fn mix(mut x: u64) -> u64 {
-    // splitmix64's finalizer.
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 impl Permutation {

@@ -105,14 +105,20 @@ impl XorShift4 {
     }
 }
 
-/// splitmix64's output function (Steele, Lea and Flood 2014): a bijective
-/// 64-bit mix, used to expand seeds.
+/// splitmix64 (Steele, Lea and Flood 2014): a golden-ratio step, then
+/// [`mix`]. Used to expand seeds.
 #[inline]
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+fn splitmix64(z: u64) -> u64 {
+    mix(z.wrapping_add(0x9E37_79B9_7F4A_7C15))
+}
+
+/// splitmix64's finalizer: a bijective 64-bit mix (also the round function
+/// of the data generator's block permutation).
+#[inline]
+pub(crate) fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 #[cfg(test)]
