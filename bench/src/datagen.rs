@@ -20,11 +20,9 @@
 //!
 //! The random bytes come from [`XorShift4`] (four xorshift128+ streams side
 //! by side, vector code without multiplies); blocks are filled in parallel by
-//! [`Generator::fill_at_parallel`] on a persistent pool of fill threads,
-//! with non-temporal stores for buffers of [`STREAM_MIN`] bytes or more.
+//! [`Generator::fill_at_parallel`] on a persistent pool of fill threads.
 
 use crate::rng::{XorShift4, mix};
-use pagewriter::buffer::{StreamWriter, write_streaming};
 use pagewriter::error::{Error, Result};
 
 /// Compression grain in bytes (at most; a smaller block is one chunk): each
@@ -206,63 +204,28 @@ impl Generator {
         self.perm.apply(block) % self.unique
     }
 
-    /// The random-byte generator of unique block `id`.
-    #[inline]
-    fn block_rng(&self, id: u64) -> XorShift4 {
-        XorShift4::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))))
-    }
-
-    /// Whether every byte is random (compression ratio 1).
-    fn incompressible(&self) -> bool {
-        self.random_per_chunk >= self.chunk as u64 * FIXED_ONE
-    }
-
-    /// Random bytes at the front of each compression chunk of unique block
-    /// `id`, in order: chunk `g` (global index) gets floor((g+1)x) -
-    /// floor(gx) of them (at least 1), so the average over any run of
-    /// chunks is x up to one byte and fractional ratios hold across blocks.
-    fn random_lengths(&self, id: u64) -> impl Iterator<Item = usize> + use<> {
-        let x = u128::from(self.random_per_chunk);
-        let chunk_len = self.chunk;
-        let chunks_per_block = self.cfg.block_size / chunk_len;
-        let mut acc = u128::from(id) * chunks_per_block as u128 * x;
-        (0..chunks_per_block).map(move |_| {
-            let next = acc + x;
-            let r = (((next >> 32) - (acc >> 32)) as usize).clamp(1, chunk_len);
-            acc = next;
-            r
-        })
-    }
-
     /// Fills `out` (exactly `block_size` bytes) with unique block `id`.
     pub fn fill_block(&self, id: u64, out: &mut [u8]) {
         debug_assert_eq!(out.len(), self.cfg.block_size);
-        let mut rng = self.block_rng(id);
-        if self.incompressible() {
+        let mut rng = XorShift4::new(mix(self.cfg.seed ^ mix(id.wrapping_add(0x5EED))));
+        let chunk_len = self.chunk;
+        if self.random_per_chunk >= chunk_len as u64 * FIXED_ONE {
             rng.fill(out);
             return;
         }
-        for (chunk, r) in out
-            .chunks_exact_mut(self.chunk)
-            .zip(self.random_lengths(id))
-        {
+        // Chunk `g` (global index) gets floor((g+1)x) - floor(gx) random
+        // bytes, so the average over any run of chunks is x up to one byte:
+        // fractional ratios hold across blocks.
+        let x = u128::from(self.random_per_chunk);
+        let chunks_per_block = (self.cfg.block_size / chunk_len) as u128;
+        let mut acc = u128::from(id) * chunks_per_block * x;
+        for chunk in out.chunks_exact_mut(chunk_len) {
+            let next = acc + x;
+            let r = (((next >> 32) - (acc >> 32)) as usize).clamp(1, chunk_len);
+            acc = next;
             // Whole 32-byte steps (no partial copy), then the zeros.
             rng.fill(&mut chunk[..r.next_multiple_of(32)]);
             chunk[r..].fill(0);
-        }
-    }
-
-    /// [`fill_block`](Self::fill_block) through a streaming writer: the
-    /// same `block_size` bytes at its cursor (cut if fewer are left).
-    pub fn stream_block(&self, id: u64, w: &mut StreamWriter<'_>) {
-        let mut rng = self.block_rng(id);
-        if self.incompressible() {
-            rng.stream_padded(w, self.cfg.block_size);
-            return;
-        }
-        for r in self.random_lengths(id) {
-            rng.stream_padded(w, r);
-            w.put_zeros(self.chunk - r.next_multiple_of(32));
         }
     }
 
@@ -282,60 +245,26 @@ impl Generator {
     ///
     /// Errors: [`Error::OutOfBounds`] if the range passes the end.
     pub fn fill_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.check_range(offset, buf.len())?;
-        let bs = self.cfg.block_size;
-        let mut at = 0;
-        self.walk_blocks(offset, buf.len(), |id, part| {
-            let n = part.map_or(bs, <[u8]>::len);
-            match part {
-                None => self.fill_block(id, &mut buf[at..at + n]),
-                Some(bytes) => buf[at..at + n].copy_from_slice(bytes),
-            }
-            at += n;
-        });
-        Ok(())
-    }
-
-    /// [`fill_at`](Self::fill_at) with non-temporal stores
-    /// ([`write_streaming`]): the same bytes, written without pulling `buf`
-    /// into the cache, for buffers the CPU will not read again soon.
-    ///
-    /// Errors: [`Error::OutOfBounds`] if the range passes the end.
-    pub fn stream_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.check_range(offset, buf.len())?;
-        let len = buf.len();
-        write_streaming(buf, |w| {
-            self.walk_blocks(offset, len, |id, part| match part {
-                None => self.stream_block(id, w),
-                Some(bytes) => w.put(bytes),
-            })
-        });
-        Ok(())
-    }
-
-    /// Calls `visit(unique id, part)` for each block that bytes `offset..
-    /// offset + len` touch, in order: `None` for a whole block, and for a
-    /// block the range starts or ends inside, the bytes it contributes
-    /// (made in a scratch block). The range must be inside the file.
-    fn walk_blocks(&self, offset: u64, len: usize, mut visit: impl FnMut(u64, Option<&[u8]>)) {
+        let end = self.check_range(offset, buf.len())?;
         let bs = self.cfg.block_size as u64;
-        let end = offset + len as u64;
         let mut scratch: Option<Vec<u8>> = None;
         let mut at = offset;
         while at < end {
             let block = at / bs;
             let start = (at - block * bs) as usize;
             let take = ((bs - start as u64).min(end - at)) as usize;
+            let dst = &mut buf[(at - offset) as usize..(at - offset) as usize + take];
             let id = self.unique_id(block);
             if start == 0 && take == bs as usize {
-                visit(id, None);
+                self.fill_block(id, dst);
             } else {
                 let s = scratch.get_or_insert_with(|| vec![0u8; bs as usize]);
                 self.fill_block(id, s);
-                visit(id, Some(&s[start..start + take]));
+                dst.copy_from_slice(&s[start..start + take]);
             }
             at += take as u64;
         }
+        Ok(())
     }
 
     /// Writes the whole stream to `out`, in chunks of [`WRITE_CHUNK`] bytes
@@ -370,9 +299,7 @@ impl Generator {
     /// pool (one rayon pool per thread count, built on first use and kept
     /// for the process), in [`PAR_PIECE`]-byte pieces aligned to the
     /// stream (so only the ends of `buf` can start or stop inside a block).
-    /// A `buf` of [`STREAM_MIN`] bytes or more is written with non-temporal
-    /// stores ([`stream_at`](Self::stream_at)). The bytes are the same for
-    /// any thread count and either kind of store. The calling thread
+    /// The bytes are the same for any thread count. The calling thread
     /// waits while the pool fills.
     ///
     /// Errors: [`Error::OutOfBounds`] if the range passes the end;
@@ -381,13 +308,8 @@ impl Generator {
         use rayon::prelude::*;
         let threads = threads.max(1);
         let piece = PAR_PIECE.max(self.cfg.block_size);
-        let fill = if buf.len() >= STREAM_MIN {
-            Self::stream_at
-        } else {
-            Self::fill_at
-        };
         if threads == 1 || buf.len() <= piece {
-            return fill(self, offset, buf);
+            return self.fill_at(offset, buf);
         }
         // Bounds first, so no thread starts on a bad range.
         self.check_range(offset, buf.len())?;
@@ -403,18 +325,10 @@ impl Generator {
         fill_pool(threads)?.install(|| {
             pieces
                 .into_par_iter()
-                .try_for_each(|(at, p)| fill(self, at, p))
+                .try_for_each(|(at, p)| self.fill_at(at, p))
         })
     }
 }
-
-/// Buffers of at least this many bytes (4 MiB, twice this machine's L2 per
-/// core) are filled by [`Generator::fill_at_parallel`] with non-temporal
-/// stores ([`Generator::stream_at`]): a buffer that size is written out
-/// (to a file, a device, a socket) rather than read back by the CPU, and
-/// the stores skip reading each cache line first. Filling a 32 MiB buffer
-/// this way ran 1.4-1.6x faster (`.project/datagen.md`).
-pub const STREAM_MIN: usize = 4 << 20;
 
 /// Bytes per task of [`Generator::fill_at_parallel`]: 256 KiB, enough to
 /// make a task's overhead small and small enough that two threads share a
@@ -729,40 +643,6 @@ mod tests {
         let mut b = vec![0u8; 10_000];
         g.fill_at(123_457, &mut b).unwrap();
         assert_eq!(b[..], whole[123_457..133_457]);
-    }
-
-    #[test]
-    fn streamed_bytes_equal_filled_bytes() {
-        for (block_size, dedup, compress) in [(512, 1.0, 1.0), (4096, 2.0, 3.0), (65536, 1.5, 1.7)]
-        {
-            let g = Generator::new(GenConfig {
-                size: 1 << 20,
-                dedup_ratio: dedup,
-                compress_ratio: compress,
-                block_size,
-                seed: 7,
-            })
-            .unwrap();
-            for offset in [0u64, 1, 4095, 123_457] {
-                for len in [1usize, 31, 33, 5000, 300_000] {
-                    let mut want = vec![0u8; len];
-                    g.fill_at(offset, &mut want).unwrap();
-                    // Shifted starts put the writer's cursor at every
-                    // alignment of a 16-byte line.
-                    for shift in [0, 3, 8] {
-                        let mut got = vec![0xAAu8; len + shift];
-                        g.stream_at(offset, &mut got[shift..]).unwrap();
-                        assert_eq!(
-                            got[shift..],
-                            want[..],
-                            "block {block_size} d {dedup} c {compress} at {offset} len {len}"
-                        );
-                    }
-                }
-            }
-            let mut b = vec![0u8; 10];
-            assert!(g.stream_at((1 << 20) - 9, &mut b).is_err());
-        }
     }
 
     #[test]

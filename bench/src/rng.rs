@@ -105,28 +105,6 @@ impl XorShift4 {
     }
 }
 
-impl XorShift4 {
-    /// `n` random bytes through a streaming writer (cut if fewer are
-    /// left), then zeros up to the next multiple of 32: whole 32-byte
-    /// steps only, so a cursor that starts aligned stays aligned and no
-    /// cache line gets both ordinary and streaming stores (a line written
-    /// both ways is flushed between them, which halved the fill rate). The
-    /// random bytes are [`fill`](Self::fill)'s.
-    #[inline]
-    pub fn stream_padded(&mut self, w: &mut pagewriter::buffer::StreamWriter<'_>, n: usize) {
-        w.put_words(n / 32, || self.step());
-        let rest = n % 32;
-        if rest > 0 {
-            let mut last = [0u8; 32];
-            for (d, x) in last.chunks_exact_mut(8).zip(self.step()) {
-                d.copy_from_slice(&x.to_le_bytes());
-            }
-            last[rest..].fill(0);
-            w.put(&last);
-        }
-    }
-}
-
 /// splitmix64 (Steele, Lea and Flood 2014): a golden-ratio step, then
 /// [`mix`]. Used to expand seeds.
 #[inline]
