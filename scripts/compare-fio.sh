@@ -40,18 +40,24 @@
 # its fdatasync p99 (fio reports the two apart; their sum roughly bounds
 # the p99 of a write followed by its fdatasync from above, so the ratio leans
 # in pagewriter's favour: read it as a bound, not an exact figure).
+# --commit-files: `preallocated` (default) gives scale's file the layout
+# fio's job writes into, T GiB of blocks reserved before the clock starts
+# (`scale --preallocate`); `growing` lets fresh pages extend the file, so
+# each flush also allocates its runs (cells named ...-growing). Both:
+# `preallocated,growing`.
 #
 # Usage: scripts/compare-fio.sh [--suites flush,write-file,io,commit] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
+#          [--commit-files preallocated,growing]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
-commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]"
+commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=preallocated
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-files preallocated,growing]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -68,7 +74,14 @@ while [ $# -gt 0 ]; do
     --commit-seconds) commit_seconds=$2; shift 2 ;;
     --commit-threads) commit_threads=$2; shift 2 ;;
     --commit-modes) commit_modes=$2; shift 2 ;;
+    --commit-files) commit_files=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
+for layout in ${commit_files//,/ }; do
+  case $layout in
+    preallocated|growing) ;;
+    *) echo "--commit-files: $layout is not preallocated or growing" >&2; exit 2 ;;
   esac
 done
 has_suite() { [[ ",$suites," == *",$1,"* ]]; }
@@ -255,15 +268,21 @@ rm -f "$file"
 fi
 
 if has_suite commit; then
-echo "suite commit: 64 KiB per commit, ${commit_seconds}s per run, O_DIRECT, threads $commit_threads, modes $commit_modes"
+echo "suite commit: 64 KiB per commit, ${commit_seconds}s per run, O_DIRECT, threads $commit_threads, modes $commit_modes, files $commit_files"
 scale_dir=$(cd "$dir" && pwd)
 for t in ${commit_threads//,/ }; do
+  for layout in ${commit_files//,/ }; do
+  case $layout in
+    preallocated) prealloc="${t}GiB" suffix="" ;;
+    *) prealloc=0 suffix="-growing" ;;
+  esac
   for mode in ${commit_modes//,/ }; do
-    name="$mode-${t}thr"
+    name="$mode-${t}thr$suffix"
     c_r=() p_r=() cpu_r=()
     for r in $(seq 1 "$rounds"); do
       read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
           --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
+          --preallocate "$prealloc" \
           --queue-depth "$qd" --json |
         python3 -c 'import json,sys
 row=json.load(sys.stdin)["rows"][0]
@@ -291,6 +310,7 @@ print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sy
       "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)")")
     record commit "$name commits/s" "${c_r[@]}"
     record commit "$name p99" "${p_r[@]}"
+  done
   done
 done
 fi

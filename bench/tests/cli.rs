@@ -422,3 +422,24 @@ fn full_disk_is_a_typed_error_not_a_panic() {
         }
     }
 }
+
+#[test]
+fn scale_refuses_a_preallocation_the_file_system_cannot_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args([
+            "scale",
+            "--preallocate",
+            "1EiB",
+            "--duration",
+            "0.1",
+            "--path",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("do not fit"), "{err}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

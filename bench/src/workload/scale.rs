@@ -19,7 +19,9 @@ use serde::Serialize;
 use crate::datagen::{GenConfig, Generator};
 use crate::rng::WyRand;
 use pagewriter::error::{Error, Result};
-use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
+use pagewriter::{
+    Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats, StorageBackend,
+};
 
 /// What a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -144,6 +146,14 @@ pub struct ScaleConfig {
     /// Read cache budget in bytes ([`Config::read_cache_bytes`]; CLOCK
     /// eviction). Default 0 (no read cache).
     pub read_cache_bytes: usize,
+    /// Bytes of blocks reserved in each cell's file before its clock starts
+    /// (`fallocate` mode 0, so the file is that long and its writes land
+    /// inside it), split evenly over the files of a separate-files cell.
+    /// This is the layout fio's jobs write into (`--fallocate=native`,
+    /// laid out before the job runs) and an engine that grows its file in
+    /// large steps; without it fresh pages extend the file, and every flush
+    /// allocates its runs. Default 0 (none). At most `i64::MAX`.
+    pub preallocate_bytes: u64,
     /// `O_DIRECT` or buffered. Default [`DirectIo::Auto`]: with buffered
     /// I/O the kernel's writeback coalesces per-page writes itself, which
     /// hides the cost this benchmark exists to show (`.project/results.md`).
@@ -170,6 +180,7 @@ impl Default for ScaleConfig {
             compress_ratio: 1.0,
             reads_per_txn: 0,
             read_cache_bytes: 0,
+            preallocate_bytes: 0,
         }
     }
 }
@@ -226,6 +237,9 @@ impl ScaleConfig {
         }
         if self.cell_duration.is_zero() {
             return bad("cell duration must be above 0");
+        }
+        if i64::try_from(self.preallocate_bytes).is_err() {
+            return bad("preallocation above i64::MAX bytes is not supported");
         }
         // The page size is also the generator's block size: say "page
         // size" before the generator says "block size".
@@ -376,9 +390,20 @@ pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<Scal
     })
 }
 
-/// A scratch file in `dir`, removed on drop.
-fn temp_file(dir: &Path) -> Result<tempfile::NamedTempFile> {
-    crate::scratch::create(dir, "scale")
+/// A scratch file in `dir`, removed on drop, with `preallocate` bytes of
+/// blocks reserved (none for 0).
+///
+/// Errors: the file cannot be created, or `fallocate` fails (`ENOSPC`,
+/// or a file system without it: [`Error::Io`], op `"fallocate"`); the file
+/// is removed either way.
+fn temp_file(dir: &Path, preallocate: u64) -> Result<tempfile::NamedTempFile> {
+    let t = crate::scratch::create(dir, "scale")?;
+    if preallocate > 0 {
+        FileBackend::open(t.path())
+            .and_then(|b| b.allocate(0, preallocate))
+            .map_err(|e| Error::io("fallocate", Some(0), e))?;
+    }
+    Ok(t)
 }
 
 fn open_cached(
@@ -411,15 +436,17 @@ pub fn run_cell(
 ) -> Result<(Cell, String)> {
     let (temps, files): (Vec<_>, Vec<_>) = match mode {
         Mode::Engine(engine) => {
-            let t = temp_file(&config.dir)?;
+            let t = temp_file(&config.dir, config.preallocate_bytes)?;
             let f = Arc::new(open_cached(&t, config, engine)?);
             (vec![t], vec![f])
         }
         Mode::SeparateFiles => {
             let mut temps = Vec::new();
             let mut files = Vec::new();
+            let share = (config.preallocate_bytes / threads as u64)
+                .next_multiple_of(config.page_size as u64);
             for _ in 0..threads {
-                let t = temp_file(&config.dir)?;
+                let t = temp_file(&config.dir, share)?;
                 files.push(Arc::new(open_cached(&t, config, FlushEngine::PerPage)?));
                 temps.push(t);
             }
@@ -712,5 +739,37 @@ mod tests {
             ..ScaleConfig::default()
         };
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_preallocated_cell_file_holds_its_blocks_and_writes_inside_them() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = temp_file(dir.path(), 8 << 20).unwrap();
+        let m = std::fs::metadata(t.path()).unwrap();
+        assert_eq!(m.len(), 8 << 20);
+        assert!(m.blocks() * 512 >= 8 << 20, "{} blocks", m.blocks());
+        // Fresh pages land inside the reserved blocks: the file keeps its
+        // length.
+        let config = ScaleConfig {
+            direct: DirectIo::Off,
+            ..ScaleConfig::default()
+        };
+        let f = open_cached(&t, &config, FlushEngine::Vectored).unwrap();
+        f.write_page(0, &[1u8; 4096]).unwrap();
+        f.sync().unwrap();
+        assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 8 << 20);
+        drop(f);
+        let path = t.path().to_path_buf();
+        drop(t);
+        assert!(!path.exists());
+        // Bad sizes are refused before any file is made.
+        let c = ScaleConfig {
+            preallocate_bytes: u64::MAX,
+            ..ScaleConfig::default()
+        };
+        assert!(
+            matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.contains("preallocation"))
+        );
     }
 }

@@ -362,6 +362,11 @@ pub(crate) struct ScaleArgs {
     /// Read cache budget (e.g. 64MiB; CLOCK eviction); 0 = no read cache.
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub(crate) read_cache: u64,
+    /// Blocks to reserve in each cell's file before its clock starts (e.g.
+    /// 8GiB; `fallocate`, as fio lays out its file), split over the files
+    /// of separate-files cells; 0 = the file grows as pages are written.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub(crate) preallocate: u64,
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     pub(crate) json: bool,

@@ -76,8 +76,16 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         compress_ratio: a.compress,
         reads_per_txn: a.reads,
         read_cache_bytes: usize::try_from(a.read_cache).map_err(|_| "--read-cache too large")?,
+        preallocate_bytes: a.preallocate,
     };
     config.validate()?;
+    // One cell's files at a time hold the preallocation.
+    pagewriter_bench::room::check(
+        &config.dir.join("scale"),
+        config.preallocate_bytes,
+        0,
+        false,
+    )?;
     // Plot path and reference are checked before minutes of work.
     if let Some(p) = &a.plot {
         plot::check_writable(p)?;
