@@ -40,24 +40,25 @@
 # its fdatasync p99 (fio reports the two apart; their sum roughly bounds
 # the p99 of a write followed by its fdatasync from above, so the ratio leans
 # in pagewriter's favour: read it as a bound, not an exact figure).
-# --commit-files: `preallocated` (default) gives scale's file the layout
-# fio's job writes into, T GiB of blocks reserved before the clock starts
-# (`scale --preallocate`); `growing` lets fresh pages extend the file, so
-# each flush also allocates its runs (cells named ...-growing). Both:
-# `preallocated,growing`.
+# --commit-files: `growing` (default) lets fresh pages extend scale's
+# file, so each flush also allocates its runs; `preallocated` gives it the
+# layout fio's job writes into, T GiB of blocks reserved before the clock
+# starts (`scale --preallocate`; cells named ...-prealloc). Both:
+# `growing,preallocated` (each layout's rounds alternate with fio; the two
+# layouts run one after the other, not interleaved with each other).
 #
 # Usage: scripts/compare-fio.sh [--suites flush,write-file,io,commit] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
-#          [--commit-files preallocated,growing]
+#          [--commit-files growing,preallocated]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
-commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=preallocated
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-files preallocated,growing]"
+commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-files growing,preallocated]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -273,8 +274,8 @@ scale_dir=$(cd "$dir" && pwd)
 for t in ${commit_threads//,/ }; do
   for layout in ${commit_files//,/ }; do
   case $layout in
-    preallocated) prealloc="${t}GiB" suffix="" ;;
-    *) prealloc=0 suffix="-growing" ;;
+    preallocated) prealloc="${t}GiB" suffix="-prealloc" ;;
+    *) prealloc=0 suffix="" ;;
   esac
   for mode in ${commit_modes//,/ }; do
     name="$mode-${t}thr$suffix"

@@ -574,9 +574,11 @@ fn writer(
             data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
         }
         pages += fresh + rewrites;
-        // Reads of whole pages below the file's length (pages allocated
-        // but not yet written by their thread read as zeros).
-        let have = file.len() / ps;
+        // Reads of whole pages the transactions have allocated so far
+        // (pages allocated but not yet written by their thread read as
+        // zeros); not the file's length, which a preallocated file has
+        // from the start.
+        let have = alloc.load(Ordering::Relaxed).min(file.len() / ps);
         if have > 0 {
             let hot = (have / 10).max(1);
             for _ in 0..config.reads_per_txn {
