@@ -44,8 +44,8 @@
 # file, so each flush also allocates its runs; `preallocated` gives it the
 # layout fio's job writes into, T GiB of blocks reserved before the clock
 # starts (`scale --preallocate`; cells named ...-prealloc). Both:
-# `growing,preallocated` (each layout's rounds alternate with fio; the two
-# layouts run one after the other, not interleaved with each other).
+# `growing,preallocated` (the layouts take turns within each round, each
+# scale run followed by its own fio run).
 #
 # Usage: scripts/compare-fio.sh [--suites flush,write-file,io,commit] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
@@ -272,46 +272,54 @@ if has_suite commit; then
 echo "suite commit: 64 KiB per commit, ${commit_seconds}s per run, O_DIRECT, threads $commit_threads, modes $commit_modes, files $commit_files"
 scale_dir=$(cd "$dir" && pwd)
 for t in ${commit_threads//,/ }; do
-  for layout in ${commit_files//,/ }; do
-  case $layout in
-    preallocated) prealloc="${t}GiB" suffix="-prealloc" ;;
-    *) prealloc=0 suffix="" ;;
-  esac
   for mode in ${commit_modes//,/ }; do
-    name="$mode-${t}thr$suffix"
-    c_r=() p_r=() cpu_r=()
+    # Per layout, the per-round ratios (space separated); the layouts take
+    # turns within each round, so the disk's drift falls on all of them.
+    declare -A c_r=() p_r=() cpu_r=()
     for r in $(seq 1 "$rounds"); do
-      read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
-          --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
-          --preallocate "$prealloc" \
-          --queue-depth "$qd" --json |
-        python3 -c 'import json,sys
+      for layout in ${commit_files//,/ }; do
+        case $layout in
+          preallocated) prealloc="${t}GiB" name="$mode-${t}thr-prealloc" ;;
+          *) prealloc=0 name="$mode-${t}thr" ;;
+        esac
+        read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
+            --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
+            --preallocate "$prealloc" --queue-depth "$qd" --json |
+          python3 -c 'import json,sys
 row=json.load(sys.stdin)["rows"][0]
 print("%.1f %.1f %.4f" % (row["commits_per_s"], row["p99_us"], row["cpu_s_per_gb"]))')
-      rm -f "$file"
-      read -r b bp99 bcpu < <(fio --name=commit --filename="$file" --rw=write --bs=65536 --direct=1 \
-          --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment=1G --size=1G \
-          --fallocate=native --time_based --runtime="$commit_seconds" --group_reporting \
-          --output-format=json |
-        python3 -c 'import json,sys
+        rm -f "$file"
+        read -r b bp99 bcpu < <(fio --name=commit --filename="$file" --rw=write --bs=65536 --direct=1 \
+            --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment=1G --size=1G \
+            --fallocate=native --time_based --runtime="$commit_seconds" --group_reporting \
+            --output-format=json |
+          python3 -c 'import json,sys
 '"$fio_cpu"'
 j=json.load(sys.stdin)["jobs"][0]
 p=lambda d: d["percentile"]["99.000000"] / 1e3
 print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"]), cpu(j, j["write"]["io_bytes"])))')
-      rm -f "$file"
-      ratio=$(python3 -c "print('%.3f' % ($a / $b))")
-      pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
-      cr=$(cpu_ratio "$acpu" "$bcpu")
-      c_r+=("$ratio"); p_r+=("$pratio"); cpu_r+=("$cr")
-      printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
-        "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
+        rm -f "$file"
+        ratio=$(python3 -c "print('%.3f' % ($a / $b))")
+        pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
+        cr=$(cpu_ratio "$acpu" "$bcpu")
+        c_r[$name]+="$ratio "; p_r[$name]+="$pratio "; cpu_r[$name]+="$cr "
+        printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
+          "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
+      done
     done
-    summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
-      "$(printf '%s\n' "${c_r[@]}" | median)" "${c_r[*]}" "$(printf '%s\n' "${p_r[@]}" | median)" "${p_r[*]}" \
-      "$(printf '%s\n' "${cpu_r[@]}" | grep -v n/a | median)")")
-    record commit "$name commits/s" "${c_r[@]}"
-    record commit "$name p99" "${p_r[@]}"
-  done
+    for layout in ${commit_files//,/ }; do
+      case $layout in
+        preallocated) name="$mode-${t}thr-prealloc" ;;
+        *) name="$mode-${t}thr" ;;
+      esac
+      read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cpu_r[$name]}"
+      summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
+        "$(printf '%s\n' "${cs[@]}" | median)" "${cs[*]}" "$(printf '%s\n' "${ps[@]}" | median)" "${ps[*]}" \
+        "$(printf '%s\n' "${us[@]}" | grep -v n/a | median)")")
+      record commit "$name commits/s" "${cs[@]}"
+      record commit "$name p99" "${ps[@]}"
+    done
+    unset c_r p_r cpu_r
   done
 done
 fi
