@@ -40,7 +40,8 @@ we_started=0
 cleanup() {
   if [ "$we_started" = 1 ]; then
     pkill -x slurmctld 2>/dev/null || true; pkill -x slurmd 2>/dev/null || true
-    for _ in $(seq 1 20); do pgrep -x 'slurmctld|slurmd' >/dev/null || break; sleep 0.5; done
+    # One name per pgrep: procps matches at most 15 characters of a name.
+    for _ in $(seq 1 20); do pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || break; sleep 0.5; done
   fi
   if [ -f "$work/slurm.conf.before" ]; then cp "$work/slurm.conf.before" /etc/slurm/slurm.conf; fi
   rm -rf "$work"
