@@ -440,6 +440,36 @@ fn scale_refuses_a_preallocation_the_file_system_cannot_hold() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("do not fit"), "{err}");
+    assert!(
+        err.contains("do not fit") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // Past the check, `fallocate` itself refuses; its error is reported
+    // and the cell's file is removed.
+    let out = bin()
+        .args([
+            "scale",
+            "--preallocate",
+            "1EiB",
+            "--force",
+            "--duration",
+            "0.1",
+        ])
+        .args([
+            "--threads",
+            "1",
+            "--modes",
+            "vectored",
+            "--repeats",
+            "1",
+            "--path",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fallocate"), "{err}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }

@@ -367,6 +367,9 @@ pub(crate) struct ScaleArgs {
     /// of separate-files cells; 0 = the file grows as pages are written.
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub(crate) preallocate: u64,
+    /// Preallocate even if the file system's free space looks too small.
+    #[arg(long)]
+    pub(crate) force: bool,
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     pub(crate) json: bool,

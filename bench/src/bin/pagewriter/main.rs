@@ -84,7 +84,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         &config.dir.join("scale"),
         config.preallocate_bytes,
         0,
-        false,
+        a.force,
     )?;
     // Plot path and reference are checked before minutes of work.
     if let Some(p) = &a.plot {
