@@ -271,6 +271,13 @@ fi
 if has_suite commit; then
 echo "suite commit: 64 KiB per commit, ${commit_seconds}s per run, O_DIRECT, threads $commit_threads, modes $commit_modes, files $commit_files"
 scale_dir=$(cd "$dir" && pwd)
+# Cell name and `scale --preallocate` of a layout, mode and thread count.
+commit_cell() {
+  case $1 in
+    preallocated) echo "$2-${3}thr-prealloc ${3}GiB" ;;
+    *) echo "$2-${3}thr 0" ;;
+  esac
+}
 for t in ${commit_threads//,/ }; do
   for mode in ${commit_modes//,/ }; do
     # Per layout, the per-round ratios (space separated); the layouts take
@@ -278,10 +285,7 @@ for t in ${commit_threads//,/ }; do
     declare -A c_r=() p_r=() cpu_r=()
     for r in $(seq 1 "$rounds"); do
       for layout in ${commit_files//,/ }; do
-        case $layout in
-          preallocated) prealloc="${t}GiB" name="$mode-${t}thr-prealloc" ;;
-          *) prealloc=0 name="$mode-${t}thr" ;;
-        esac
+        read -r name prealloc < <(commit_cell "$layout" "$mode" "$t")
         read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
             --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
             --preallocate "$prealloc" --queue-depth "$qd" --json |
@@ -308,10 +312,7 @@ print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sy
       done
     done
     for layout in ${commit_files//,/ }; do
-      case $layout in
-        preallocated) name="$mode-${t}thr-prealloc" ;;
-        *) name="$mode-${t}thr" ;;
-      esac
+      read -r name _ < <(commit_cell "$layout" "$mode" "$t")
       read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cpu_r[$name]}"
       summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
         "$(printf '%s\n' "${cs[@]}" | median)" "${cs[*]}" "$(printf '%s\n' "${ps[@]}" | median)" "${ps[*]}" \

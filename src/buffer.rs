@@ -214,6 +214,8 @@ struct SlabSize {
     /// Bytes to map: `total`, plus 2 MiB to align within. Under
     /// [`SMALL_SLAB`] in all, the slab is a plain mapping of its size.
     map_len: usize,
+    /// 2 MiB aligned and advised for huge pages (not a small slab).
+    huge: bool,
 }
 
 /// A slab smaller than this (512 KiB) is a plain mapping of its size, not
@@ -235,6 +237,7 @@ impl SlabSize {
                 stride,
                 total: used,
                 map_len: used,
+                huge: false,
             });
         }
         let total = used.checked_next_multiple_of(HUGE_PAGE)?;
@@ -242,6 +245,7 @@ impl SlabSize {
             stride,
             total,
             map_len: total.checked_add(HUGE_PAGE)?,
+            huge: true,
         })
     }
 }
@@ -264,8 +268,8 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
         stride,
         total,
         map_len,
+        huge,
     } = SlabSize::of(len, count).ok_or_else(invalid)?;
-    let small = total < SMALL_SLAB;
     // SAFETY: a fresh anonymous private mapping; no existing memory is
     // affected. The result is checked below.
     let raw = unsafe {
@@ -282,10 +286,10 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
         return Err(std::io::Error::last_os_error());
     }
     let start = raw as usize;
-    let base = if small {
-        start
-    } else {
+    let base = if huge {
         start.next_multiple_of(HUGE_PAGE)
+    } else {
+        start
     };
     let head = base - start;
     let tail = map_len - head - total;
@@ -299,7 +303,7 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
             libc::munmap((base + total) as *mut libc::c_void, tail);
         }
         // Advice only: without THP the memory is ordinary pages.
-        if !small {
+        if huge {
             libc::madvise(base as *mut libc::c_void, total, libc::MADV_HUGEPAGE);
         }
     }
@@ -595,11 +599,13 @@ mod tests {
         // Three 4 KiB buffers: 12 KiB mapped, not a 2 MiB huge page.
         let s = SlabSize::of(4096, 3).unwrap();
         assert_eq!((s.stride, s.total, s.map_len), (4096, 3 * 4096, 3 * 4096));
+        assert!(!s.huge);
         // 1000-byte buffers take 4 KiB strides.
         assert_eq!(SlabSize::of(1000, 7).unwrap().total, 7 * 4096);
         // One 1 MiB I/O buffer: on a huge page (256 segments otherwise).
         let s = SlabSize::of(1 << 20, 1).unwrap();
         assert_eq!((s.total, s.map_len), (HUGE_PAGE, 2 * HUGE_PAGE));
+        assert!(s.huge);
         // A full slab: 2 MiB, plus 2 MiB of room to align it.
         let s = SlabSize::of(4096, 512).unwrap();
         assert_eq!((s.total, s.map_len), (HUGE_PAGE, 2 * HUGE_PAGE));
@@ -660,7 +666,7 @@ mod tests {
         ] {
             let mut bufs = thp_slab(len, count).unwrap();
             assert_eq!(bufs.len(), count);
-            if len.next_multiple_of(4096) * count >= SMALL_SLAB {
+            if SlabSize::of(len, count).unwrap().huge {
                 assert_eq!(bufs[0].as_ptr() as usize % HUGE_PAGE, 0);
             }
             for (i, b) in bufs.iter_mut().enumerate() {
