@@ -394,6 +394,59 @@ impl Drop for AlignedBuf {
 /// page.
 pub const SLAB_BYTES: usize = HUGE_PAGE;
 
+/// A buffer with one owner, already wrapped in the [`Arc`] that shares it
+/// once it is handed on ([`share`](Self::share) costs nothing).
+///
+/// The write buffer shares pages as `Arc<AlignedBuf>` (a reader, a flush
+/// and the read cache may hold one at once). A [`BufferPool`] keeps its
+/// idle buffers in this form, so a page that goes round write, flush and
+/// back to the pool reuses its `Arc` allocation too: a steady write load
+/// allocates nothing per page.
+pub struct UniqueBuf(Arc<AlignedBuf>);
+
+impl UniqueBuf {
+    /// Wraps a buffer (one allocation, for the `Arc`).
+    pub fn new(buf: AlignedBuf) -> Self {
+        Self(Arc::new(buf))
+    }
+
+    /// Takes `page` back if nothing else holds it, else returns it.
+    pub fn try_unique(mut page: Arc<AlignedBuf>) -> Result<Self, Arc<AlignedBuf>> {
+        // `get_mut` succeeds only for the one strong reference and no weak
+        // one, and keeps that so for as long as `page` is owned here.
+        match Arc::get_mut(&mut page) {
+            Some(_) => Ok(Self(page)),
+            None => Err(page),
+        }
+    }
+
+    /// The buffer as a shared page.
+    pub fn share(self) -> Arc<AlignedBuf> {
+        self.0
+    }
+}
+
+impl Deref for UniqueBuf {
+    type Target = AlignedBuf;
+    fn deref(&self) -> &AlignedBuf {
+        &self.0
+    }
+}
+
+impl DerefMut for UniqueBuf {
+    fn deref_mut(&mut self) -> &mut AlignedBuf {
+        // Made from a new `Arc` or one proven unique, and never cloned:
+        // the reference is the only one.
+        Arc::get_mut(&mut self.0).expect("a UniqueBuf has one owner")
+    }
+}
+
+impl fmt::Debug for UniqueBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A free list of page buffers of one size and alignment, so that a steady
 /// write load neither allocates nor frees page memory (LMDB keeps freed
 /// dirty pages for reuse the same way). Holds at most `max_bytes` of idle
@@ -401,12 +454,13 @@ pub const SLAB_BYTES: usize = HUGE_PAGE;
 ///
 /// Freeing is what made it worth having: retiring a 1 GiB flush freed
 /// 262,144 separately allocated 4 KiB buffers in ~160 ms, a fifth of the
-/// whole flush (`.project/results.md`).
+/// whole flush (`.project/results.md`). Buffers are kept with their `Arc`
+/// ([`UniqueBuf`]), so reusing one allocates nothing at all.
 pub struct BufferPool {
     len: usize,
     align: usize,
     max_buffers: usize,
-    free: Mutex<Vec<AlignedBuf>>,
+    free: Mutex<Vec<UniqueBuf>>,
 }
 
 impl BufferPool {
@@ -436,7 +490,7 @@ impl BufferPool {
     /// goes to `pwritev` as one iovec (`backend::file::merge_adjacent`).
     /// Where the alignment is above 4 KiB or the mapping fails, buffers are
     /// allocated one by one.
-    pub fn zeroed(&self) -> AlignedBuf {
+    pub fn zeroed(&self) -> UniqueBuf {
         let mut free = self.free.lock();
         if let Some(mut b) = free.pop() {
             drop(free);
@@ -452,39 +506,46 @@ impl BufferPool {
         {
             // Popped from the end: reversed, they come out in address
             // order. Fresh mappings are zero already.
-            let first = slab.remove(0);
-            free.extend(slab.into_iter().rev());
+            let first = UniqueBuf::new(slab.remove(0));
+            free.extend(slab.into_iter().rev().map(UniqueBuf::new));
             return first;
         }
         drop(free);
-        AlignedBuf::zeroed(self.len, self.align).expect("layout checked in new")
+        UniqueBuf::new(AlignedBuf::zeroed(self.len, self.align).expect("layout checked in new"))
     }
 
     /// A buffer holding a copy of `bytes`, which must be `buffer_len()`
     /// long (panics otherwise: a caller bug, not an input error).
-    pub fn copy_of(&self, bytes: &[u8]) -> AlignedBuf {
+    pub fn copy_of(&self, bytes: &[u8]) -> UniqueBuf {
         assert_eq!(bytes.len(), self.len, "BufferPool::copy_of length");
         match self.free.lock().pop() {
             Some(mut b) => {
                 b.copy_from_slice(bytes);
                 b
             }
-            None => AlignedBuf::copy_from(bytes, self.align).expect("layout checked in new"),
+            None => UniqueBuf::new(
+                AlignedBuf::copy_from(bytes, self.align).expect("layout checked in new"),
+            ),
         }
     }
 
-    /// Returns buffers to the pool; those of another size or alignment, or
-    /// past the idle bound, are freed. Give them in file order (a flushed
-    /// batch): they are handed out again in the reverse of the order they
-    /// came back in, so pages reused for the next consecutive pages stay
-    /// adjacent where they were.
+    /// Returns buffers to the pool: those nothing else holds any more and
+    /// of this size and alignment, up to the idle bound; the rest are
+    /// dropped (a buffer still held elsewhere lives on there). Give them in
+    /// file order (a flushed batch): they are handed out again in the
+    /// reverse of the order they came back in, so pages reused for the
+    /// next consecutive pages stay adjacent where they were.
     pub fn put_all(
         &self,
-        bufs: impl IntoIterator<Item = AlignedBuf, IntoIter: DoubleEndedIterator>,
+        bufs: impl IntoIterator<Item = Arc<AlignedBuf>, IntoIter: DoubleEndedIterator>,
     ) {
         let mut free = self.free.lock();
         for b in bufs.into_iter().rev() {
-            if free.len() < self.max_buffers && b.len() == self.len && b.align() == self.align {
+            if free.len() < self.max_buffers
+                && b.len() == self.len
+                && b.align() == self.align
+                && let Ok(b) = UniqueBuf::try_unique(b)
+            {
                 free.push(b);
             }
         }
@@ -548,14 +609,14 @@ mod tests {
     fn dropping_a_pool_unmaps_only_its_idle_pages() {
         let pool = BufferPool::new(4096, 4096, 64 << 20).unwrap();
         // Two slabs' worth and a bit, so idle pages span slab boundaries.
-        let mut pages: Vec<AlignedBuf> = (0..1100).map(|_| pool.zeroed()).collect();
+        let mut pages: Vec<UniqueBuf> = (0..1100).map(|_| pool.zeroed()).collect();
         // Keep every third page (a gap in each idle range), return the rest
         // out of order.
-        let kept: Vec<AlignedBuf> = (0..pages.len() / 3)
+        let kept: Vec<UniqueBuf> = (0..pages.len() / 3)
             .map(|i| pages.swap_remove(i * 2))
             .collect();
         pages.reverse();
-        pool.put_all(pages);
+        pool.put_all(pages.into_iter().map(UniqueBuf::share));
         drop(pool);
         // The pages held outside are still mapped and writable.
         for (i, mut p) in kept.into_iter().enumerate() {
@@ -567,7 +628,7 @@ mod tests {
     #[test]
     fn pool_hands_out_slab_pages_in_address_order_and_reuses_them_so() {
         let pool = BufferPool::new(4096, 4096, 64 << 20).unwrap();
-        let pages: Vec<AlignedBuf> = (0..8).map(|_| pool.zeroed()).collect();
+        let pages: Vec<UniqueBuf> = (0..8).map(|_| pool.zeroed()).collect();
         for w in pages.windows(2) {
             assert_eq!(w[0].as_ptr() as usize + 4096, w[1].as_ptr() as usize);
         }
@@ -578,8 +639,8 @@ mod tests {
         for p in &mut pages {
             p.fill(0xAB);
         }
-        pool.put_all(pages);
-        let again: Vec<AlignedBuf> = (0..8).map(|_| pool.zeroed()).collect();
+        pool.put_all(pages.into_iter().map(UniqueBuf::share));
+        let again: Vec<UniqueBuf> = (0..8).map(|_| pool.zeroed()).collect();
         assert_eq!(
             again
                 .iter()
@@ -723,19 +784,19 @@ mod tests {
         let pool = BufferPool::new(4096, 4096, 2 * 4096).unwrap();
         let a = pool.copy_of(&[7u8; 4096]);
         let ptr = a.as_ptr();
-        pool.put_all([a]);
+        pool.put_all([a.share()]);
         assert_eq!(pool.idle(), 1);
         let b = pool.zeroed();
         assert_eq!(b.as_ptr(), ptr, "reused");
         assert!(b.iter().all(|&x| x == 0), "cleared on reuse");
         let others = [
-            AlignedBuf::zeroed(4096, 4096).unwrap(),
-            AlignedBuf::zeroed(4096, 4096).unwrap(),
+            Arc::new(AlignedBuf::zeroed(4096, 4096).unwrap()),
+            Arc::new(AlignedBuf::zeroed(4096, 4096).unwrap()),
         ];
         pool.put_all([
-            b,
-            AlignedBuf::zeroed(8192, 4096).unwrap(),
-            AlignedBuf::zeroed(4096, 512).unwrap(),
+            b.share(),
+            Arc::new(AlignedBuf::zeroed(8192, 4096).unwrap()),
+            Arc::new(AlignedBuf::zeroed(4096, 512).unwrap()),
         ]);
         pool.put_all(others);
         assert_eq!(
@@ -744,6 +805,30 @@ mod tests {
             "bounded, wrong sizes and alignments dropped"
         );
         assert!(BufferPool::new(4096, 3, 1).is_none());
+    }
+
+    #[test]
+    fn pool_takes_back_only_pages_nothing_else_holds() {
+        let pool = BufferPool::new(4096, 4096, 64 << 20).unwrap();
+        let mut page = pool.copy_of(&[1u8; 4096]);
+        page[0] = 9;
+        let shared = page.share();
+        let reader = Arc::clone(&shared);
+        pool.put_all([shared]);
+        let idle = pool.idle();
+        // The reader's page is not handed out again: it still reads 9, 1...
+        let fresh: Vec<UniqueBuf> = (0..idle + 1).map(|_| pool.zeroed()).collect();
+        assert!(fresh.iter().all(|p| p.as_ptr() != reader.as_ptr()));
+        assert_eq!((reader[0], reader[1]), (9, 1));
+        // ...and once the reader lets go it comes back, Arc and all.
+        let at = reader.as_ptr();
+        let again = UniqueBuf::try_unique(reader).expect("last holder");
+        let idle = pool.idle();
+        pool.put_all([again.share()]);
+        assert_eq!(pool.idle(), idle + 1);
+        let reused = pool.zeroed();
+        assert_eq!(reused.as_ptr(), at);
+        assert!(reused.iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -273,6 +273,8 @@ pub struct SlotRing {
     enter_calls: u64,
     /// CQEs copied out of the CQ before they are handled (reused).
     cqes: Vec<(u64, i32)>,
+    /// Completions `drive` reaped and has not yet handled (reused).
+    done: Vec<Completion>,
 }
 
 impl std::fmt::Debug for SlotRing {
@@ -400,6 +402,7 @@ impl SlotRing {
             unsubmitted: 0,
             enter_calls: 0,
             cqes: Vec::with_capacity(qd),
+            done: Vec::new(),
         })
     }
 
@@ -821,7 +824,7 @@ impl SlotRing {
         }
         let mut next = 0;
         let mut fatal: Option<io::Error> = None;
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.done);
         loop {
             while fatal.is_none() && next < jobs && self.in_flight < capacity {
                 if let Err(e) = begin(self, next) {
@@ -845,14 +848,16 @@ impl SlotRing {
                 end(self, c);
             }
         }
+        self.done = done;
         fatal.map_or(Ok(()), Err)
     }
 
     /// Writes each run from the caller's memory as `IORING_OP_WRITEV`
     /// SQEs, up to `queue_depth` at once (a run of more than `IOV_MAX`
     /// segments takes several SQEs one after another), and returns only
-    /// when no SQE is in flight. Returns each run's error: a failed run
-    /// does not stop the others.
+    /// when no SQE is in flight. Sets `errors` to each run's error
+    /// (cleared first; its allocation is reused): a failed run does not
+    /// stop the others.
     ///
     /// Errors (`Err`): `InvalidInput` if transfers pushed with
     /// [`push`](Self::push) are still in flight (nothing written);
@@ -862,15 +867,17 @@ impl SlotRing {
     pub fn write_vectored(
         &mut self,
         runs: &[VectoredRun<'_, '_>],
+        errors: &mut Vec<Option<io::Error>>,
         fault: FaultHook<'_>,
-    ) -> io::Result<Vec<Option<io::Error>>> {
+    ) -> io::Result<()> {
         let qd = self.opts.queue_depth as usize;
         if self.vec_io.len() < qd {
             self.vec_io.resize_with(qd, VecIo::default);
         }
         self.free_tags.clear();
         self.free_tags.extend((0..qd).rev());
-        let mut errors: Vec<Option<io::Error>> = (0..runs.len()).map(|_| None).collect();
+        errors.clear();
+        errors.resize_with(runs.len(), || None);
         let mut begin = |ring: &mut Self, j: usize| {
             let run = &runs[j];
             if run.bufs.iter().all(|b| b.is_empty()) {
@@ -896,8 +903,7 @@ impl SlotRing {
             fault,
             &mut begin,
             &mut end,
-        )?;
-        Ok(errors)
+        )
     }
 
     /// Writes each job from the ring's own buffers: `fill(job, buf)` copies
@@ -905,7 +911,9 @@ impl SlotRing {
     /// (with `O_DIRECT` the kernel's per-segment cost exceeds a memcpy,
     /// `.project/io-uring-and-direct.md`). Up to `min(queue_depth, slots)`
     /// writes are in flight; the copy of the next job overlaps them.
-    /// Returns each job's error: a failed job does not stop the others.
+    /// Sets `errors` to each job's error (as in
+    /// [`write_vectored`](Self::write_vectored)): a failed job does not
+    /// stop the others.
     ///
     /// Errors (`Err`): `InvalidInput` if the ring has no slot or a job is
     /// longer than a slot's buffer (nothing written); otherwise as
@@ -917,8 +925,9 @@ impl SlotRing {
         &mut self,
         jobs: &[CopyJob],
         fill: &mut dyn FnMut(usize, &mut [u8]),
+        errors: &mut Vec<Option<io::Error>>,
         fault: FaultHook<'_>,
-    ) -> io::Result<Vec<Option<io::Error>>> {
+    ) -> io::Result<()> {
         let shortest = self.slots.iter().map(|s| s.len).min().unwrap_or(0);
         if self.slots.is_empty() || jobs.iter().any(|j| j.len > shortest) {
             return Err(io::Error::new(
@@ -927,7 +936,8 @@ impl SlotRing {
             ));
         }
         let capacity = self.opts.queue_depth.min(self.slots.len() as u32);
-        let mut errors: Vec<Option<io::Error>> = (0..jobs.len()).map(|_| None).collect();
+        errors.clear();
+        errors.resize_with(jobs.len(), || None);
         let mut begin = |ring: &mut Self, j: usize| {
             let job = jobs[j];
             if job.len == 0 {
@@ -945,8 +955,7 @@ impl SlotRing {
         let mut end = |ring: &mut Self, c: Completion| {
             errors[ring.job_of[c.slot]] = c.result.err();
         };
-        self.drive(jobs.len(), capacity, fault, &mut begin, &mut end)?;
-        Ok(errors)
+        self.drive(jobs.len(), capacity, fault, &mut begin, &mut end)
     }
 }
 
@@ -1125,7 +1134,9 @@ mod tests {
             _ => None,
         };
         let mut fill = |j: usize, buf: &mut [u8]| buf.fill(j as u8 + 1);
-        let errs = ring.write_copied(&jobs, &mut fill, Some(&fault)).unwrap();
+        let mut errs = Vec::new();
+        ring.write_copied(&jobs, &mut fill, &mut errs, Some(&fault))
+            .unwrap();
         for (j, e) in errs.iter().enumerate() {
             assert_eq!(e.is_some(), j == 5, "job {j}: {e:?}");
         }
@@ -1142,6 +1153,7 @@ mod tests {
                     len: 8193
                 }],
                 &mut fill,
+                &mut errs,
                 None
             )
             .is_err(),
@@ -1200,7 +1212,9 @@ mod tests {
                 UringFault::Short(5000)
             })
         };
-        let errs = ring.write_vectored(&runs, Some(&fault)).unwrap();
+        let mut errs = vec![Some(io::Error::other("stale"))];
+        ring.write_vectored(&runs, &mut errs, Some(&fault)).unwrap();
+        assert_eq!(errs.len(), runs.len());
         assert!(errs.iter().all(|e| e.is_none()), "{errs:?}");
         assert_eq!(shorts.get(), 1);
         for (i, p) in pages.iter().enumerate() {
@@ -1237,7 +1251,8 @@ mod tests {
             })
             .collect();
         let fault = |off: u64, _: usize| (off == 8192).then_some(UringFault::Errno(libc::EIO));
-        let errs = ring.write_vectored(&runs, Some(&fault)).unwrap();
+        let mut errs = Vec::new();
+        ring.write_vectored(&runs, &mut errs, Some(&fault)).unwrap();
         let codes: Vec<_> = errs
             .iter()
             .map(|e| e.as_ref().and_then(|e| e.raw_os_error()))

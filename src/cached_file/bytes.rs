@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use super::stats::add;
 use super::{PagedCachedFile, Stripe};
 use crate::backend::IOV_MAX;
-use crate::buffer::AlignedBuf;
+use crate::buffer::UniqueBuf;
 use crate::error::{Error, Result};
 
 impl PagedCachedFile {
@@ -61,7 +61,7 @@ impl PagedCachedFile {
             let n = (ps - within).min(rest.len());
             let (chunk, tail) = rest.split_at(n);
             if n == ps {
-                self.insert(page_no, Arc::new(self.pool.copy_of(chunk)));
+                self.insert(page_no, self.pool.copy_of(chunk).share());
             } else {
                 let end = at + n as u64;
                 let end = if direct { (end + mask) & !mask } else { end };
@@ -269,7 +269,7 @@ impl PagedCachedFile {
                 if let Some(page) = s.dirty.get_mut(&p) {
                     let mut zeroed = self.pool.copy_of(page);
                     zeroed[keep..].fill(0);
-                    *page = Arc::new(zeroed);
+                    *page = zeroed.share();
                 }
             }
             self.logical_len.store(len, Ordering::Release);
@@ -356,7 +356,7 @@ impl PagedCachedFile {
         let seqs: Vec<Option<u64>> = (first..first + n as u64)
             .map(|p| self.cache_stripe(p).map(|c| c.lock().seq))
             .collect();
-        let mut pages: Vec<AlignedBuf> = (0..n).map(|_| self.pool.zeroed()).collect();
+        let mut pages: Vec<UniqueBuf> = (0..n).map(|_| self.pool.zeroed()).collect();
         let start = first << self.page_shift;
         let disk = self.disk_len.load(Ordering::Acquire);
         let on_disk = disk.saturating_sub(start).min((n * ps) as u64) as usize;
@@ -386,10 +386,10 @@ impl PagedCachedFile {
                 (Some(c), Some(seq)) => {
                     let mut c = c.lock();
                     if c.seq == seq {
-                        self.cache_insert(&mut c, p, Arc::new(page));
+                        self.cache_insert(&mut c, p, page.share());
                     }
                 }
-                _ => self.pool.put_all([page]),
+                _ => self.pool.put_all([page.share()]),
             }
         }
         Ok(())
@@ -423,7 +423,7 @@ impl PagedCachedFile {
                 if let Some(cur) = newest {
                     let mut page = self.pool.copy_of(&cur);
                     page[within..within + bytes.len()].copy_from_slice(bytes);
-                    self.insert_locked(&mut s, page_no, Arc::new(page), end);
+                    self.insert_locked(&mut s, page_no, page.share(), end);
                     return Ok(());
                 }
                 s.seq
@@ -435,11 +435,11 @@ impl PagedCachedFile {
             page[within..within + bytes.len()].copy_from_slice(bytes);
             let mut s = stripe.lock();
             if s.seq == seq && !s.guarded.contains(&page_no) {
-                self.insert_locked(&mut s, page_no, Arc::new(page), end);
+                self.insert_locked(&mut s, page_no, page.share(), end);
                 return Ok(());
             }
             drop(s);
-            self.pool.put_all([page]);
+            self.pool.put_all([page.share()]);
         }
     }
 

@@ -21,6 +21,26 @@ use crate::error::{Error, Result};
 /// call, so sparse files stay sparse.
 pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
+/// Emptied maps a stripe keeps for its next drains (`Stripe::spare`): a
+/// commit pipeline has a generation being written, one or two syncing and
+/// one settling, each holding a map.
+pub(crate) const SPARE_MAPS: usize = 4;
+
+/// Largest capacity (pages) of a map kept as a spare: one grown by a bulk
+/// flush is dropped, so the maps that go round stay small to iterate.
+const SPARE_MAP_MAX: usize = 1024;
+
+/// Most emptied batch vectors kept (`PagedCachedFile::spare_batches`).
+const SPARE_BATCHES: usize = 4;
+
+/// The vectors of a retired [`Batch`], emptied, kept with their capacity
+/// for the next drain.
+#[derive(Default)]
+pub(crate) struct BatchVecs {
+    entries: Vec<(u64, PageRef)>,
+    drained: Vec<(usize, Arc<PageMap>)>,
+}
+
 /// State owned by whoever holds the flusher lock, kept between flushes so
 /// that a steady-state flush does not reallocate it.
 pub(crate) struct Flusher {
@@ -227,18 +247,26 @@ impl PagedCachedFile {
     /// swap per stripe under its lock) and collects them. Caller holds the
     /// flusher lock.
     fn drain(&self) -> Option<Batch> {
-        let mut drained = Vec::new();
+        let BatchVecs {
+            mut entries,
+            mut drained,
+        } = self.spare_batches.lock().pop().unwrap_or_default();
         for (i, stripe) in self.stripes.iter().enumerate() {
             let mut s = stripe.lock();
             if s.dirty.is_empty() {
                 continue;
             }
-            let map = Arc::new(std::mem::take(&mut s.dirty));
+            let mut map = s.spare.pop().unwrap_or_default();
+            let Some(empty) = Arc::get_mut(&mut map) else {
+                unreachable!("spare maps are unique: kept only after Arc::get_mut, never cloned")
+            };
+            std::mem::swap(empty, &mut s.dirty);
             s.flushing.push(Arc::clone(&map));
             drop(s);
             drained.push((i, map));
         }
         if drained.is_empty() {
+            self.keep_batch_vecs(BatchVecs { entries, drained });
             return None;
         }
         // Called under the flusher lock: ids follow drain order.
@@ -248,7 +276,7 @@ impl PagedCachedFile {
             .push_back(Generation { id, done: None });
         let shift = self.page_shift;
         let n = drained.iter().map(|(_, m)| m.len()).sum();
-        let mut entries = Vec::with_capacity(n);
+        entries.reserve(n);
         for (_, map) in &drained {
             entries.extend(map.iter().map(|(&p, page)| (p << shift, Arc::clone(page))));
         }
@@ -271,13 +299,17 @@ impl PagedCachedFile {
     /// a younger generation shadows an older one for readers, so removing
     /// it first would let a reader find the older version of a page.
     pub(super) fn settle(&self, mut batch: Batch) {
-        let mut is_failed = vec![false; batch.entries.len()];
+        // Empty (no allocation) when nothing failed, the usual case.
+        let mut is_failed = Vec::new();
+        if !batch.failed.is_empty() {
+            is_failed.resize(batch.entries.len(), false);
+        }
         for r in std::mem::take(&mut batch.failed) {
             is_failed[r].fill(true);
         }
         let mut kept = 0usize;
         for (i, (off, page)) in batch.entries.iter().enumerate() {
-            if !is_failed[i] {
+            if !is_failed.get(i).copied().unwrap_or(false) {
                 continue;
             }
             let n = off >> self.page_shift;
@@ -337,9 +369,9 @@ impl PagedCachedFile {
             batch
                 .entries
                 .iter()
-                .zip(is_failed)
-                .filter(|(_, f)| !**f)
-                .map(|(e, _)| e)
+                .enumerate()
+                .filter(|(i, _)| !is_failed.get(*i).copied().unwrap_or(false))
+                .map(|(_, e)| e)
         };
         if let Some((off, page)) = written().next_back() {
             // Sorted: the last written page ends highest (but the file was
@@ -357,13 +389,28 @@ impl PagedCachedFile {
                 }
             }
         }
+        let Batch {
+            mut entries,
+            mut drained,
+            ..
+        } = batch;
         let mut total = 0usize;
-        for (i, map) in &batch.drained {
+        for (i, mut map) in drained.drain(..) {
             total += map.values().map(|p| p.len()).sum::<usize>();
-            let mut s = self.stripes[*i].lock();
-            s.flushing.retain(|g| !Arc::ptr_eq(g, map));
+            let mut s = self.stripes[i].lock();
+            s.flushing.retain(|g| !Arc::ptr_eq(g, &map));
             if s.flushing.is_empty() {
                 s.discarded.clear();
+            }
+            // Out of `flushing`, the batch held the map's last reference.
+            // Emptying it drops its page references, so each page's last
+            // reference is the batch's and the pool can take it back.
+            match Arc::get_mut(&mut map) {
+                Some(m) if s.spare.len() < SPARE_MAPS && m.capacity() <= SPARE_MAP_MAX => {
+                    m.clear();
+                    s.spare.push(map);
+                }
+                _ => drop(map),
             }
         }
         debug_assert!(total >= kept, "kept {kept} of {total} bytes");
@@ -373,22 +420,28 @@ impl PagedCachedFile {
         );
         self.buffered.fetch_sub(total - kept, Ordering::AcqRel);
         // Recycle the pages nobody else holds (a reader, the read cache, or
-        // the write buffer after a failure): drop the maps' references
-        // first, so each page's last reference is the batch's.
-        let Batch {
-            entries, drained, ..
-        } = batch;
-        drop(drained);
-        self.pool.put_all(
-            entries
-                .into_iter()
-                .filter_map(|(_, page)| Arc::try_unwrap(page).ok()),
-        );
+        // the write buffer after a failure).
+        self.pool.put_all(entries.drain(..).map(|(_, page)| page));
+        self.keep_batch_vecs(BatchVecs { entries, drained });
         if total > 0 {
             // Wake writers waiting for room (see `wait_for_room`): room was
             // freed, or the pages went back to the write buffer, where a
             // waiter can flush them itself.
             self.notify_room();
+        }
+    }
+
+    /// Keeps a retired batch's emptied vectors for the next drain (up to
+    /// [`SPARE_BATCHES`]; one a bulk flush grew past `SPARE_MAP_MAX`
+    /// pages is dropped).
+    fn keep_batch_vecs(&self, vecs: BatchVecs) {
+        debug_assert!(vecs.entries.is_empty() && vecs.drained.is_empty());
+        if vecs.entries.capacity() > SPARE_MAP_MAX * self.stripes.len() {
+            return;
+        }
+        let mut spare = self.spare_batches.lock();
+        if spare.len() < SPARE_BATCHES {
+            spare.push(vecs);
         }
     }
 }

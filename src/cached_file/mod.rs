@@ -12,7 +12,7 @@
 //! 3. the read cache of clean pages (optional);
 //! 4. the backend.
 //!
-//! A page moves 1 -> 2 under its stripe lock (one `mem::take`, no I/O), so a
+//! A page moves 1 -> 2 under its stripe lock (one map swap, no I/O), so a
 //! reader holding that lock sees it in one of the two. It leaves 2 only
 //! after its write completed (and, for a commit round, after the round's
 //! `fdatasync`), and after the read cache was updated, so a reader that
@@ -22,7 +22,8 @@
 //! # Lock order
 //!
 //! `flusher` -> `generations` -> stripe -> cache stripe; `commit` and
-//! `room` are never held with another. No I/O happens under a stripe or cache lock. Writes are
+//! `room` are never held with another, and nothing is taken under
+//! `spare_batches`. No I/O happens under a stripe or cache lock. Writes are
 //! serialized by `flusher`: a younger generation is always written after an
 //! older one, so the newest version of a page is the last to reach the OS
 //! (newest wins), even while older generations still wait for their
@@ -38,7 +39,7 @@ use std::sync::atomic::Ordering;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard};
 
 use crate::backend::{OpenOptions, StorageBackend};
-use crate::buffer::{AlignedBuf, BufferPool};
+use crate::buffer::{AlignedBuf, BufferPool, UniqueBuf};
 use crate::error::{Error, Result};
 
 mod bytes;
@@ -106,6 +107,10 @@ pub(crate) struct Stripe {
     /// At most a few: the generation being written, one waiting to sync and
     /// one syncing.
     flushing: Vec<Arc<PageMap>>,
+    /// Emptied maps of retired generations, each with its one `Arc` and
+    /// its capacity: the next drain swaps one in for `dirty`, so a steady
+    /// load allocates no map per drain (at most [`flush::SPARE_MAPS`]).
+    spare: Vec<Arc<PageMap>>,
 }
 
 /// A file of fixed-size pages with a bounded, striped write buffer.
@@ -149,6 +154,8 @@ pub struct PagedCachedFile {
     write_seq: AtomicU64,
     /// In-flight generations in drain order; they retire in this order.
     generations: Mutex<std::collections::VecDeque<flush::Generation>>,
+    /// Emptied vectors of retired batches, reused by the next drain.
+    spare_batches: Mutex<Vec<flush::BatchVecs>>,
     next_generation: AtomicU64,
     /// Writers that find the buffer full of in-flight pages (which no flush
     /// can release before their `fdatasync`) wait here for a settle.
@@ -306,6 +313,7 @@ impl PagedCachedFile {
             flusher: Mutex::new(flusher),
             write_seq: AtomicU64::new(0),
             generations: Mutex::new(std::collections::VecDeque::new()),
+            spare_batches: Mutex::new(Vec::new()),
             next_generation: AtomicU64::new(0),
             room: Mutex::new(0),
             room_freed: Condvar::new(),
@@ -403,7 +411,7 @@ impl PagedCachedFile {
         self.wait_for_room()?;
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
             let page = self.pool.copy_of(chunk);
-            self.insert(self.page_no(offset) + i as u64, Arc::new(page));
+            self.insert(self.page_no(offset) + i as u64, page.share());
         }
         Ok(())
     }
@@ -644,11 +652,13 @@ impl PagedCachedFile {
     }
 
     /// Zeroed page memory: from the pool for one page, fresh otherwise.
-    fn alloc(&self, len: usize) -> AlignedBuf {
+    fn alloc(&self, len: usize) -> UniqueBuf {
         if len == self.config.page_size {
             return self.pool.zeroed();
         }
-        AlignedBuf::zeroed(len, self.config.page_align).expect("alignment validated")
+        UniqueBuf::new(
+            AlignedBuf::zeroed(len, self.config.page_align).expect("alignment validated"),
+        )
     }
 
     /// The length reads may reach: the logical length rounded up to a page.
@@ -831,7 +841,7 @@ impl PagedCachedFile {
 
     /// Inserts a guard's pages, dropping each page's guard mark under the
     /// same lock (so no other write slips in between).
-    fn insert_guarded(&self, offset: u64, buf: AlignedBuf) {
+    fn insert_guarded(&self, offset: u64, buf: UniqueBuf) {
         let ps = self.config.page_size;
         let first = self.page_no(offset);
         let one = |p: u64, page: PageRef| {
@@ -841,10 +851,10 @@ impl PagedCachedFile {
             self.unguarded[(p & self.stripe_mask) as usize].notify_all();
         };
         if buf.len() == ps {
-            one(first, Arc::new(buf));
+            one(first, buf.share());
         } else {
             for (i, chunk) in buf.chunks(ps).enumerate() {
-                one(first + i as u64, Arc::new(self.pool.copy_of(chunk)));
+                one(first + i as u64, self.pool.copy_of(chunk).share());
             }
         }
         self.guards.fetch_sub(1, Ordering::SeqCst);
@@ -878,7 +888,7 @@ impl PagedCachedFile {
         };
         let mut buf = self.pool.zeroed();
         self.read_disk_page(page_no, &mut buf)?;
-        let page = Arc::new(buf);
+        let page = buf.share();
         if let (Some(c), Some(seq)) = (cache, seq) {
             let mut c = c.lock();
             if c.seq == seq {
@@ -920,9 +930,7 @@ impl PagedCachedFile {
     /// (a reader may still), so a steady write load with the read cache on
     /// does not allocate a page per write.
     fn recycle(&self, page: PageRef) {
-        if let Ok(buf) = Arc::try_unwrap(page) {
-            self.pool.put_all([buf]);
-        }
+        self.pool.put_all([page]);
     }
 }
 
@@ -942,7 +950,7 @@ impl Drop for PagedCachedFile {
 pub struct WritablePage<'a> {
     file: &'a PagedCachedFile,
     offset: u64,
-    buf: Option<AlignedBuf>,
+    buf: Option<UniqueBuf>,
 }
 
 impl WritablePage<'_> {
@@ -957,6 +965,7 @@ impl WritablePage<'_> {
             let first = self.file.page_no(self.offset);
             let pages = (buf.len() >> self.file.page_shift) as u64;
             self.file.unguard(first..first + pages);
+            self.file.pool.put_all([buf.share()]);
             self.file.guards.fetch_sub(1, Ordering::SeqCst);
             self.file.writers.fetch_sub(1, Ordering::SeqCst);
         }
@@ -966,13 +975,19 @@ impl WritablePage<'_> {
 impl Deref for WritablePage<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.buf.as_deref().unwrap_or(&[])
+        match &self.buf {
+            Some(b) => b,
+            None => &[],
+        }
     }
 }
 
 impl DerefMut for WritablePage<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        self.buf.as_deref_mut().unwrap_or(&mut [])
+        match &mut self.buf {
+            Some(b) => b,
+            None => &mut [],
+        }
     }
 }
 

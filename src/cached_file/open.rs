@@ -69,7 +69,7 @@ pub(crate) fn resolve_writer(
             scratch: None,
             align: config.page_align,
         },
-        _ => RunWriter::Vectored,
+        _ => RunWriter::Vectored { iovecs: Vec::new() },
     };
     let queue_depth = match config.engine {
         FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } => queue_depth,
@@ -95,7 +95,11 @@ pub(crate) fn resolve_writer(
                 Error::Io { source, .. } => format!("io_uring refused: {}", short_error(source)),
                 _ => "io_uring not used: the backend has no file".into(),
             };
-            Ok((FlushEngine::Vectored, Some(why), RunWriter::Vectored))
+            Ok((
+                FlushEngine::Vectored,
+                Some(why),
+                RunWriter::Vectored { iovecs: Vec::new() },
+            ))
         }
         (_, Err(e)) => Err(e),
     }
@@ -131,6 +135,7 @@ fn uring_writer(
     Ok(RunWriter::Uring {
         ring: Box::new(ring),
         copy: bounce > 0,
+        scratch: Box::default(),
     })
 }
 

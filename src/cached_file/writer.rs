@@ -32,8 +32,9 @@ pub(crate) enum RunWriter {
         scratch: Option<AlignedBuf>,
         align: usize,
     },
-    /// One `pwritev` per run (split at `IOV_MAX` by the backend).
-    Vectored,
+    /// One `pwritev` per run (split at `IOV_MAX` by the backend); the
+    /// iovec vector is kept between flushes.
+    Vectored { iovecs: Vec<IoSlice<'static>> },
     /// io_uring, up to the queue depth of runs in flight: `WRITEV` SQEs
     /// from page memory, or with `copy` (under `O_DIRECT`) one segment per
     /// run copied into the ring's own buffers (the kernel's per-segment
@@ -42,6 +43,7 @@ pub(crate) enum RunWriter {
     Uring {
         ring: Box<crate::backend::ring::SlotRing>,
         copy: bool,
+        scratch: Box<UringScratch>,
     },
 }
 
@@ -80,23 +82,28 @@ impl RunWriter {
                     results.set(i, run.offset, "pwrite", r.err());
                 }
             }
-            RunWriter::Vectored => {
-                let mut vectors: Vec<IoSlice<'_>> =
-                    entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
+            RunWriter::Vectored { iovecs } => {
+                let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
+                vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
                 for (i, run) in runs.iter().enumerate() {
                     add(&counters.write_calls, 1);
                     let r = backend.write_vectored_all_at(run.offset, &mut vectors[run.entries()]);
                     results.set(i, run.offset, "pwritev", r.err());
                 }
+                *iovecs = reuse(vectors);
             }
             #[cfg(all(target_os = "linux", feature = "io-uring"))]
-            RunWriter::Uring { ring, copy } => {
-                write_uring(ring, *copy, backend, runs, entries, &mut results);
+            RunWriter::Uring {
+                ring,
+                copy,
+                scratch,
+            } => {
+                write_uring(ring, *copy, scratch, backend, runs, entries, &mut results);
                 add(&counters.write_calls, results.enter_calls);
             }
         }
-        for (run, e) in runs.iter().zip(&results.errors) {
-            if e.is_none() {
+        for (i, run) in runs.iter().enumerate() {
+            if !results.failed(i) {
                 add(&counters.runs, 1);
                 add(&counters.pages_written, run.count as u64);
                 add(&counters.bytes_written, run.len as u64);
@@ -124,6 +131,28 @@ fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
     segments <= 2 * runs.len()
 }
 
+/// An empty vector with `v`'s allocation, for elements of the same layout
+/// (here: `IoSlice`s of another lifetime, so a vector borrowed from one
+/// flush's pages serves the next). std collects a `vec::IntoIter` into a
+/// `Vec` in place when the layouts match, so nothing is allocated; the
+/// steady-state allocation test (`tests/alloc_free.rs`) checks it.
+fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().map(|_| unreachable!("cleared")).collect()
+}
+
+/// What the io_uring writer keeps between flushes so that a flush
+/// allocates nothing: the copy jobs, the iovecs and runs of a zero-copy
+/// write (emptied; see [`reuse`]) and the per-run errors.
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+#[derive(Default)]
+pub(crate) struct UringScratch {
+    jobs: Vec<crate::backend::ring::CopyJob>,
+    iovecs: Vec<IoSlice<'static>>,
+    vruns: Vec<crate::backend::ring::VectoredRun<'static, 'static>>,
+    errors: Vec<Option<std::io::Error>>,
+}
+
 /// Copies a run's pages into `buf`, back to back.
 fn gather(pages: &[(u64, PageRef)], buf: &mut [u8]) {
     let mut at = 0;
@@ -135,6 +164,8 @@ fn gather(pages: &[(u64, PageRef)], buf: &mut [u8]) {
 
 /// Per run: its error, if it failed; the first in offset order.
 struct Results {
+    runs: usize,
+    /// Empty (no allocation) until a run fails.
     errors: Vec<Option<std::io::Error>>,
     first: Option<(u64, &'static str)>,
     #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
@@ -144,17 +175,26 @@ struct Results {
 impl Results {
     fn new(runs: usize) -> Self {
         Self {
-            errors: (0..runs).map(|_| None).collect(),
+            runs,
+            errors: Vec::new(),
             first: None,
             enter_calls: 0,
         }
     }
 
     fn set(&mut self, run: usize, offset: u64, op: &'static str, e: Option<std::io::Error>) {
-        if e.is_some() && self.first.is_none_or(|(at, _)| offset < at) {
+        let Some(e) = e else { return };
+        if self.first.is_none_or(|(at, _)| offset < at) {
             self.first = Some((offset, op));
         }
-        self.errors[run] = e;
+        if self.errors.is_empty() {
+            self.errors.resize_with(self.runs, || None);
+        }
+        self.errors[run] = Some(e);
+    }
+
+    fn failed(&self, run: usize) -> bool {
+        self.errors.get(run).is_some_and(Option::is_some)
     }
 
     fn into_failure(self, runs: &[Run]) -> Result<(), WriteFailure> {
@@ -188,6 +228,7 @@ impl Results {
 fn write_uring(
     ring: &mut crate::backend::ring::SlotRing,
     copy: bool,
+    scratch: &mut UringScratch,
     backend: &dyn StorageBackend,
     runs: &[Run],
     entries: &[(u64, PageRef)],
@@ -208,26 +249,28 @@ fn write_uring(
     // Runs whose pages are adjacent in memory go out zero-copy: one WRITEV
     // segment per run costs less than the copy.
     let copy = copy && !mostly_contiguous(runs, entries);
+    let errors = &mut scratch.errors;
     let outcome = if copy {
-        let jobs: Vec<CopyJob> = runs
-            .iter()
-            .map(|r| CopyJob {
-                offset: r.offset,
-                len: r.len,
-            })
-            .collect();
+        let jobs = &mut scratch.jobs;
+        jobs.clear();
+        jobs.extend(runs.iter().map(|r| CopyJob {
+            offset: r.offset,
+            len: r.len,
+        }));
         let mut fill = |j: usize, buf: &mut [u8]| gather(&entries[runs[j].entries()], buf);
-        ring.write_copied(&jobs, &mut fill, fault)
+        ring.write_copied(jobs, &mut fill, errors, fault)
     } else {
-        let vectors: Vec<IoSlice<'_>> = entries.iter().map(|(_, p)| IoSlice::new(p)).collect();
-        let vruns: Vec<VectoredRun<'_, '_>> = runs
-            .iter()
-            .map(|r| VectoredRun {
-                offset: r.offset,
-                bufs: &vectors[r.entries()],
-            })
-            .collect();
-        ring.write_vectored(&vruns, fault)
+        let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(&mut scratch.iovecs));
+        vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
+        let mut vruns: Vec<VectoredRun<'_, '_>> = reuse(std::mem::take(&mut scratch.vruns));
+        vruns.extend(runs.iter().map(|r| VectoredRun {
+            offset: r.offset,
+            bufs: &vectors[r.entries()],
+        }));
+        let outcome = ring.write_vectored(&vruns, errors, fault);
+        scratch.vruns = reuse(vruns);
+        scratch.iovecs = reuse(vectors);
+        outcome
     };
     results.enter_calls = ring.enter_calls() - before;
     let op = if copy {
@@ -236,8 +279,8 @@ fn write_uring(
         "io_uring writev"
     };
     match outcome {
-        Ok(errors) => {
-            for (i, (run, e)) in runs.iter().zip(errors).enumerate() {
+        Ok(()) => {
+            for (i, (run, e)) in runs.iter().zip(scratch.errors.drain(..)).enumerate() {
                 results.set(i, run.offset, op, e);
             }
         }
