@@ -207,6 +207,32 @@ impl ScaleConfig {
         })
     }
 
+    /// Bytes each file of a cell with `files` files preallocates: the
+    /// preallocation split evenly, each share rounded up to a page.
+    pub fn preallocation_share(&self, files: usize) -> u64 {
+        (self.preallocate_bytes / files.max(1) as u64).next_multiple_of(self.page_size as u64)
+    }
+
+    /// The most bytes one cell's files preallocate together (cells run one
+    /// at a time, and each removes its files): what the file system must
+    /// have free. A separate-files cell can take up to a page per file more
+    /// than `preallocate_bytes`, its shares being rounded up to pages.
+    pub fn preallocated_per_cell(&self) -> u64 {
+        if self.preallocate_bytes == 0 {
+            return 0;
+        }
+        let separate = if self.modes.contains(&Mode::SeparateFiles) {
+            self.threads
+                .iter()
+                .map(|&t| self.preallocation_share(t).saturating_mul(t as u64))
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        separate.max(self.preallocate_bytes)
+    }
+
     /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
     /// first bad one, [`Error::InvalidPageSize`].
     pub fn validate(&self) -> Result<()> {
@@ -443,8 +469,7 @@ pub fn run_cell(
         Mode::SeparateFiles => {
             let mut temps = Vec::new();
             let mut files = Vec::new();
-            let share = (config.preallocate_bytes / threads as u64)
-                .next_multiple_of(config.page_size as u64);
+            let share = config.preallocation_share(threads);
             for _ in 0..threads {
                 let t = temp_file(&config.dir, share)?;
                 files.push(Arc::new(open_cached(&t, config, FlushEngine::PerPage)?));
@@ -765,6 +790,21 @@ mod tests {
         let path = t.path().to_path_buf();
         drop(t);
         assert!(!path.exists());
+        // Separate-files shares round up to a page: the room check counts
+        // what the files take together, not the figure asked for.
+        let c = ScaleConfig {
+            preallocate_bytes: 10_000,
+            threads: vec![1, 3],
+            modes: vec![Mode::Engine(FlushEngine::Vectored), Mode::SeparateFiles],
+            ..ScaleConfig::default()
+        };
+        assert_eq!(c.preallocation_share(3), 4096);
+        assert_eq!(c.preallocated_per_cell(), 3 * 4096);
+        let c = ScaleConfig {
+            modes: vec![Mode::Engine(FlushEngine::Vectored)],
+            ..c
+        };
+        assert_eq!(c.preallocated_per_cell(), 10_000);
         // Bad sizes are refused before any file is made.
         let c = ScaleConfig {
             preallocate_bytes: u64::MAX,

@@ -82,7 +82,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
     // One cell's files at a time hold the preallocation.
     pagewriter_bench::room::check(
         &config.dir.join("scale"),
-        config.preallocate_bytes,
+        config.preallocated_per_cell(),
         0,
         a.force,
     )?;
