@@ -6,6 +6,8 @@
 //! binary only; the binary has one test function, so no other test thread
 //! adds its own allocations to the count.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile};
 
 mod common;
@@ -89,4 +91,54 @@ fn a_steady_commit_load_allocates_nothing() {
         }
     }
     assert!(checked >= 4, "only {checked} cases ran");
+
+    // Four threads committing at once: group commit rounds vary in size,
+    // and a round larger than any before grows a map or a vector once.
+    // Nothing is allocated per page or per commit.
+    let mut engines = vec![FlushEngine::Vectored];
+    if common::uring_available() {
+        engines.push(FlushEngine::IoUring { queue_depth: 8 });
+    }
+    for engine in engines {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default().engine(engine);
+        let file = PagedCachedFile::open(dir.path().join("threads"), config).unwrap();
+        let next = AtomicU64::new(0);
+        let threads = 4;
+        let commits_each = 300;
+        let run = || {
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(|| {
+                        for _ in 0..commits_each {
+                            let first = next.fetch_add(TXN_PAGES, Ordering::Relaxed);
+                            for p in first..first + TXN_PAGES {
+                                let mut page = file.overwrite(p * PAGE as u64, PAGE).unwrap();
+                                page.copy_from_slice(&data);
+                            }
+                            file.sync().unwrap();
+                        }
+                    });
+                }
+            })
+        };
+        run();
+        let before = allocations();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {});
+            }
+        });
+        let spawning = allocations() - before;
+        let before = allocations();
+        run();
+        let allocations = (allocations() - before).saturating_sub(spawning);
+        let commits = (threads * commits_each) as u64;
+        eprintln!("{engine:?}, {threads} threads: {allocations} allocations in {commits} commits");
+        assert!(
+            allocations <= commits / 2,
+            "{engine:?}, {threads} threads: {allocations} allocations in {commits} commits"
+        );
+        assert_eq!(file.len(), next.load(Ordering::Relaxed) * PAGE as u64);
+    }
 }
