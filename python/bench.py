@@ -6,7 +6,9 @@ On one file system, interleaved, median of --rounds (default 3):
       page-aligned buffer, then os.write to a file opened with O_DIRECT;
   (b) pagewriter.write_file with the same size and buffer size;
   (c) a fill_chunk loop of each Generator into one reused buffer, at 1 and
-      2 threads, incompressible and dedup = compress = 2 (no I/O);
+      2 threads, incompressible and dedup = compress = 2 (no I/O), beside
+      memset of the same buffer from as many threads: the rate at which
+      this machine stores bytes with no generator at all;
   (d) fio's sequential write at the same block size (O_DIRECT, io_uring,
       end_fsync), where fio is installed.
 
@@ -20,6 +22,8 @@ run. Prints a Markdown table and, with --json FILE, the raw figures.
 """
 
 import argparse
+import concurrent.futures
+import ctypes
 import json
 import mmap
 import os
@@ -103,6 +107,23 @@ def fill_loop(make, size, bs):
     return done / (time.perf_counter() - t) / 1e9
 
 
+def memset_loop(threads, size, bs):
+    """Zeroes one reused buffer of `bs` bytes until `size` bytes are done,
+    split over `threads` threads (ctypes calls release the GIL)."""
+    buf = bytearray(bs)
+    base = ctypes.addressof((ctypes.c_char * bs).from_buffer(buf))
+    part = bs // threads
+    pieces = [(base + i * part, part if i < threads - 1 else bs - i * part)
+              for i in range(threads)]
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        t = time.perf_counter()
+        done = 0
+        while done < size:
+            list(pool.map(lambda p: ctypes.memset(p[0], 0, p[1]), pieces))
+            done += bs
+        return done / (time.perf_counter() - t) / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", required=True, help="directory on the file system to test")
@@ -138,7 +159,8 @@ def main():
             gens.append((f"pagewriter fill_chunk, {threads} thr, dedup=compress={d:g}",
                          lambda t=threads, d=d: pagewriter.Generator(
                              gsize, dedup_ratio=d, compress_ratio=d, threads=t, seed=1)))
-    figures = {name: [] for name, _ in writers + gens}
+    ceilings = [(f"memset, {threads} thr", threads) for threads in (1, 2)]
+    figures = {name: [] for name, _ in writers + gens + ceilings}
     for r in range(a.rounds):
         for name, fn in writers:
             try:
@@ -149,6 +171,9 @@ def main():
             print(f"round {r + 1}: {name}: {figures[name][-1]:.3f} GB/s", file=sys.stderr)
         for name, make in gens:
             figures[name].append(fill_loop(make, gsize, gbs))
+            print(f"round {r + 1}: {name}: {figures[name][-1]:.3f} GB/s", file=sys.stderr)
+        for name, threads in ceilings:
+            figures[name].append(memset_loop(threads, gsize, gbs))
             print(f"round {r + 1}: {name}: {figures[name][-1]:.3f} GB/s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in figures.items()}
     print(f"\nwrite {a.size} at {a.bs} to {a.dir}, median of {a.rounds} interleaved rounds\n")
@@ -163,6 +188,14 @@ def main():
     for i in range(0, len(gens), 2):
         d, p = gens[i][0], gens[i + 1][0]
         print(f"| {p} | {med[p]:.2f} | {med[p] / med[d]:.2f}x dgen-py ({med[d]:.2f}) |")
+    print("\nmemset of the same buffer from the same threads (no generator):\n")
+    print("| threads | memset GB/s | dgen-py 1:1 / 2:2 | pagewriter 1:1 / 2:2 |")
+    print("|---|---|---|---|")
+    for name, threads in ceilings:
+        m = med[name]
+        share = [med[n] / m for n, _ in gens if f", {threads} thr," in n]
+        print(f"| {threads} | {m:.2f} | {share[0]:.2f} / {share[2]:.2f} of memset "
+              f"| {share[1]:.2f} / {share[3]:.2f} of memset |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"config": vars(a), "runs": figures, "median": med}, f, indent=1)
