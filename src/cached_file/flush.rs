@@ -405,12 +405,17 @@ impl PagedCachedFile {
             // Out of `flushing`, the batch held the map's last reference.
             // Emptying it drops its page references, so each page's last
             // reference is the batch's and the pool can take it back.
+            let room = s.spare.len() < SPARE_MAPS;
             match Arc::get_mut(&mut map) {
-                Some(m) if s.spare.len() < SPARE_MAPS && m.capacity() <= SPARE_MAP_MAX => {
+                Some(m) if room && m.capacity() <= SPARE_MAP_MAX => {
                     m.clear();
                     s.spare.push(map);
                 }
-                _ => drop(map),
+                // A bulk flush's large map is freed outside the lock.
+                _ => {
+                    drop(s);
+                    drop(map);
+                }
             }
         }
         debug_assert!(total >= kept, "kept {kept} of {total} bytes");
