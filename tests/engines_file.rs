@@ -441,3 +441,79 @@ fn direct_io_misfits_are_errors_or_reported_fallbacks() {
         )
     );
 }
+
+/// `commit_dsync`: a one-run commit round with nothing unsynced before it
+/// is one `RWF_DSYNC` write and no `fdatasync`; a round after an unsynced
+/// flush, or of several runs, still ends in `fdatasync`; the bytes are
+/// all there after reopening. Off, every round syncs.
+#[test]
+fn commit_dsync_replaces_fdatasync_only_where_it_covers_the_round() {
+    let dir = test_dir();
+    for direct in modes(dir.path()) {
+        for engine in file_engines() {
+            for on in [true, false] {
+                let path = dir
+                    .path()
+                    .join(format!("dsync-{}-{direct:?}-{on}", engine.name()));
+                let config = Config::default()
+                    .engine(engine)
+                    .direct(direct)
+                    .commit_dsync(on);
+                let f = PagedCachedFile::open(&path, config.clone()).unwrap();
+                let can =
+                    on && matches!(engine, FlushEngine::Vectored | FlushEngine::IoUring { .. });
+                let write = |pages: std::ops::Range<u64>, v: u64| {
+                    for p in pages {
+                        f.write_page(p * PS as u64, &page(PS, p, v)).unwrap();
+                    }
+                };
+                for txn in 0..5u64 {
+                    write(txn * 16..txn * 16 + 16, 1);
+                    f.sync().unwrap();
+                }
+                let s = f.stats();
+                let (dsync, syncs) = if can { (5, 0) } else { (0, 5) };
+                assert_eq!(
+                    (s.dsync_writes, s.syncs),
+                    (dsync, syncs),
+                    "{engine:?} {direct:?} {on}"
+                );
+                // An unsynced flush before the round: the round syncs.
+                write(80..84, 1);
+                f.flush().unwrap();
+                write(84..88, 1);
+                f.sync().unwrap();
+                // Two runs in one round: it syncs.
+                write(100..101, 1);
+                write(120..121, 1);
+                f.sync().unwrap();
+                // Clean again: one run goes out durable.
+                write(0..2, 2);
+                f.sync().unwrap();
+                let s = f.stats();
+                let (dsync, syncs) = if can { (6, 2) } else { (0, 8) };
+                assert_eq!(
+                    (s.dsync_writes, s.syncs),
+                    (dsync, syncs),
+                    "{engine:?} {direct:?} {on}"
+                );
+                drop(f);
+                let f = PagedCachedFile::open(&path, config).unwrap();
+                for p in (2..88).chain([100, 120]) {
+                    assert_eq!(
+                        tag_of(&f.read(p * PS as u64, PS).unwrap()),
+                        (p, 1),
+                        "{engine:?} {p}"
+                    );
+                }
+                for p in 0..2 {
+                    assert_eq!(
+                        tag_of(&f.read(p * PS as u64, PS).unwrap()),
+                        (p, 2),
+                        "{engine:?} {p}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -57,16 +57,20 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
         prop::sample::select(vec![0usize, 4, 64]),
         prop::sample::select(vec![1usize, 4, 64]),
         1usize..5,
+        any::<bool>(),
     )
         .prop_map(
-            |(engine, page_size, buffer_pages, cache_pages, stripes, sync_lanes)| ModelConfig {
-                engine,
-                page_size,
-                buffer_pages,
-                cache_pages,
-                stripes,
-                sync_lanes,
-                dir: None,
+            |(engine, page_size, buffer_pages, cache_pages, stripes, sync_lanes, commit_dsync)| {
+                ModelConfig {
+                    engine,
+                    page_size,
+                    buffer_pages,
+                    cache_pages,
+                    stripes,
+                    sync_lanes,
+                    commit_dsync,
+                    dir: None,
+                }
             },
         )
 }
@@ -128,6 +132,7 @@ fn checker_reports_disagreements() {
         cache_pages: 0,
         stripes: 4,
         sync_lanes: 1,
+        commit_dsync: false,
         dir: None,
     };
     // A plain sequence passes.

@@ -47,8 +47,12 @@ fn config(pages: usize) -> Config {
 
 /// A file as [`config`] with a 3-page write buffer.
 fn file() -> (Arc<CrashBackend>, Arc<PagedCachedFile>) {
+    file_with(config(3))
+}
+
+fn file_with(config: Config) -> (Arc<CrashBackend>, Arc<PagedCachedFile>) {
     let be = Arc::new(CrashBackend::new());
-    let f = PagedCachedFile::new(Arc::clone(&be), config(3)).unwrap();
+    let f = PagedCachedFile::new(Arc::clone(&be), config).unwrap();
     (be, Arc::new(f))
 }
 
@@ -66,8 +70,20 @@ fn assert_page(img: &[u8], page: u64, version: u64, what: &str) {
 /// and the shared page ends as the last version written.
 #[test]
 fn a_successful_sync_covers_everything_written_before_it() {
-    check(|| {
-        let (be, f) = file();
+    check(|| sync_covers_everything(false));
+}
+
+/// The same with `commit_dsync`: a round that goes out as one durable
+/// write (the crash backend makes only that write durable) must not be
+/// taken for a sync of pages another flush wrote before it.
+#[test]
+fn a_durable_write_round_covers_everything_written_before_it() {
+    check(|| sync_covers_everything(true));
+}
+
+fn sync_covers_everything(commit_dsync: bool) {
+    {
+        let (be, f) = file_with(config(3).commit_dsync(commit_dsync));
         let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
         let writers: Vec<_> = (0..3u64)
             .map(|t| {
@@ -99,7 +115,7 @@ fn a_successful_sync_covers_everything_written_before_it() {
         let img = be.durable_image();
         assert_page(&img, 0, *last_shared.lock().unwrap(), "newest wins");
         assert_eq!(f.stats().buffered_bytes, 0);
-    });
+    }
 }
 
 /// A failed fdatasync under concurrent commits and flushes: nobody hangs,

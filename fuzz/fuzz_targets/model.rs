@@ -22,6 +22,7 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
         cache_pages: [0, 4, 64][u.int_in_range(0..=2usize)?],
         stripes: [1, 4, 64][u.int_in_range(0..=2usize)?],
         sync_lanes: u.int_in_range(1..=4usize)?,
+        commit_dsync: u.arbitrary()?,
         dir: None,
     })
 }

@@ -307,11 +307,36 @@ impl FileBackend {
         }
     }
 
+    /// Writes all of `bufs` at `offset` with `pwritev` (`flags` 0) or
+    /// `pwritev2(flags)`, in windows of at most `max_write_bytes`.
+    fn pwritev_all(
+        &self,
+        mut offset: u64,
+        mut bufs: &mut [IoSlice<'_>],
+        flags: i32,
+    ) -> io::Result<()> {
+        // Empty slices would make a window of zero bytes look like a
+        // zero-byte write; drop them up front.
+        IoSlice::advance_slices(&mut bufs, 0);
+        while !bufs.is_empty() {
+            let n = window(bufs, self.max_write_bytes);
+            let written = self.pwritev_once(offset, &bufs[..n], flags)?;
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            offset += written as u64;
+            IoSlice::advance_slices(&mut bufs, written);
+        }
+        Ok(())
+    }
+
     /// One `pwritev` of (a prefix of) `bufs` at `offset`, `EINTR` retried.
     /// Slices adjacent in memory (pages carved from one slab in file order)
     /// go out as one iovec, up to [`MERGED_IOVECS`] iovecs per call. Returns
     /// the bytes written (possibly fewer than asked).
-    fn pwritev_once(&self, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    ///
+    /// `flags` are `pwritev2` flags (`RWF_*`); 0 makes it a plain `pwritev`.
+    fn pwritev_once(&self, offset: u64, bufs: &[IoSlice<'_>], flags: i32) -> io::Result<usize> {
         debug_assert!(!bufs.is_empty() && bufs.len() <= IOV_MAX);
         let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
         let mut iov = [libc::iovec {
@@ -321,12 +346,14 @@ impl FileBackend {
         let n = merge_adjacent(bufs, &mut iov);
         loop {
             self.write_calls.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: `iov[..n]` covers exactly the bytes of a prefix of
-            // `bufs` (adjacent slices joined), which stay borrowed for the
-            // whole call; the kernel only reads them. `n` is at most
-            // MERGED_IOVECS, so it fits in a c_int.
-            let rc = unsafe {
-                libc::pwritev(self.file.as_raw_fd(), iov.as_ptr(), n as libc::c_int, off)
+            let rc = if flags == 0 {
+                // SAFETY: `iov[..n]` covers exactly the bytes of a prefix of
+                // `bufs` (adjacent slices joined), which stay borrowed for
+                // the whole call; the kernel only reads them. `n` is at most
+                // MERGED_IOVECS, so it fits in a c_int.
+                unsafe { libc::pwritev(self.file.as_raw_fd(), iov.as_ptr(), n as libc::c_int, off) }
+            } else {
+                pwritev2(self.file.as_raw_fd(), &iov[..n], off, flags)
             };
             if rc >= 0 {
                 return Ok(rc as usize);
@@ -337,6 +364,22 @@ impl FileBackend {
             }
         }
     }
+}
+
+/// `pwritev2(fd, iov, off, flags)`: the raw return value (bytes or -1).
+#[cfg(target_os = "linux")]
+fn pwritev2(fd: libc::c_int, iov: &[libc::iovec], off: libc::off_t, flags: i32) -> isize {
+    // SAFETY: every iovec in `iov` points at bytes the caller keeps
+    // borrowed for the whole call (see `pwritev_once`); the kernel only
+    // reads them. `iov.len()` is at most MERGED_IOVECS, so it fits in a
+    // c_int.
+    unsafe { libc::pwritev2(fd, iov.as_ptr(), iov.len() as libc::c_int, off, flags) }
+}
+
+/// No `pwritev2` here: callers pass flags only on Linux.
+#[cfg(not(target_os = "linux"))]
+fn pwritev2(_fd: libc::c_int, _iov: &[libc::iovec], _off: libc::off_t, _flags: i32) -> isize {
+    unreachable!("pwritev2 flags are only passed on Linux")
 }
 
 /// Most iovecs [`FileBackend`] passes to one `pwritev` after joining
@@ -594,24 +637,15 @@ impl StorageBackend for FileBackend {
         Ok(())
     }
 
-    fn write_vectored_all_at(
-        &self,
-        mut offset: u64,
-        mut bufs: &mut [IoSlice<'_>],
-    ) -> io::Result<()> {
-        // Empty slices would make a window of zero bytes look like a
-        // zero-byte write; drop them up front.
-        IoSlice::advance_slices(&mut bufs, 0);
-        while !bufs.is_empty() {
-            let n = window(bufs, self.max_write_bytes);
-            let written = self.pwritev_once(offset, &bufs[..n])?;
-            if written == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            offset += written as u64;
-            IoSlice::advance_slices(&mut bufs, written);
-        }
-        Ok(())
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.pwritev_all(offset, bufs, 0)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        // Each call is durable on its own return, so a write split at a
+        // window or a short write is durable once the loop ends.
+        self.pwritev_all(offset, bufs, libc::RWF_DSYNC)
     }
 
     fn sync_data(&self) -> io::Result<()> {

@@ -90,6 +90,21 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Writes like [`write_vectored_all_at`](Self::write_vectored_all_at),
+    /// and returns only once those bytes, and the metadata needed to read
+    /// them back, are durable: `O_DSYNC` semantics for this one call. An
+    /// error means the bytes may or may not have reached the device; the
+    /// caller writes them again.
+    ///
+    /// The default writes, then calls [`sync_data`](Self::sync_data).
+    /// [`FileBackend`] overrides it with `pwritev2(RWF_DSYNC)` on Linux:
+    /// one system call, and a FUA write instead of a cache flush where the
+    /// device and file system allow it.
+    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.write_vectored_all_at(offset, bufs)?;
+        self.sync_data()
+    }
+
     /// Reserves blocks for `len` bytes at `offset` and extends the file to
     /// cover them (`fallocate` mode 0); existing data is kept, new bytes
     /// read as zeros. Default: `Unsupported`, which callers treat as "not
@@ -178,6 +193,9 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         (**self).write_vectored_all_at(offset, bufs)
+    }
+    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        (**self).write_vectored_all_at_dsync(offset, bufs)
     }
     fn sync_data(&self) -> io::Result<()> {
         (**self).sync_data()

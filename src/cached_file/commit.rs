@@ -142,17 +142,27 @@ impl PagedCachedFile {
         st.writing = true;
         let (lo, hi) = (st.started, st.next_ticket);
         st.started = hi;
+        // A durable write (`commit_dsync`) stands in for the fdatasync only
+        // if no other round is syncing and every write before it is synced:
+        // `synced_seq` cannot move while nothing syncs, and `write_seq` is
+        // read under the flusher lock, which every write holds. Only for a
+        // round of one commit: the durable write holds the write stage
+        // through its sync, which a busier pipeline would spend writing
+        // the next round.
+        let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && st.syncing.is_empty();
+        let synced_before = st.synced_seq;
         let (written, seq) = MutexGuard::unlocked(st, || {
             let mut f = self.flusher.lock();
-            let written = self.write_batch(&mut f);
+            let clean = self.write_seq.load(Ordering::Acquire) == synced_before;
+            let written = self.write_batch(&mut f, dsync_allowed && clean);
             (written, self.write_seq.load(Ordering::Acquire))
         });
         // Pages that failed to write go back to the write buffer when the
         // round settles; the ones that reached the OS are synced all the
         // same, so one bad page does not keep the others from being durable.
-        let (batch, write_error) = match written {
-            Some(w) => (Some(w.batch), w.error),
-            None => (None, None),
+        let (batch, write_error, durable) = match written {
+            Some(w) => (Some(w.batch), w.error, w.durable),
+            None => (None, None, false),
         };
         while st.free_lanes.is_empty() {
             // A lane comes back when a round's sync ends, before it is
@@ -169,8 +179,12 @@ impl PagedCachedFile {
         // The next round may start writing now: one uncovered waiter
         // leads it and covers every other.
         self.commit_may_lead.notify_one();
-        let needed = seq > st.synced_seq;
-        let synced = MutexGuard::unlocked(st, || self.sync_batch(batch, needed, lane));
+        let needed = seq > st.synced_seq && !durable;
+        let synced = MutexGuard::unlocked(st, || {
+            let synced = self.sync_batch(batch, needed, lane);
+            // The round's one write covered everything up to `seq`.
+            synced.map(|covered| if durable { Some(seq) } else { covered })
+        });
         st.free_lanes.push(lane);
         let outcome = match synced {
             Ok(covered) => RoundOutcome {

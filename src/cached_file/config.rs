@@ -51,6 +51,15 @@ pub struct Config {
     /// commits; on ext4 here 4 lanes gave 1.1-1.4x the commits/s of 1 at 8
     /// threads (`.project/results.md`). Default 4.
     pub sync_lanes: usize,
+    /// A commit round that writes one run, with every earlier write already
+    /// synced, writes it with `RWF_DSYNC`
+    /// ([`write_vectored_all_at_dsync`](crate::StorageBackend::write_vectored_all_at_dsync))
+    /// instead of a write and then an `fdatasync`: one system call per
+    /// commit instead of two, where the commit load is one thread (a round
+    /// of several runs, or after an unsynced flush, still ends in
+    /// `fdatasync`). Applies to the vectored and io_uring engines. Default
+    /// off (`.project/commit-suite.md`, "Kernel commit primitives").
+    pub commit_dsync: bool,
 }
 
 impl Default for Config {
@@ -66,6 +75,7 @@ impl Default for Config {
             page_align: DEFAULT_ALIGN,
             sync_lanes: 4,
             direct: DirectIo::Off,
+            commit_dsync: false,
         }
     }
 }
@@ -121,6 +131,12 @@ impl Config {
     /// Sets [`sync_lanes`](Self::sync_lanes).
     pub fn sync_lanes(mut self, lanes: usize) -> Self {
         self.sync_lanes = lanes;
+        self
+    }
+
+    /// Sets [`commit_dsync`](Self::commit_dsync).
+    pub fn commit_dsync(mut self, on: bool) -> Self {
+        self.commit_dsync = on;
         self
     }
 

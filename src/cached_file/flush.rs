@@ -83,14 +83,17 @@ pub(crate) struct Batch {
 pub(crate) struct Written {
     pub(super) batch: Batch,
     pub(super) error: Option<Error>,
+    /// The batch was one run, written with `RWF_DSYNC` without error and
+    /// with nothing cut back after it: it is durable without an `fdatasync`.
+    pub(super) durable: bool,
 }
 
 impl PagedCachedFile {
     /// Flush without `fdatasync`. Returns whether anything was written.
     pub(super) fn flush_to_os(&self) -> Result<bool> {
         let mut f = self.flusher.lock();
-        match self.write_batch(&mut f) {
-            Some(Written { batch, error }) => {
+        match self.write_batch(&mut f, false) {
+            Some(Written { batch, error, .. }) => {
                 self.settle(batch);
                 error.map_or(Ok(true), Err)
             }
@@ -104,10 +107,13 @@ impl PagedCachedFile {
     /// `batch.failed`, and their error, naming their byte ranges, in
     /// `error`. The caller settles the batch.
     ///
+    /// With `dsync`, a batch that is one run is written durably when the
+    /// engine can (`Written::durable`).
+    ///
     /// Must be called with the flusher lock held (`f`): writes of two
     /// flushes never interleave, so a newer version of a page is always
     /// written after an older one (newest wins).
-    pub(super) fn write_batch(&self, f: &mut Flusher) -> Option<Written> {
+    pub(super) fn write_batch(&self, f: &mut Flusher, dsync: bool) -> Option<Written> {
         let mut batch = self.drain()?;
         let limits = RunLimits {
             max_pages: self.config.max_run_pages,
@@ -120,15 +126,22 @@ impl PagedCachedFile {
             return Some(Written {
                 batch,
                 error: Some(e),
+                durable: false,
             });
         }
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
         self.preallocate(f, &mut batch, &mut first);
+        let dsync = dsync && f.runs.len() == 1 && f.writer.can_dsync();
         let started = std::time::Instant::now();
-        let written = f
-            .writer
-            .write(&*self.backend, &f.runs, &batch.entries, &self.counters);
+        let written = f.writer.write(
+            &*self.backend,
+            &f.runs,
+            &batch.entries,
+            &self.counters,
+            dsync,
+        );
         add_elapsed(&self.counters.write_ns, started);
+        let mut durable = dsync && written.is_ok() && first.is_none();
         let some_written = match written {
             Ok(()) => !f.runs.is_empty(),
             Err(w) => {
@@ -144,8 +157,15 @@ impl PagedCachedFile {
             // Those runs reached the OS: a later sync must cover them.
             self.write_seq.fetch_add(1, Ordering::AcqRel);
             add(&self.counters.flushes, 1);
-            if let Err(e) = self.cut_tail(&mut batch) {
-                error = Some(e);
+            match self.cut_tail(&mut batch) {
+                // The file's length changed after the durable write: only
+                // an fdatasync covers that.
+                Ok(true) => durable = false,
+                Ok(false) => {}
+                Err(e) => {
+                    durable = false;
+                    error = Some(e);
+                }
             }
         }
         if let Some((_, op, source)) = first {
@@ -156,24 +176,30 @@ impl PagedCachedFile {
                 source,
             });
         }
-        Some(Written { batch, error })
+        Some(Written {
+            batch,
+            error,
+            durable,
+        })
     }
 
     /// A page straddling an unaligned logical length was written whole, so
     /// the file grew past the length: cut it back (the bytes past it are
     /// zeros in the page, but nothing past the end may be left on disk).
-    fn cut_tail(&self, batch: &mut Batch) -> Result<()> {
+    /// Returns whether it cut.
+    fn cut_tail(&self, batch: &mut Batch) -> Result<bool> {
         let len = self.logical_len.load(Ordering::Acquire);
         let Some(end) = written_end(batch) else {
-            return Ok(());
+            return Ok(false);
         };
         if end <= len {
-            return Ok(());
+            return Ok(false);
         }
         batch.disk_cap = len;
         self.backend
             .set_len(len)
-            .map_err(|e| Error::io("ftruncate", Some(len), e))
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        Ok(true)
     }
 
     /// With `O_DIRECT`, reserves blocks for the runs that write past the

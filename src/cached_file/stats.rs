@@ -25,6 +25,9 @@ pub struct Stats {
     pub flushes: u64,
     /// `fdatasync` calls.
     pub syncs: u64,
+    /// Commit rounds whose one run was written with `RWF_DSYNC` instead of
+    /// a write and an `fdatasync` ([`Config::commit_dsync`](crate::Config::commit_dsync)).
+    pub dsync_writes: u64,
     /// Time spent in backend write calls by flushes, µs.
     pub write_us: u64,
     /// Time spent in `fdatasync`, µs.
@@ -69,6 +72,7 @@ pub(crate) struct Counters {
     pub bytes_written: AtomicU64,
     pub flushes: AtomicU64,
     pub syncs: AtomicU64,
+    pub dsync_writes: AtomicU64,
     pub write_ns: AtomicU64,
     pub sync_ns: AtomicU64,
     pub commits: AtomicU64,
@@ -91,6 +95,7 @@ impl Counters {
             bytes_written: self.bytes_written.load(Relaxed),
             flushes: self.flushes.load(Relaxed),
             syncs: self.syncs.load(Relaxed),
+            dsync_writes: self.dsync_writes.load(Relaxed),
             write_us: self.write_ns.load(Relaxed) / 1000,
             sync_us: self.sync_ns.load(Relaxed) / 1000,
             commits: self.commits.load(Relaxed),

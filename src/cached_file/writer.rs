@@ -48,18 +48,56 @@ pub(crate) enum RunWriter {
 }
 
 impl RunWriter {
+    /// Whether [`write`](Self::write) can write a run durably itself
+    /// (`dsync`): the engines that write from page memory.
+    pub(crate) fn can_dsync(&self) -> bool {
+        match self {
+            RunWriter::Vectored { .. } => true,
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            RunWriter::Uring { .. } => true,
+            RunWriter::PerPage | RunWriter::Concat { .. } => false,
+        }
+    }
+
     /// Writes `runs` of the sorted `entries`: every run is tried whatever
     /// failed before it. On error, names the runs that did not reach the
     /// OS (a run is retried whole at the next flush, even if part of it was
     /// written: rewriting the same bytes is harmless).
+    ///
+    /// With `dsync` (only when [`can_dsync`](Self::can_dsync)), each run is
+    /// written with [`StorageBackend::write_vectored_all_at_dsync`], so a
+    /// run that did not fail is durable.
     pub(crate) fn write(
         &mut self,
         backend: &dyn StorageBackend,
         runs: &[Run],
         entries: &[(u64, PageRef)],
         counters: &Counters,
+        dsync: bool,
     ) -> Result<(), WriteFailure> {
         let mut results = Results::new(runs.len());
+        debug_assert!(!dsync || self.can_dsync());
+        if dsync {
+            let iovecs = match self {
+                RunWriter::Vectored { iovecs } => iovecs,
+                #[cfg(all(target_os = "linux", feature = "io-uring"))]
+                RunWriter::Uring { scratch, .. } => &mut scratch.iovecs,
+                RunWriter::PerPage | RunWriter::Concat { .. } => {
+                    unreachable!("checked by can_dsync")
+                }
+            };
+            let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
+            vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
+            for (i, run) in runs.iter().enumerate() {
+                add(&counters.write_calls, 1);
+                add(&counters.dsync_writes, 1);
+                let r =
+                    backend.write_vectored_all_at_dsync(run.offset, &mut vectors[run.entries()]);
+                results.set(i, run.offset, "pwritev2 (RWF_DSYNC)", r.err());
+            }
+            *iovecs = reuse(vectors);
+            return results.finish(runs, counters);
+        }
         match self {
             RunWriter::PerPage => {
                 for (i, run) in runs.iter().enumerate() {
@@ -102,14 +140,7 @@ impl RunWriter {
                 add(&counters.write_calls, results.enter_calls);
             }
         }
-        for (i, run) in runs.iter().enumerate() {
-            if !results.failed(i) {
-                add(&counters.runs, 1);
-                add(&counters.pages_written, run.count as u64);
-                add(&counters.bytes_written, run.len as u64);
-            }
-        }
-        results.into_failure(runs)
+        results.finish(runs, counters)
     }
 }
 
@@ -191,6 +222,18 @@ impl Results {
             self.errors.resize_with(self.runs, || None);
         }
         self.errors[run] = Some(e);
+    }
+
+    /// Counts the runs that reached the OS, then names those that did not.
+    fn finish(self, runs: &[Run], counters: &Counters) -> Result<(), WriteFailure> {
+        for (i, run) in runs.iter().enumerate() {
+            if !self.failed(i) {
+                add(&counters.runs, 1);
+                add(&counters.pages_written, run.count as u64);
+                add(&counters.bytes_written, run.len as u64);
+            }
+        }
+        self.into_failure(runs)
     }
 
     fn failed(&self, run: usize) -> bool {

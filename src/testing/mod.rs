@@ -142,6 +142,60 @@ impl<B: StorageBackend> FaultyBackend<B> {
             .pop_front()
             .unwrap_or(WriteFault::Pass)
     }
+
+    fn write_vectored(&self, offset: u64, bufs: &mut [IoSlice<'_>], dsync: bool) -> io::Result<()> {
+        match self.next_write_fault() {
+            WriteFault::Pass => self.pass(offset, bufs, dsync),
+            WriteFault::Errno(code) => Err(io::Error::from_raw_os_error(code)),
+            WriteFault::TornThenEio(n) => {
+                let mut left = n;
+                let mut at = offset;
+                for buf in bufs.iter() {
+                    let k = left.min(buf.len());
+                    self.inner.write_all_at(at, &buf[..k])?;
+                    at += k as u64;
+                    left -= k;
+                }
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+            WriteFault::Short(n) => {
+                // Split the iovecs at byte n without copying (the memory
+                // stays aligned for O_DIRECT).
+                let mut head: Vec<IoSlice<'_>> = Vec::new();
+                let mut tail: Vec<IoSlice<'_>> = Vec::new();
+                let mut left = n;
+                for b in bufs.iter() {
+                    let k = left.min(b.len());
+                    if k > 0 {
+                        head.push(IoSlice::new(&b[..k]));
+                    }
+                    if k < b.len() {
+                        tail.push(IoSlice::new(&b[k..]));
+                    }
+                    left -= k;
+                }
+                let written: usize = head.iter().map(|b| b.len()).sum();
+                self.pass(offset, &mut head, dsync)?;
+                self.pass(offset + written as u64, &mut tail, dsync)
+            }
+        }
+    }
+
+    /// One write that reached the backend: with `dsync`, durable unless the
+    /// sync schedule fails it (the bytes are written all the same).
+    fn pass(&self, offset: u64, bufs: &mut [IoSlice<'_>], dsync: bool) -> io::Result<()> {
+        if !dsync {
+            return self.inner.write_vectored_all_at(offset, bufs);
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        match self.sync_faults.lock().pop_front().flatten() {
+            Some(code) => {
+                self.inner.write_vectored_all_at(offset, bufs)?;
+                Err(io::Error::from_raw_os_error(code))
+            }
+            None => self.inner.write_vectored_all_at_dsync(offset, bufs),
+        }
+    }
 }
 
 impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
@@ -174,44 +228,13 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
     }
 
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        match self.next_write_fault() {
-            WriteFault::Pass => self.inner.write_vectored_all_at(offset, bufs),
-            WriteFault::Errno(code) => Err(io::Error::from_raw_os_error(code)),
-            WriteFault::TornThenEio(n) => {
-                let mut left = n;
-                let mut at = offset;
-                for buf in bufs.iter() {
-                    let k = left.min(buf.len());
-                    self.inner.write_all_at(at, &buf[..k])?;
-                    at += k as u64;
-                    left -= k;
-                }
-                Err(io::Error::from_raw_os_error(libc::EIO))
-            }
-            WriteFault::Short(n) => {
-                // Split the iovecs at byte n without copying (the memory
-                // stays aligned for O_DIRECT).
-                let mut head: Vec<IoSlice<'_>> = Vec::new();
-                let mut tail: Vec<IoSlice<'_>> = Vec::new();
-                let mut left = n;
-                for b in bufs.iter() {
-                    let k = left.min(b.len());
-                    if k > 0 {
-                        head.push(IoSlice::new(&b[..k]));
-                    }
-                    if k < b.len() {
-                        tail.push(IoSlice::new(&b[k..]));
-                    }
-                    left -= k;
-                }
-                let written: usize = head.iter().map(|b| b.len()).sum();
-                self.inner.write_vectored_all_at(offset, &mut head)?;
-                self.inner
-                    .write_vectored_all_at(offset + written as u64, &mut tail)
-            }
-        }
+        self.write_vectored(offset, bufs, false)
     }
-
+    /// Takes a write fault for the write, then a sync fault for the sync:
+    /// a sync fault leaves the bytes written but not durable.
+    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.write_vectored(offset, bufs, true)
+    }
     fn uring_fault(&self, _offset: u64, _len: usize) -> Option<UringFault> {
         match self.next_write_fault() {
             WriteFault::Pass => None,
@@ -398,6 +421,28 @@ impl StorageBackend for CrashBackend {
         let mut st = self.state.lock();
         apply(&mut st.live, offset, buf);
         st.log.push((offset, buf.to_vec()));
+        Ok(())
+    }
+    /// `O_DSYNC` for this write alone: its bytes, and the length that
+    /// covers them, become durable; earlier unsynced writes stay unsynced
+    /// (so a caller that counts on this write to sync them is caught). A
+    /// scheduled sync failure leaves the bytes written, not durable, and
+    /// counts as a writeback error that this call reports on lane 0 (the
+    /// writing descriptor) and every other lane at its next sync.
+    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        let mut st = self.state.lock();
+        apply(&mut st.live, offset, &bytes);
+        if st.sync_faults.pop_front().unwrap_or(false) {
+            st.errors += 1;
+            st.seen[0] = st.errors;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        apply(&mut st.durable, offset, &bytes);
+        if st.seen[0] < st.errors {
+            st.seen[0] = st.errors;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         Ok(())
     }
     /// A sync is one atomic step under the state lock.

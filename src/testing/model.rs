@@ -88,6 +88,8 @@ pub struct ModelConfig {
     pub stripes: usize,
     /// Sync lanes.
     pub sync_lanes: usize,
+    /// [`Config::commit_dsync`].
+    pub commit_dsync: bool,
     /// `None`: the file lives in a [`CrashBackend`] (crashes simulated;
     /// io_uring runs as its reported fallback, having no descriptor).
     /// `Some(dir)`: a real file in `dir` (io_uring runs for real; `Crash`
@@ -105,6 +107,7 @@ impl ModelConfig {
             .read_cache_bytes(self.cache_pages * self.page_size)
             .stripes(self.stripes)
             .sync_lanes(self.sync_lanes)
+            .commit_dsync(self.commit_dsync)
             .max_run_pages(5)
     }
 }

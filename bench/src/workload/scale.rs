@@ -133,6 +133,9 @@ pub struct ScaleConfig {
     /// Commit rounds in `fdatasync` at once ([`Config::sync_lanes`]).
     /// Default 4.
     pub sync_lanes: usize,
+    /// One-run commit rounds write with `RWF_DSYNC`
+    /// ([`Config::commit_dsync`]). Default off.
+    pub commit_dsync: bool,
     /// Dedup ratio of the page contents (`datagen`). Default 1.
     pub dedup_ratio: f64,
     /// Compression ratio of the page contents (`datagen`). Default 1
@@ -175,6 +178,7 @@ impl Default for ScaleConfig {
             seed: 0x5eed,
             max_write_buffer_bytes: 64 << 20,
             sync_lanes: Config::default().sync_lanes,
+            commit_dsync: Config::default().commit_dsync,
             direct: DirectIo::Auto,
             dedup_ratio: 1.0,
             compress_ratio: 1.0,
@@ -447,6 +451,7 @@ fn open_cached(
         .page_size(config.page_size)
         .max_write_buffer_bytes(config.max_write_buffer_bytes)
         .sync_lanes(config.sync_lanes)
+        .commit_dsync(config.commit_dsync)
         .read_cache_bytes(config.read_cache_bytes)
         .direct(config.direct)
         .engine(engine);

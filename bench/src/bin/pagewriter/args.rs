@@ -342,6 +342,10 @@ pub(crate) struct ScaleArgs {
     /// io_uring queue depth (SQEs in flight) of the io-uring mode.
     #[arg(long, default_value_t = 32)]
     pub(crate) queue_depth: u32,
+    /// Write a commit round that is one run with RWF_DSYNC instead of a
+    /// write and an fdatasync (`Config::commit_dsync`).
+    #[arg(long)]
+    pub(crate) commit_dsync: bool,
     /// O_DIRECT (auto: where the file system takes it; buffered I/O lets
     /// the kernel coalesce per-page writes and hides what is measured).
     #[arg(long, value_enum, default_value = "auto")]

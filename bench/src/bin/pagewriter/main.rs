@@ -71,6 +71,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
             .checked_mul(1 << 20)
             .ok_or("--buffer-mib too large")?,
         sync_lanes: a.sync_lanes,
+        commit_dsync: a.commit_dsync,
         direct: a.direct.into(),
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,
