@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# A/B of two `pagewriter` binaries on `scale`: runs them alternately
-# (base, new, base, new, ...) so a noisy moment of the machine hits both,
-# and prints per cell the medians and the median of the per-round ratios
-# new / base (commits/s).
+# A/B of two `pagewriter` binaries (or one binary and two sets of flags)
+# on `scale`: runs them alternately, the order swapped every round (base
+# then new in odd rounds, new then base in even ones), so a noisy moment of
+# the machine, or the position in a pair, hits both; prints per cell the
+# medians and the median of the per-round ratios new / base (commits/s).
 #
-# Usage: scripts/ab-scale.sh BASE_BIN NEW_BIN ROUNDS [scale args...]
+# Usage: [BASE_ARGS=..] [NEW_ARGS=..] scripts/ab-scale.sh BASE_BIN NEW_BIN ROUNDS [scale args...]
 #   e.g. git worktree add /tmp/base <rev> && (cd /tmp/base && cargo build --release)
 #        scripts/ab-scale.sh /tmp/base/target/release/pagewriter target/release/pagewriter 7 \
 #          --threads 1,8 --modes vectored,io-uring --duration 1 --path /some/dir
+#   or one binary, a flag on one side:
+#        NEW_ARGS=--commit-dsync scripts/ab-scale.sh target/release/pagewriter \
+#          target/release/pagewriter 9 --threads 1 --modes vectored --rewrite 0 --path /some/dir
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
 base=$1 new=$2 rounds=$3; shift 3
+read -r -a base_args <<<"${BASE_ARGS:-}"
+read -r -a new_args <<<"${NEW_ARGS:-}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+run_base() { "$base" scale --repeats 1 --json "$@" "${base_args[@]}" 2>/dev/null >"$out/base.$r.json"; }
+run_new() { "$new" scale --repeats 1 --json "$@" "${new_args[@]}" 2>/dev/null >"$out/new.$r.json"; }
 for r in $(seq 1 "$rounds"); do
-  "$base" scale --repeats 1 --json "$@" 2>/dev/null >"$out/base.$r.json"
-  "$new" scale --repeats 1 --json "$@" 2>/dev/null >"$out/new.$r.json"
+  if (( r % 2 )); then run_base "$@"; run_new "$@"; else run_new "$@"; run_base "$@"; fi
 done
 python3 - "$out" "$rounds" <<'PY'
 import json, statistics as st, sys
