@@ -1,5 +1,6 @@
 //! Eight threads race writes, rewrites of the same pages, reads, flushes
-//! and syncs on one file, every engine, buffered and O_DIRECT. Each page
+//! and syncs on one file, every engine, buffered and O_DIRECT, with and
+//! without `commit_dsync`. Each page
 //! carries (page, version); writes to one page are ordered by a per-page
 //! lock in the test, so the newest version is known. Checked: a reader
 //! never sees a version older than one already written or already seen,
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{direct_available, file_engines, page, tag_of};
 use pagewriter::testing::Rng as WyRand;
-use pagewriter::{Config, DirectIo, PagedCachedFile};
+use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile};
 use parking_lot::Mutex;
 
 const PS: usize = 4096;
@@ -27,14 +28,23 @@ fn eight_threads_race_and_the_newest_version_wins() {
     if direct_available(dir.path()) {
         modes.push(DirectIo::On);
     }
+    // `commit_dsync` on for the engines that write from page memory too.
+    let cases: Vec<(FlushEngine, bool)> = file_engines()
+        .into_iter()
+        .flat_map(|e| {
+            let dsync = matches!(e, FlushEngine::Vectored | FlushEngine::IoUring { .. });
+            std::iter::once((e, false)).chain(dsync.then_some((e, true)))
+        })
+        .collect();
     for direct in modes {
-        for engine in file_engines() {
+        for &(engine, dsync) in &cases {
             let path = dir
                 .path()
-                .join(format!("stress-{}-{direct:?}", engine.name()));
+                .join(format!("stress-{}-{direct:?}-{dsync}", engine.name()));
             let cfg = Config::default()
                 .engine(engine)
                 .direct(direct)
+                .commit_dsync(dsync)
                 .max_write_buffer_bytes(48 * PS)
                 .read_cache_bytes(32 * PS)
                 .stripes(8);
@@ -92,11 +102,18 @@ fn eight_threads_race_and_the_newest_version_wins() {
                     .map(|h| h.join())
                     .filter(Result::is_err)
                     .count();
-                assert_eq!(failed, 0, "{engine:?} {direct:?}: {failed} threads failed");
+                assert_eq!(
+                    failed, 0,
+                    "{engine:?} {direct:?} {dsync}: {failed} threads failed"
+                );
             });
             f.close().unwrap();
             let s = f.stats();
             assert!(s.commits > 0 && s.flushes > 0, "{s:?}");
+            eprintln!(
+                "{engine:?} {direct:?} commit_dsync {dsync}: {} commits, {} fdatasyncs, {} durable writes",
+                s.commits, s.syncs, s.dsync_writes
+            );
             drop(f);
             let f = PagedCachedFile::open(&path, cfg).unwrap();
             for p in 0..PAGES {
@@ -104,7 +121,7 @@ fn eight_threads_race_and_the_newest_version_wins() {
                 assert_eq!(
                     tag_of(&f.read(p * PS as u64, PS).unwrap()),
                     (p, want),
-                    "{engine:?} {direct:?}"
+                    "{engine:?} {direct:?} {dsync}"
                 );
             }
         }
