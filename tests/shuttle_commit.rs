@@ -213,3 +213,48 @@ fn a_writer_waiting_for_room_sees_pages_a_failed_round_put_back() {
         }
     });
 }
+
+/// Two committers whose rounds have several runs, one write of which
+/// fails: a caller told Ok has every page it wrote before its `sync`
+/// durable, even a page that an earlier round drained and failed to write
+/// (it goes back to the write buffer only when that round settles, so a
+/// round that drained meanwhile does not hold it), and after close every
+/// page is durable.
+#[test]
+fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
+    check(|| {
+        let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+        be.schedule_writes([WriteFault::Pass, WriteFault::Errno(libc::EIO)]);
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
+        let committers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+                shuttle::thread::spawn(move || {
+                    // Pages 2 apart: every round has several runs.
+                    let pages = [t * 2, 4 + t * 2];
+                    for &p in &pages {
+                        f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+                    }
+                    loop {
+                        match f.sync() {
+                            Ok(()) => break,
+                            Err(Error::PagesFailed { .. }) => continue,
+                            Err(e) => panic!("sync: {e}"),
+                        }
+                    }
+                    for &p in &pages {
+                        assert_page(&be.inner().durable_image(), p, 1, "Ok sync");
+                    }
+                })
+            })
+            .collect();
+        for c in committers {
+            c.join().unwrap();
+        }
+        f.close().unwrap();
+        let img = be.inner().durable_image();
+        for p in [0, 2, 4, 6] {
+            assert_page(&img, p, 1, "after close");
+        }
+    });
+}

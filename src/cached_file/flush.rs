@@ -71,8 +71,14 @@ pub(crate) struct Batch {
     /// The stripes drained and the map each gave (also referenced from the
     /// stripe's `flushing` list until settled).
     drained: Vec<(usize, Arc<PageMap>)>,
-    /// Entry ranges (of the sorted batch) that did not reach the OS.
+    /// Entry ranges (of the sorted batch) that did not reach the OS, not
+    /// yet put back in the write buffer (see `requeue`).
     pub(super) failed: Vec<std::ops::Range<usize>>,
+    /// Per entry, whether it failed and was put back (empty, no allocation,
+    /// until something fails).
+    is_failed: Vec<bool>,
+    /// Bytes of the pages put back in the write buffer.
+    kept: usize,
     /// What the file holds after this batch's writes at most: the logical
     /// length when the last page straddled it and the file was cut back.
     disk_cap: u64,
@@ -103,9 +109,10 @@ impl PagedCachedFile {
 
     /// Drains every stripe and writes what it found: `None` if nothing was
     /// dirty. Every run is tried, whatever failed before it (one bad page
-    /// must not hold the others hostage); the runs that failed are in
-    /// `batch.failed`, and their error, naming their byte ranges, in
-    /// `error`. The caller settles the batch.
+    /// must not hold the others hostage); the pages of the runs that failed
+    /// are back in the write buffer when it returns, and their error,
+    /// naming their byte ranges, is in `error`. The caller settles the
+    /// batch.
     ///
     /// With `dsync`, a batch that is one run is written durably when the
     /// engine can (`Written::durable`).
@@ -123,6 +130,7 @@ impl PagedCachedFile {
             // Cannot happen: drained pages have distinct page numbers.
             debug_assert!(false, "coalesce failed on drained pages: {e}");
             batch.failed.push(0..batch.entries.len());
+            self.requeue(&mut batch);
             return Some(Written {
                 batch,
                 error: Some(e),
@@ -176,6 +184,9 @@ impl PagedCachedFile {
                 source,
             });
         }
+        // Before the flusher lock is released: the next drain must find
+        // the pages that failed.
+        self.requeue(&mut batch);
         Some(Written {
             batch,
             error,
@@ -311,33 +322,38 @@ impl PagedCachedFile {
             entries,
             drained,
             failed: Vec::new(),
+            is_failed: Vec::new(),
+            kept: 0,
             disk_cap: u64::MAX,
         })
     }
 
-    /// Ends a batch: the entries in `batch.failed` (ranges of the sorted
-    /// batch) did not reach the OS (for a commit: or were not synced); the
-    /// rest did.
+    /// Puts the pages of `batch.failed` back in the write buffer, unless a
+    /// newer version exists (dirty, or in a younger in-flight generation),
+    /// and empties `batch.failed`.
     ///
-    /// Failed pages go back to the write buffer at once, unless a newer
-    /// version exists (dirty, or in a younger in-flight generation). The
-    /// generation then retires, but only after every older generation did:
-    /// a younger generation shadows an older one for readers, so removing
-    /// it first would let a reader find the older version of a page.
-    pub(super) fn settle(&self, mut batch: Batch) {
-        // Empty (no allocation) when nothing failed, the usual case.
-        let mut is_failed = Vec::new();
-        if !batch.failed.is_empty() {
-            is_failed.resize(batch.entries.len(), false);
+    /// `write_batch` calls it before the flusher lock is released, so the
+    /// next drain finds them: a commit round settles only after its
+    /// `fdatasync`, and a round that drained in between without them
+    /// could tell a caller who wrote them Ok (found by the shuttle model
+    /// check, `an_ok_sync_covers_pages_an_earlier_round_failed_to_write`).
+    fn requeue(&self, batch: &mut Batch) {
+        if batch.failed.is_empty() {
+            return;
         }
+        let mut newly = vec![false; batch.entries.len()];
         for r in std::mem::take(&mut batch.failed) {
-            is_failed[r].fill(true);
+            newly[r].fill(true);
         }
-        let mut kept = 0usize;
+        let mut is_failed = std::mem::take(&mut batch.is_failed);
+        is_failed.resize(batch.entries.len(), false);
         for (i, (off, page)) in batch.entries.iter().enumerate() {
-            if !is_failed.get(i).copied().unwrap_or(false) {
+            // Each page goes back once: one already back (an earlier
+            // requeue of this batch) is skipped.
+            if !newly[i] || is_failed[i] {
                 continue;
             }
+            is_failed[i] = true;
             let n = off >> self.page_shift;
             let stripe_no = (n & self.stripe_mask) as usize;
             let map = &batch
@@ -358,9 +374,24 @@ impl PagedCachedFile {
             if !newer && !s.discarded.contains(&n) {
                 s.dirty.insert(n, Arc::clone(page));
                 s.seq = s.seq.wrapping_add(1);
-                kept += page.len();
+                batch.kept += page.len();
             }
         }
+        batch.is_failed = is_failed;
+    }
+
+    /// Ends a batch: the entries in `batch.failed` (ranges of the sorted
+    /// batch) did not reach the OS (for a commit: or were not synced) and
+    /// go back to the write buffer (`requeue`); the rest did.
+    ///
+    /// The generation then retires, but only after every older generation
+    /// did: a younger generation shadows an older one for readers, so
+    /// removing it first would let a reader find the older version of a
+    /// page.
+    pub(super) fn settle(&self, mut batch: Batch) {
+        self.requeue(&mut batch);
+        let is_failed = std::mem::take(&mut batch.is_failed);
+        let kept = batch.kept;
         let mut queue = self.generations.lock();
         let slot = queue
             .iter_mut()
