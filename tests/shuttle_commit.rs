@@ -226,9 +226,10 @@ fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
         let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
         be.schedule_writes([WriteFault::Pass, WriteFault::Errno(libc::EIO)]);
         let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
+        let errors = Arc::new(shuttle::sync::atomic::AtomicUsize::new(0));
         let committers: Vec<_> = (0..2u64)
             .map(|t| {
-                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+                let (f, be, errors) = (Arc::clone(&f), Arc::clone(&be), Arc::clone(&errors));
                 shuttle::thread::spawn(move || {
                     // Pages 2 apart: every round has several runs.
                     let pages = [t * 2, 4 + t * 2];
@@ -238,7 +239,9 @@ fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
                     loop {
                         match f.sync() {
                             Ok(()) => break,
-                            Err(Error::PagesFailed { .. }) => continue,
+                            Err(Error::PagesFailed { .. }) => {
+                                errors.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
                             Err(e) => panic!("sync: {e}"),
                         }
                     }
@@ -251,6 +254,13 @@ fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
         for c in committers {
             c.join().unwrap();
         }
+        // No two of the pages are adjacent, so the failing second write
+        // call always happened, in some round: that round's callers were
+        // told, even if a later round succeeded first.
+        assert!(
+            errors.load(std::sync::atomic::Ordering::SeqCst) >= 1,
+            "a failed write reached no caller"
+        );
         f.close().unwrap();
         let img = be.inner().durable_image();
         for p in [0, 2, 4, 6] {

@@ -96,12 +96,9 @@ impl PagedCachedFile {
         st.next_ticket += 1;
         let ticket = st.next_ticket;
         loop {
-            if st.durable >= ticket {
-                add(&self.counters.commits, 1);
-                return Ok(());
-            }
             // Before `durable`: a later round's success must not hide that
-            // this ticket's round failed.
+            // this ticket's round failed (every ticket of a failed round
+            // reads its error once, so the entry goes).
             if let Some(i) = st
                 .failures
                 .iter()
@@ -114,6 +111,10 @@ impl PagedCachedFile {
                     st.failures.remove(i);
                 }
                 return Err(error);
+            }
+            if st.durable >= ticket {
+                add(&self.counters.commits, 1);
+                return Ok(());
             }
             if self.is_poisoned() {
                 return Err(Error::Poisoned);
