@@ -8,14 +8,18 @@
 //! only inside `shuttle::check_*`.
 
 #[cfg(not(feature = "shuttle"))]
-pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(not(feature = "shuttle"))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(not(feature = "shuttle"))]
+pub(crate) use std::thread::{Builder as ThreadBuilder, JoinHandle};
 
 #[cfg(feature = "shuttle")]
-pub(crate) use self::model::{Condvar, Mutex, MutexGuard};
+pub(crate) use self::model::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(feature = "shuttle")]
 pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(feature = "shuttle")]
+pub(crate) use shuttle::thread::{Builder as ThreadBuilder, JoinHandle};
 
 /// parking_lot's API (what the cached file uses of it) over shuttle's
 /// std-like primitives.
@@ -66,6 +70,24 @@ mod model {
     impl<T> DerefMut for MutexGuard<'_, T> {
         fn deref_mut(&mut self) -> &mut T {
             self.guard.as_deref_mut().expect("guard held")
+        }
+    }
+
+    /// parking_lot's `RwLock` surface over shuttle's (poison ignored).
+    #[derive(Debug, Default)]
+    pub(crate) struct RwLock<T>(shuttle::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(shuttle::sync::RwLock::new(value))
+        }
+
+        pub(crate) fn read(&self) -> shuttle::sync::RwLockReadGuard<'_, T> {
+            self.0.read().unwrap_or_else(|p| p.into_inner())
+        }
+
+        pub(crate) fn write(&self) -> shuttle::sync::RwLockWriteGuard<'_, T> {
+            self.0.write().unwrap_or_else(|p| p.into_inner())
         }
     }
 

@@ -561,6 +561,9 @@ fn bad_input_is_a_typed_error_and_loses_nothing() {
         Config::default().stripes(0),
         Config::default().page_align(12),
         Config::default().max_write_bytes(0),
+        Config::default().sync_lanes(0),
+        Config::default().write_threads(0),
+        Config::default().write_threads(pagewriter::MAX_WRITE_THREADS + 1),
     ] {
         assert!(matches!(
             PagedCachedFile::new(MemoryBackend::new(), bad),
@@ -808,4 +811,72 @@ fn crash_backend_reports_a_writeback_error_once_per_lane() {
         "a dropped write came back"
     );
     assert_eq!(img[PS..2 * PS], page(PS, 1, 1)[..]);
+}
+
+/// A backend whose next write at `offset` panics (once).
+#[derive(Debug)]
+struct PanicsOnce {
+    inner: MemoryBackend,
+    offset: u64,
+    armed: AtomicBool,
+}
+
+impl StorageBackend for PanicsOnce {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all_at(offset, buf)
+    }
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+        if offset == self.offset && self.armed.swap(false, Ordering::SeqCst) {
+            panic!("backend panics at {offset}");
+        }
+        self.inner.write_vectored_all_at(offset, bufs)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+}
+
+/// Writer threads: every run of a flush is written, a backend that panics
+/// in one of them fails that run (its pages stay dirty) instead of leaving
+/// the flush waiting, and the next sync writes it.
+#[test]
+fn writer_threads_write_all_runs_and_survive_a_panicking_write() {
+    for threads in [2, 4] {
+        let (be, sh) = shared(PanicsOnce {
+            inner: MemoryBackend::new(),
+            offset: 10 * PS as u64,
+            armed: AtomicBool::new(true),
+        });
+        let f =
+            PagedCachedFile::new(sh, cfg(FlushEngine::Vectored).write_threads(threads)).unwrap();
+        // Ten runs of one page each, every other page.
+        for p in (0..20u64).step_by(2) {
+            f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+        }
+        assert!(
+            matches!(f.sync(), Err(Error::PagesFailed { .. })),
+            "{threads} threads"
+        );
+        assert!(!be.armed.load(Ordering::SeqCst));
+        f.sync().unwrap();
+        for p in (0..20u64).step_by(2) {
+            assert_eq!(
+                disk_page(&be.inner, p),
+                page(PS, p, 1),
+                "{threads} threads, page {p}"
+            );
+        }
+        let s = f.stats();
+        // Nine runs written, then the failed one; eleven write calls.
+        assert_eq!((s.runs, s.write_calls), (10, 11), "{threads} threads");
+    }
 }

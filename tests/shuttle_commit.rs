@@ -222,10 +222,22 @@ fn a_writer_waiting_for_room_sees_pages_a_failed_round_put_back() {
 /// page is durable.
 #[test]
 fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
-    check(|| {
+    check(|| failed_write_under_concurrent_commits(config(8)));
+}
+
+/// The same with writer threads (`write_threads(2)`: one helper beside
+/// the flushing thread, which waits for the helper's runs; the helper is
+/// joined when the file drops).
+#[test]
+fn writer_threads_write_every_run_and_report_the_failed_one() {
+    check(|| failed_write_under_concurrent_commits(config(8).write_threads(2)));
+}
+
+fn failed_write_under_concurrent_commits(config: Config) {
+    {
         let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
         be.schedule_writes([WriteFault::Pass, WriteFault::Errno(libc::EIO)]);
-        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config).unwrap());
         let errors = Arc::new(shuttle::sync::atomic::AtomicUsize::new(0));
         let committers: Vec<_> = (0..2u64)
             .map(|t| {
@@ -266,5 +278,5 @@ fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
         for p in [0, 2, 4, 6] {
             assert_page(&img, p, 1, "after close");
         }
-    });
+    }
 }

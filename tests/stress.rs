@@ -1,6 +1,6 @@
 //! Eight threads race writes, rewrites of the same pages, reads, flushes
 //! and syncs on one file, every engine, buffered and O_DIRECT, with and
-//! without `commit_dsync`. Each page
+//! without `commit_dsync`, and the vectored engine with writer threads. Each page
 //! carries (page, version); writes to one page are ordered by a per-page
 //! lock in the test, so the newest version is known. Checked: a reader
 //! never sees a version older than one already written or already seen,
@@ -28,23 +28,28 @@ fn eight_threads_race_and_the_newest_version_wins() {
     if direct_available(dir.path()) {
         modes.push(DirectIo::On);
     }
-    // `commit_dsync` on for the engines that write from page memory too.
-    let cases: Vec<(FlushEngine, bool)> = file_engines()
+    // `commit_dsync` on for the engines that write from page memory too,
+    // and the vectored engine with writer threads.
+    let mut cases: Vec<(FlushEngine, bool, usize)> = file_engines()
         .into_iter()
         .flat_map(|e| {
             let dsync = matches!(e, FlushEngine::Vectored | FlushEngine::IoUring { .. });
-            std::iter::once((e, false)).chain(dsync.then_some((e, true)))
+            std::iter::once((e, false, 1)).chain(dsync.then_some((e, true, 1)))
         })
         .collect();
+    cases.push((FlushEngine::Vectored, false, 4));
+    cases.push((FlushEngine::Vectored, true, 3));
     for direct in modes {
-        for &(engine, dsync) in &cases {
-            let path = dir
-                .path()
-                .join(format!("stress-{}-{direct:?}-{dsync}", engine.name()));
+        for &(engine, dsync, threads) in &cases {
+            let path = dir.path().join(format!(
+                "stress-{}-{direct:?}-{dsync}-{threads}",
+                engine.name()
+            ));
             let cfg = Config::default()
                 .engine(engine)
                 .direct(direct)
                 .commit_dsync(dsync)
+                .write_threads(threads)
                 .max_write_buffer_bytes(48 * PS)
                 .read_cache_bytes(32 * PS)
                 .stripes(8);
@@ -104,14 +109,14 @@ fn eight_threads_race_and_the_newest_version_wins() {
                     .count();
                 assert_eq!(
                     failed, 0,
-                    "{engine:?} {direct:?} {dsync}: {failed} threads failed"
+                    "{engine:?} {direct:?} {dsync} {threads}: {failed} threads failed"
                 );
             });
             f.close().unwrap();
             let s = f.stats();
             assert!(s.commits > 0 && s.flushes > 0, "{s:?}");
             eprintln!(
-                "{engine:?} {direct:?} commit_dsync {dsync}: {} commits, {} fdatasyncs, {} durable writes",
+                "{engine:?} {direct:?} commit_dsync {dsync} write_threads {threads}: {} commits, {} fdatasyncs, {} durable writes",
                 s.commits, s.syncs, s.dsync_writes
             );
             drop(f);
@@ -121,7 +126,7 @@ fn eight_threads_race_and_the_newest_version_wins() {
                 assert_eq!(
                     tag_of(&f.read(p * PS as u64, PS).unwrap()),
                     (p, want),
-                    "{engine:?} {direct:?} {dsync}"
+                    "{engine:?} {direct:?} {dsync} {threads}"
                 );
             }
         }

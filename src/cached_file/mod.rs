@@ -50,9 +50,10 @@ mod flush;
 mod open;
 mod stats;
 mod writer;
+mod writer_pool;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
-pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES};
+pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS};
 pub use stats::Stats;
 
 use cache::CacheStripe;
@@ -129,7 +130,7 @@ pub(crate) struct Stripe {
 /// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
 /// successful `sync` or `close` covered is promised durable.
 pub struct PagedCachedFile {
-    backend: Box<dyn StorageBackend>,
+    backend: Arc<dyn StorageBackend>,
     config: Config,
     io_mode: IoMode,
     /// Page buffers of retired generations, reused by writers.
@@ -281,6 +282,16 @@ impl PagedCachedFile {
             direct: backend.dio_align(),
             direct_fallback: None,
         };
+        let backend: Arc<dyn StorageBackend> = Arc::new(backend);
+        let mut writer = writer;
+        if let writer::RunWriter::Vectored { pool, .. } = &mut writer
+            && config.write_threads > 1
+        {
+            let helpers =
+                writer_pool::WriterPool::new(Arc::clone(&backend), config.write_threads - 1)
+                    .map_err(|e| Error::io("spawn writer thread", None, e))?;
+            *pool = Some(Box::new(helpers));
+        }
         let flusher = Flusher::new(writer);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
@@ -290,7 +301,7 @@ impl PagedCachedFile {
             0
         };
         Ok(Self {
-            backend: Box::new(backend),
+            backend,
             io_mode,
             pool: BufferPool::new(
                 config.page_size,

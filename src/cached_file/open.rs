@@ -69,7 +69,10 @@ pub(crate) fn resolve_writer(
             scratch: None,
             align: config.page_align,
         },
-        _ => RunWriter::Vectored { iovecs: Vec::new() },
+        _ => RunWriter::Vectored {
+            iovecs: Vec::new(),
+            pool: None,
+        },
     };
     let queue_depth = match config.engine {
         FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } => queue_depth,
@@ -98,7 +101,10 @@ pub(crate) fn resolve_writer(
             Ok((
                 FlushEngine::Vectored,
                 Some(why),
-                RunWriter::Vectored { iovecs: Vec::new() },
+                RunWriter::Vectored {
+                    iovecs: Vec::new(),
+                    pool: None,
+                },
             ))
         }
         (_, Err(e)) => Err(e),

@@ -33,8 +33,14 @@ pub(crate) enum RunWriter {
         align: usize,
     },
     /// One `pwritev` per run (split at `IOV_MAX` by the backend); the
-    /// iovec vector is kept between flushes.
-    Vectored { iovecs: Vec<IoSlice<'static>> },
+    /// iovec vector is kept between flushes. With a `pool`
+    /// ([`Config::write_threads`](super::Config::write_threads) > 1), the
+    /// runs of a flush that has several go out from several threads at
+    /// once.
+    Vectored {
+        iovecs: Vec<IoSlice<'static>>,
+        pool: Option<Box<super::writer_pool::WriterPool>>,
+    },
     /// io_uring, up to the queue depth of runs in flight: `WRITEV` SQEs
     /// from page memory, or with `copy` (under `O_DIRECT`) one segment per
     /// run copied into the ring's own buffers (the kernel's per-segment
@@ -79,7 +85,7 @@ impl RunWriter {
         debug_assert!(!dsync || self.can_dsync());
         if dsync {
             let iovecs = match self {
-                RunWriter::Vectored { iovecs } => iovecs,
+                RunWriter::Vectored { iovecs, .. } => iovecs,
                 #[cfg(all(target_os = "linux", feature = "io-uring"))]
                 RunWriter::Uring { scratch, .. } => &mut scratch.iovecs,
                 RunWriter::PerPage | RunWriter::Concat { .. } => {
@@ -120,7 +126,19 @@ impl RunWriter {
                     results.set(i, run.offset, "pwrite", r.err());
                 }
             }
-            RunWriter::Vectored { iovecs } => {
+            RunWriter::Vectored {
+                iovecs,
+                pool: Some(pool),
+            } if runs.len() > 1 => {
+                // Empty (no allocation) unless a run fails.
+                let mut failed = Vec::new();
+                pool.write(runs, entries, iovecs, &mut failed);
+                add(&counters.write_calls, runs.len() as u64);
+                for (i, e) in failed {
+                    results.set(i, runs[i].offset, "pwritev", Some(e));
+                }
+            }
+            RunWriter::Vectored { iovecs, .. } => {
                 let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
                 vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
                 for (i, run) in runs.iter().enumerate() {
@@ -167,7 +185,7 @@ fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
 /// flush's pages serves the next). std collects a `vec::IntoIter` into a
 /// `Vec` in place when the layouts match, so nothing is allocated; the
 /// steady-state allocation test (`tests/alloc_free.rs`) checks it.
-fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
+pub(super) fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().map(|_| unreachable!("cleared")).collect()
 }

@@ -136,6 +136,9 @@ pub struct ScaleConfig {
     /// One-run commit rounds write with `RWF_DSYNC`
     /// ([`Config::commit_dsync`]). Default off.
     pub commit_dsync: bool,
+    /// Threads writing a flush's runs in the vectored modes
+    /// ([`Config::write_threads`]). Default 1.
+    pub write_threads: usize,
     /// Dedup ratio of the page contents (`datagen`). Default 1.
     pub dedup_ratio: f64,
     /// Compression ratio of the page contents (`datagen`). Default 1
@@ -179,6 +182,7 @@ impl Default for ScaleConfig {
             max_write_buffer_bytes: 64 << 20,
             sync_lanes: Config::default().sync_lanes,
             commit_dsync: Config::default().commit_dsync,
+            write_threads: Config::default().write_threads,
             direct: DirectIo::Auto,
             dedup_ratio: 1.0,
             compress_ratio: 1.0,
@@ -289,6 +293,7 @@ impl ScaleConfig {
                 .page_size(self.page_size)
                 .max_write_buffer_bytes(self.max_write_buffer_bytes)
                 .sync_lanes(self.sync_lanes)
+                .write_threads(self.write_threads)
                 .engine(engine)
                 .validate()?;
         }
@@ -452,6 +457,7 @@ fn open_cached(
         .max_write_buffer_bytes(config.max_write_buffer_bytes)
         .sync_lanes(config.sync_lanes)
         .commit_dsync(config.commit_dsync)
+        .write_threads(config.write_threads)
         .read_cache_bytes(config.read_cache_bytes)
         .direct(config.direct)
         .engine(engine);

@@ -346,6 +346,10 @@ pub(crate) struct ScaleArgs {
     /// write and an fdatasync (`Config::commit_dsync`).
     #[arg(long)]
     pub(crate) commit_dsync: bool,
+    /// Threads writing a flush's runs in the vectored modes, the flushing
+    /// thread included (`Config::write_threads`; 1 = runs one after another).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) write_threads: usize,
     /// O_DIRECT (auto: where the file system takes it; buffered I/O lets
     /// the kernel coalesce per-page writes and hides what is measured).
     #[arg(long, value_enum, default_value = "auto")]

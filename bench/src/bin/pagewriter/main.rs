@@ -72,6 +72,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("--buffer-mib too large")?,
         sync_lanes: a.sync_lanes,
         commit_dsync: a.commit_dsync,
+        write_threads: a.write_threads,
         direct: a.direct.into(),
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,

@@ -1,0 +1,189 @@
+//! Writer threads for the vectored engine ([`Config::write_threads`]): a
+//! flush's runs go out as `pwritev` calls from several threads at once, so
+//! a round's runs are in flight together, as io_uring has them, on hosts
+//! without io_uring (or where it is refused, as under Docker's default
+//! seccomp profile).
+//!
+//! The flushing thread copies the runs and page references into the pool's
+//! job (vectors kept between flushes, so nothing is allocated), wakes the
+//! helpers, takes runs itself, and returns when every run completed.
+//! Helpers hold the job's read lock while writing; a job is installed and
+//! let go under the write lock, so no helper sees a half-installed job and
+//! no page reference outlives its flush.
+//!
+//! [`Config::write_threads`]: super::Config::write_threads
+
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::PageRef;
+use crate::backend::StorageBackend;
+use crate::coalesce::Run;
+use crate::sync::{AtomicUsize, Condvar, JoinHandle, Mutex, RwLock, ThreadBuilder};
+
+/// One flush's runs and the pages they cover.
+#[derive(Default)]
+struct Job {
+    entries: Vec<(u64, PageRef)>,
+    runs: Vec<Run>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Bumped per job: a helper works once per bump it sees.
+    generation: u64,
+    shutdown: bool,
+}
+
+struct Shared {
+    backend: Arc<dyn StorageBackend>,
+    job: RwLock<Job>,
+    state: Mutex<State>,
+    /// Helpers wait here for a job (or shutdown).
+    start: Condvar,
+    /// The flushing thread waits here for the last run.
+    done: Condvar,
+    /// Next run to take.
+    next: AtomicUsize,
+    /// Runs finished, failed ones included.
+    completed: AtomicUsize,
+    /// (run index, error) of the runs that failed.
+    failures: Mutex<Vec<(usize, std::io::Error)>>,
+}
+
+/// Helper threads, joined on drop.
+pub(crate) struct WriterPool {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl WriterPool {
+    /// Starts `helpers` threads writing to `backend`. Errors: the OS
+    /// refused a thread (the ones started are stopped again).
+    pub(crate) fn new(backend: Arc<dyn StorageBackend>, helpers: usize) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            backend,
+            job: RwLock::new(Job::default()),
+            state: Mutex::new(State::default()),
+            start: Condvar::new(),
+            done: Condvar::new(),
+            next: AtomicUsize::new(0),
+            completed: AtomicUsize::new(0),
+            failures: Mutex::new(Vec::new()),
+        });
+        let mut pool = Self {
+            shared,
+            threads: Vec::with_capacity(helpers),
+        };
+        for i in 0..helpers {
+            let s = Arc::clone(&pool.shared);
+            let t = ThreadBuilder::new()
+                .name(format!("pagewriter-w{i}"))
+                .spawn(move || helper(&s))?;
+            pool.threads.push(t);
+        }
+        Ok(pool)
+    }
+
+    /// Writes every run of `entries`, the calling thread too; appends the
+    /// failed runs (index into `runs`, error) to `failed`. `iovecs` is the
+    /// calling thread's iovec vector, kept between flushes.
+    pub(crate) fn write(
+        &self,
+        runs: &[Run],
+        entries: &[(u64, PageRef)],
+        iovecs: &mut Vec<IoSlice<'static>>,
+        failed: &mut Vec<(usize, std::io::Error)>,
+    ) {
+        let s = &*self.shared;
+        {
+            let mut job = s.job.write();
+            job.entries.clear();
+            job.entries.extend(entries.iter().cloned());
+            job.runs.clear();
+            job.runs.extend_from_slice(runs);
+            s.next.store(0, Ordering::Relaxed);
+            s.completed.store(0, Ordering::Relaxed);
+        }
+        {
+            let mut st = s.state.lock();
+            st.generation += 1;
+            s.start.notify_all();
+        }
+        work(s, iovecs);
+        {
+            let mut st = s.state.lock();
+            while s.completed.load(Ordering::Acquire) < runs.len() {
+                s.done.wait(&mut st);
+            }
+        }
+        failed.append(&mut s.failures.lock());
+        // Let go of the page references (after any helper still looking at
+        // the finished job has dropped its read lock).
+        s.job.write().entries.clear();
+    }
+}
+
+impl Drop for WriterPool {
+    fn drop(&mut self) {
+        self.shared.state.lock().shutdown = true;
+        self.shared.start.notify_all();
+        for t in self.threads.drain(..) {
+            // A helper never panics (`work` catches the backend's panics).
+            let _ = t.join();
+        }
+    }
+}
+
+fn helper(s: &Shared) {
+    let mut seen = 0;
+    let mut iovecs = Vec::new();
+    loop {
+        {
+            let mut st = s.state.lock();
+            while st.generation == seen && !st.shutdown {
+                s.start.wait(&mut st);
+            }
+            if st.shutdown {
+                return;
+            }
+            seen = st.generation;
+        }
+        work(s, &mut iovecs);
+    }
+}
+
+/// Takes runs of the installed job until none is left. A panic in the
+/// backend fails its run instead of leaving the flushing thread waiting
+/// for it forever.
+fn work(s: &Shared, iovecs: &mut Vec<IoSlice<'static>>) {
+    let job = s.job.read();
+    let total = job.runs.len();
+    loop {
+        let i = s.next.fetch_add(1, Ordering::AcqRel);
+        let Some(run) = job.runs.get(i) else { break };
+        let mut v: Vec<IoSlice<'_>> = super::writer::reuse(std::mem::take(iovecs));
+        v.extend(
+            job.entries[run.entries()]
+                .iter()
+                .map(|(_, p)| IoSlice::new(p)),
+        );
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.backend.write_vectored_all_at(run.offset, &mut v)
+        }))
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the backend panicked in a writer thread",
+            ))
+        });
+        *iovecs = super::writer::reuse(v);
+        if let Err(e) = r {
+            s.failures.lock().push((i, e));
+        }
+        if s.completed.fetch_add(1, Ordering::AcqRel) + 1 == total {
+            let _st = s.state.lock();
+            s.done.notify_all();
+        }
+    }
+}
