@@ -34,7 +34,9 @@ pub struct Stats {
     pub sync_us: u64,
     /// `sync()` calls that returned `Ok`.
     pub commits: u64,
-    /// Group-commit rounds: one flush + `fdatasync` each.
+    /// Group-commit rounds: one flush and one `fdatasync` each (or, with
+    /// [`Config::commit_dsync`](crate::Config::commit_dsync), one durable
+    /// write instead of both).
     pub commit_rounds: u64,
     /// Largest number of `sync()` callers served by one round.
     pub max_commit_group: u64,

@@ -38,6 +38,9 @@ pub struct BulkConfig {
     /// here ran at 0.26-0.30 GB/s where warm ones ran at 1.0 GB/s.
     /// Default 1.
     pub warmup: usize,
+    /// Threads writing the runs with the vectored engine
+    /// ([`Config::write_threads`]). Default 1.
+    pub write_threads: usize,
 }
 
 impl Default for BulkConfig {
@@ -55,6 +58,7 @@ impl Default for BulkConfig {
             file: None,
             dir: PathBuf::from("."),
             warmup: 1,
+            write_threads: 1,
         }
     }
 }
@@ -119,6 +123,7 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
         Config::default()
             .page_size(config.page_size)
             .max_write_bytes(config.max_write_bytes)
+            .write_threads(config.write_threads)
             .engine(engine)
             .validate()?;
     }
@@ -158,6 +163,7 @@ fn run_one(config: &BulkConfig, engine: FlushEngine, pages: u64, repeat: usize) 
                 .saturating_add(ps),
         )
         .direct(config.direct)
+        .write_threads(config.write_threads)
         .engine(engine);
     let file = PagedCachedFile::open(&path, cfg)?;
     let mut rng = WyRand::new(repeat as u64 + 1);

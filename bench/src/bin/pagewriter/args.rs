@@ -423,6 +423,10 @@ pub(crate) struct FlushArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Threads writing the runs with the vectored engine, the flushing
+    /// thread included (`Config::write_threads`).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) write_threads: usize,
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -139,6 +139,7 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
         file: a.file,
         dir: a.path,
         warmup: a.warmup,
+        write_threads: a.write_threads,
     };
     let runs = bulk::run(&config, |r: &BulkRun| {
         if !a.json {
