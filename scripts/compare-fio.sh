@@ -46,19 +46,21 @@
 # starts (`scale --preallocate`; cells named ...-prealloc). Both:
 # `growing,preallocated` (the layouts take turns within each round, each
 # scale run followed by its own fio run).
+# --commit-scale-args: more `pagewriter scale` flags for the commit suite's
+# runs, one string (e.g. "--write-threads 4"); fio's job is unchanged.
 #
 # Usage: scripts/compare-fio.sh [--suites flush,write-file,io,commit] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
-#          [--commit-files growing,preallocated]
+#          [--commit-files growing,preallocated] [--commit-scale-args "FLAGS"]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
-commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-files growing,preallocated]"
+commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing commit_scale_args=""
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-files growing,preallocated] [--commit-scale-args \"FLAGS\"]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -76,6 +78,7 @@ while [ $# -gt 0 ]; do
     --commit-threads) commit_threads=$2; shift 2 ;;
     --commit-modes) commit_modes=$2; shift 2 ;;
     --commit-files) commit_files=$2; shift 2 ;;
+    --commit-scale-args) commit_scale_args=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -278,6 +281,8 @@ commit_cell() {
     *) echo "$2-${3}thr 0" ;;
   esac
 }
+read -r -a commit_extra <<< "$commit_scale_args"
+[ -z "$commit_scale_args" ] || echo "scale flags added: $commit_scale_args"
 for t in ${commit_threads//,/ }; do
   for mode in ${commit_modes//,/ }; do
     # Per layout, the per-round ratios (space separated); the layouts take
@@ -288,7 +293,7 @@ for t in ${commit_threads//,/ }; do
         read -r name prealloc < <(commit_cell "$layout" "$mode" "$t")
         read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
             --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
-            --preallocate "$prealloc" --queue-depth "$qd" --json |
+            --preallocate "$prealloc" --queue-depth "$qd" "${commit_extra[@]}" --json |
           python3 -c 'import json,sys
 row=json.load(sys.stdin)["rows"][0]
 print("%.1f %.1f %.4f" % (row["commits_per_s"], row["p99_us"], row["cpu_s_per_gb"]))')
