@@ -3,7 +3,8 @@
 # on `scale`: runs them alternately, the order swapped every round (base
 # then new in odd rounds, new then base in even ones), so a noisy moment of
 # the machine, or the position in a pair, hits both; prints per cell the
-# medians and the median of the per-round ratios new / base (commits/s).
+# medians and the median of the per-round ratios new / base (commits/s,
+# and CPU seconds per GB written, where lower is better).
 #
 # Usage: [BASE_ARGS=..] [NEW_ARGS=..] scripts/ab-scale.sh BASE_BIN NEW_BIN ROUNDS [scale args...]
 #   e.g. git worktree add /tmp/base <rev> && (cd /tmp/base && cargo build --release)
@@ -31,9 +32,13 @@ cells = {}
 for side in ("base", "new"):
     for r in range(1, rounds + 1):
         for row in json.load(open(f"{out}/{side}.{r}.json"))["rows"]:
-            cells.setdefault((row["mode"], row["threads"]), {"base": [], "new": []})[side].append(row["commits_per_s"])
+            cell = cells.setdefault((row["mode"], row["threads"]), {"base": [], "new": [], "base_cpu": [], "new_cpu": []})
+            cell[side].append(row["commits_per_s"])
+            cell[side + "_cpu"].append(row["cpu_s_per_gb"])
 for (mode, threads), v in sorted(cells.items()):
     ratios = [n / b for n, b in zip(v["new"], v["base"])]
+    cpu = [n / b for n, b in zip(v["new_cpu"], v["base_cpu"]) if b > 0]
+    cpu_txt = f"  CPU/GB ratio {st.median(cpu):.3f}" if cpu else ""
     print(f"{mode:14s} {threads:2d} threads  base {st.median(v['base']):8.0f}  new {st.median(v['new']):8.0f} commits/s"
-          f"  median ratio {st.median(ratios):.3f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+          f"  median ratio {st.median(ratios):.3f} (rounds {min(ratios):.2f}-{max(ratios):.2f}){cpu_txt}")
 PY

@@ -113,9 +113,5 @@ mod model {
         pub(crate) fn notify_all(&self) {
             self.0.notify_all();
         }
-
-        pub(crate) fn notify_one(&self) {
-            self.0.notify_one();
-        }
     }
 }

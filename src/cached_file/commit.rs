@@ -22,6 +22,18 @@
 //!
 //! While round N waits in `fdatasync`, round N+1 drains and writes what
 //! arrived meanwhile.
+//!
+//! Wakeups: a caller sleeps on the condvar of the round that covers it
+//! (rounds are numbered; `ROUND_SLOTS` condvars, by number modulo their
+//! count). A caller whose ticket no started round covers sleeps on the next
+//! round's, since whichever round starts next covers it. Publishing round N
+//! wakes N's callers; freeing the write stage after round N wakes N+1's,
+//! one of which leads it. So a caller is woken for its own round, not for
+//! every round published (one condvar for all rounds woke every waiter of
+//! every round in flight at each publish). Two rounds in flight with the
+//! same number modulo `ROUND_SLOTS` share a condvar: their callers may wake
+//! for the other's, and sleep again; every wait rechecks its condition and
+//! every notify wakes all, so sharing costs wakeups, never a lost one.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -33,6 +45,16 @@ use super::flush::Batch;
 use super::stats::{add, add_elapsed};
 use crate::error::{Error, Result};
 
+/// Condvars for the rounds' callers (round number modulo this). Above the
+/// rounds usually in flight: one writing, up to `sync_lanes` (4 by
+/// default) syncing, a few synced but waiting to publish in order.
+#[cfg(not(feature = "shuttle"))]
+pub(crate) const ROUND_SLOTS: usize = 16;
+/// Two in the model check, so its few threads do share condvars between
+/// rounds in flight.
+#[cfg(feature = "shuttle")]
+pub(crate) const ROUND_SLOTS: usize = 2;
+
 #[derive(Debug, Default)]
 pub(crate) struct CommitState {
     /// Last ticket handed out.
@@ -41,6 +63,8 @@ pub(crate) struct CommitState {
     durable: u64,
     /// Last ticket covered by a round that has started.
     started: u64,
+    /// Rounds started; the latest is number `rounds` (the first is 1).
+    rounds: u64,
     /// A round holds the write stage.
     writing: bool,
     /// Sync lanes not in use.
@@ -67,6 +91,8 @@ struct FailedRound {
 
 #[derive(Debug)]
 struct SyncingRound {
+    /// Round number.
+    no: u64,
     lo: u64,
     hi: u64,
     outcome: Option<RoundOutcome>,
@@ -87,6 +113,17 @@ impl CommitState {
             free_lanes: (0..lanes.max(1)).rev().collect(),
             ..Self::default()
         }
+    }
+
+    /// Number of the unpublished round that covers `ticket` (which a
+    /// started round covers): a syncing one, or else the one writing, the
+    /// latest.
+    fn covering_round(&self, ticket: u64) -> u64 {
+        debug_assert!(self.durable < ticket && ticket <= self.started);
+        self.syncing
+            .iter()
+            .find(|r| r.lo < ticket && ticket <= r.hi)
+            .map_or(self.rounds, |r| r.no)
     }
 }
 
@@ -122,14 +159,16 @@ impl PagedCachedFile {
             if st.started >= ticket {
                 // A round that covers us is under way: wait for it to be
                 // published.
-                self.commit_published.wait(&mut st);
+                let no = st.covering_round(ticket);
+                self.round_slot(no).wait(&mut st);
                 continue;
             }
             if st.writing {
-                // Not covered yet, and the write stage is taken: wait for
-                // it to be free (one waiter is woken to lead; a round that
-                // covers us wakes us when it is published).
-                self.commit_may_lead.wait(&mut st);
+                // Not covered yet, and the write stage is taken: the next
+                // round covers us. Its callers are woken when the stage is
+                // free (one leads) and when it is published.
+                let no = st.rounds + 1;
+                self.round_slot(no).wait(&mut st);
                 continue;
             }
             self.lead_round(&mut st);
@@ -141,6 +180,8 @@ impl PagedCachedFile {
     /// behind an earlier round); the leader reads it like every waiter.
     fn lead_round(&self, st: &mut MutexGuard<'_, CommitState>) {
         st.writing = true;
+        st.rounds += 1;
+        let no = st.rounds;
         let (lo, hi) = (st.started, st.next_ticket);
         st.started = hi;
         // A durable write (`commit_dsync`) stands in for the fdatasync only
@@ -168,18 +209,19 @@ impl PagedCachedFile {
         while st.free_lanes.is_empty() {
             // A lane comes back when a round's sync ends, before it is
             // published.
-            self.commit_published.wait(st);
+            self.commit_lane_free.wait(st);
         }
         let lane = st.free_lanes.pop().expect("checked");
         st.writing = false;
         st.syncing.push_back(SyncingRound {
+            no,
             lo,
             hi,
             outcome: None,
         });
-        // The next round may start writing now: one uncovered waiter
-        // leads it and covers every other.
-        self.commit_may_lead.notify_one();
+        // The next round may start writing now: one of its waiters (the
+        // callers no round covers yet) leads it and covers every other.
+        self.round_slot(no + 1).notify_all();
         let needed = seq > st.synced_seq && !durable;
         let synced = MutexGuard::unlocked(st, || {
             let synced = self.sync_batch(batch, needed, lane);
@@ -187,6 +229,7 @@ impl PagedCachedFile {
             synced.map(|covered| if durable { Some(seq) } else { covered })
         });
         st.free_lanes.push(lane);
+        self.commit_lane_free.notify_all();
         let outcome = match synced {
             Ok(covered) => RoundOutcome {
                 covered,
@@ -203,17 +246,19 @@ impl PagedCachedFile {
             .find(|r| r.hi == hi)
             .expect("round queued above");
         me.outcome = Some(outcome);
+        // Wakes the callers of every round it publishes.
         self.publish(st);
-        // Waiters whose round is published, the leader waiting for a lane,
-        // and waiters a later round covered while they waited to lead.
-        self.commit_published.notify_all();
-        self.commit_may_lead.notify_all();
+    }
+
+    fn round_slot(&self, no: u64) -> &crate::sync::Condvar {
+        &self.commit_rounds[(no % ROUND_SLOTS as u64) as usize]
     }
 
     /// Publishes finished rounds in round order.
     fn publish(&self, st: &mut CommitState) {
         while st.syncing.front().is_some_and(|r| r.outcome.is_some()) {
             let round = st.syncing.pop_front().expect("checked");
+            self.round_slot(round.no).notify_all();
             add(&self.counters.commit_rounds, 1);
             self.counters
                 .max_commit_group

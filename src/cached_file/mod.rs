@@ -171,10 +171,15 @@ pub struct PagedCachedFile {
     /// retires; `set_len` waits for it.
     all_settled: Condvar,
     commit: Mutex<CommitState>,
-    /// Notified when the commit write stage is free (one waiter leads).
-    commit_may_lead: Condvar,
-    /// Notified when a round is published (or a sync lane comes back).
-    commit_published: Condvar,
+    /// `sync()` callers wait on the condvar of the round that covers them,
+    /// round number modulo [`commit::ROUND_SLOTS`]: its publish wakes them,
+    /// and the callers of the next round to start are also woken when the
+    /// write stage frees (one of them leads it). Callers of other rounds
+    /// sleep on (see `commit.rs`).
+    commit_rounds: Box<[Condvar]>,
+    /// Notified when a sync lane comes back (the write stage's holder may
+    /// wait for one).
+    commit_lane_free: Condvar,
     poisoned: AtomicBool,
     closed: AtomicBool,
     read_only: bool,
@@ -331,8 +336,8 @@ impl PagedCachedFile {
             unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
             all_settled: Condvar::new(),
             commit: Mutex::new(CommitState::new(lanes)),
-            commit_may_lead: Condvar::new(),
-            commit_published: Condvar::new(),
+            commit_rounds: (0..commit::ROUND_SLOTS).map(|_| Condvar::new()).collect(),
+            commit_lane_free: Condvar::new(),
             poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             read_only: false,
