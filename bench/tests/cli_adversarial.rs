@@ -259,7 +259,7 @@ fn gen_verify_checks_its_block_size_and_never_passes_on_nothing() {
 fn absurd_sizes_are_typed_errors() {
     let d = dir();
     let p = d.path();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &[
                 "flush",
@@ -288,6 +288,10 @@ fn absurd_sizes_are_typed_errors() {
         (
             &["scale", "--write-threads", "65", "--path"],
             "write_threads 65",
+        ),
+        (
+            &["scale", "--max-write-bytes", "2GiB", "--path"],
+            "max_write_bytes 2147483648",
         ),
         (&["io", "--size", "1ZB", "--filename"], "unit \"ZB\""),
         (&["io", "--size", "20EiB", "--filename"], "too large"),

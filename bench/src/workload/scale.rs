@@ -139,6 +139,9 @@ pub struct ScaleConfig {
     /// Threads writing a flush's runs in the vectored modes
     /// ([`Config::write_threads`]). Default 1.
     pub write_threads: usize,
+    /// Most bytes one write call carries ([`Config::max_write_bytes`]).
+    /// Default 1 MiB.
+    pub max_write_bytes: usize,
     /// Dedup ratio of the page contents (`datagen`). Default 1.
     pub dedup_ratio: f64,
     /// Compression ratio of the page contents (`datagen`). Default 1
@@ -183,6 +186,7 @@ impl Default for ScaleConfig {
             sync_lanes: Config::default().sync_lanes,
             commit_dsync: Config::default().commit_dsync,
             write_threads: Config::default().write_threads,
+            max_write_bytes: Config::default().max_write_bytes,
             direct: DirectIo::Auto,
             dedup_ratio: 1.0,
             compress_ratio: 1.0,
@@ -294,6 +298,7 @@ impl ScaleConfig {
                 .max_write_buffer_bytes(self.max_write_buffer_bytes)
                 .sync_lanes(self.sync_lanes)
                 .write_threads(self.write_threads)
+                .max_write_bytes(self.max_write_bytes)
                 .engine(engine)
                 .validate()?;
         }
@@ -458,6 +463,7 @@ fn open_cached(
         .sync_lanes(config.sync_lanes)
         .commit_dsync(config.commit_dsync)
         .write_threads(config.write_threads)
+        .max_write_bytes(config.max_write_bytes)
         .read_cache_bytes(config.read_cache_bytes)
         .direct(config.direct)
         .engine(engine);

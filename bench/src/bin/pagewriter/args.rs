@@ -350,6 +350,10 @@ pub(crate) struct ScaleArgs {
     /// thread included (`Config::write_threads`; 1 = runs one after another).
     #[arg(long, default_value_t = 1)]
     pub(crate) write_threads: usize,
+    /// Most bytes one write call carries: longer runs are cut there
+    /// (`Config::max_write_bytes`; bytes, units accepted).
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    pub(crate) max_write_bytes: u64,
     /// O_DIRECT (auto: where the file system takes it; buffered I/O lets
     /// the kernel coalesce per-page writes and hides what is measured).
     #[arg(long, value_enum, default_value = "auto")]

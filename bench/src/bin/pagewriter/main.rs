@@ -73,6 +73,8 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         sync_lanes: a.sync_lanes,
         commit_dsync: a.commit_dsync,
         write_threads: a.write_threads,
+        max_write_bytes: usize::try_from(a.max_write_bytes)
+            .map_err(|_| "--max-write-bytes too large")?,
         direct: a.direct.into(),
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,
