@@ -414,8 +414,10 @@ pub(crate) struct FlushArgs {
     /// Repeats, engines interleaved.
     #[arg(long, default_value_t = 3)]
     pub(crate) repeats: usize,
-    /// File to write (removed before each run and afterwards); default a
-    /// temporary file in --path.
+    /// File to write into (created if missing, never removed or
+    /// truncated; a pass into a file that already holds --size bytes is
+    /// marked as an overwrite); default a temporary file in --path. The
+    /// warm-up passes write a temporary file beside it, not it.
     #[arg(long)]
     pub(crate) file: Option<PathBuf>,
     /// Directory for the temporary file.

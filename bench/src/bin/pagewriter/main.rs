@@ -146,14 +146,19 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
     let runs = bulk::run(&config, |r: &BulkRun| {
         if !a.json {
             println!(
-                "repeat {} {:<40} {:>8.3} GB/s  ({} B in {:.3} s, {} write calls, {} fdatasync)",
+                "repeat {} {:<40} {:>8.3} GB/s  ({} B in {:.3} s, {} write calls, {} fdatasync){}",
                 r.repeat + 1,
                 r.io_mode,
                 r.gb_per_s,
                 r.bytes,
                 r.seconds,
                 r.stats.write_calls,
-                r.stats.syncs
+                r.stats.syncs,
+                if r.overwrite {
+                    ", overwrite of written blocks"
+                } else {
+                    ""
+                }
             );
         }
     })
