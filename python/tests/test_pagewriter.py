@@ -220,6 +220,22 @@ def test_an_unwritable_path_raises_os_error_with_errno_and_path(tmp_path):
     assert e.value.errno == errno.ENOENT
 
 
+def _threads_state(pid):
+    """Per thread of `pid`: name, state, wait channel and kernel stack
+    (where readable), to say where a process that does not exit is stuck."""
+    out = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        def read(name):
+            try:
+                return (task / name).read_text().strip()
+            except OSError as e:
+                return f"<{e.strerror}>"
+        state = (read("stat").rsplit(")", 1)[-1].split() or ["?"])[0]
+        out.append(f"{task.name} {read('comm')} state={state} wchan={read('wchan')}\n"
+                   f"{read('stack')}")
+    return "\n".join(out)
+
+
 def test_keyboard_interrupt_stops_write_file_promptly_and_cleans_up(tmp_path):
     free = shutil.disk_usage(tmp_path).free
     size = min(16 << 30, free // 4)
@@ -242,7 +258,16 @@ def test_keyboard_interrupt_stops_write_file_promptly_and_cleans_up(tmp_path):
     time.sleep(1.0)
     sent = time.monotonic()
     p.send_signal(signal.SIGINT)
-    rc = p.wait(timeout=30)
+    try:
+        rc = p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        # Say where it is stuck, then stop it: a 16 GiB write must not go
+        # on filling the disk after the test.
+        where = _threads_state(p.pid)
+        p.kill()
+        p.wait()
+        Path(str(path) + ".partial").unlink(missing_ok=True)
+        pytest.fail(f"still running 30 s after SIGINT; its threads:\n{where}")
     waited = time.monotonic() - sent
     out = p.stdout.read()
     if "finished" in out:
