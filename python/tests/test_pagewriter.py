@@ -243,8 +243,12 @@ def test_keyboard_interrupt_stops_write_file_promptly_and_cleans_up(tmp_path):
         pytest.skip(f"{free} bytes free: too little for a write that lasts")
     path = tmp_path / "big.bin"
     path.write_bytes(b"old contents")
+    # Ctrl-C as in an interactive session: a process started in the
+    # background of a non-interactive shell (a CI job, nohup) inherits
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt.
     script = textwrap.dedent(f"""
-        import sys, pagewriter
+        import signal, sys, pagewriter
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         print("start", flush=True)
         try:
             pagewriter.write_file({str(path)!r}, {size}, use_direct_io=False)
