@@ -7,6 +7,8 @@ mod common;
 
 use std::io::{self, IoSlice};
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{ScratchFs, page, tag_of};
 use pagewriter::{
@@ -313,5 +315,89 @@ fn backpressure_is_not_held_hostage_by_a_bad_page() {
     let on_disk = std::fs::read(&path).unwrap();
     for p in 0..64usize {
         assert_eq!(tag_of(&on_disk[p * PS..]), (p as u64, 1));
+    }
+}
+
+/// A file backend that counts its `fallocate` calls.
+#[derive(Debug)]
+struct CountAllocs(FileBackend, Arc<AtomicU64>);
+
+impl StorageBackend for CountAllocs {
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(offset, buf)
+    }
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.0.write_vectored_all_at(offset, bufs)
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.1.fetch_add(1, Ordering::Relaxed);
+        self.0.allocate(offset, len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn dio_align(&self) -> Option<pagewriter::backend::DioAlign> {
+        self.0.dio_align()
+    }
+    fn file(&self) -> Option<&std::fs::File> {
+        StorageBackend::file(&self.0)
+    }
+}
+
+#[test]
+fn only_a_writer_with_parallel_writes_preallocates_under_o_direct() {
+    // Growing an O_DIRECT file: io_uring and writer threads reserve the
+    // blocks first (parallel writes into one file need them allocated); a
+    // writer with one write call at a time lets each write allocate
+    // written blocks itself (`preallocate` in src/cached_file/flush.rs).
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut cases = vec![
+        (Config::default(), false),
+        (Config::default().engine(FlushEngine::Concat), false),
+        (Config::default().engine(FlushEngine::PerPage), false),
+        (Config::default().write_threads(2), true),
+    ];
+    if common::uring_available() {
+        cases.push((
+            Config::default().engine(FlushEngine::IoUring { queue_depth: 8 }),
+            true,
+        ));
+    }
+    for (i, (cfg, preallocates)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("grow-{i}"));
+        let calls = Arc::new(AtomicU64::new(0));
+        let be = match FileBackend::open_direct(&path) {
+            Ok(b) => CountAllocs(b, Arc::clone(&calls)),
+            Err(e) => {
+                eprintln!("O_DIRECT refused ({e}): skipped");
+                return;
+            }
+        };
+        let f = PagedCachedFile::new(be, cfg.clone()).unwrap();
+        assert!(f.io_mode().direct.is_some(), "{cfg:?}");
+        for commit in 0..4u64 {
+            // Two runs per flush, so writer threads have two to spread.
+            for p in [commit * 40, commit * 40 + 20] {
+                for q in p..p + 4 {
+                    f.write_page(q * PS as u64, &page(PS, q, 1)).unwrap();
+                }
+            }
+            f.sync().unwrap();
+        }
+        let calls = calls.load(Ordering::Relaxed);
+        assert_eq!(calls > 0, preallocates, "{cfg:?}: {calls} fallocate calls");
+        for q in [0u64, 3, 20, 123, 143] {
+            assert_eq!(tag_of(&f.read(q * PS as u64, PS).unwrap()), (q, 1));
+        }
+        f.close().unwrap();
     }
 }

@@ -54,6 +54,18 @@ pub(crate) enum RunWriter {
 }
 
 impl RunWriter {
+    /// Whether [`write`](Self::write) can have several writes of one
+    /// flush in flight at once: io_uring, and the vectored engine with
+    /// writer threads. The others issue one write call at a time.
+    pub(crate) fn writes_in_parallel(&self) -> bool {
+        match self {
+            RunWriter::Vectored { pool, .. } => pool.is_some(),
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            RunWriter::Uring { .. } => true,
+            RunWriter::PerPage | RunWriter::Concat { .. } => false,
+        }
+    }
+
     /// Whether [`write`](Self::write) can write a run durably itself
     /// (`dsync`): the engines that write from page memory.
     pub(crate) fn can_dsync(&self) -> bool {
