@@ -6,10 +6,11 @@
 # pagewriter, fio, ...) so a noisy moment of the machine hits both; prints
 # every pair's ratio and the median per case.
 #
-# Preallocation as pagewriter does it: an O_DIRECT flush fallocates the
-# batch (inside its timed flush), a buffered one does not. So fio runs with
-# fallocate=native for direct jobs (before its timed phase) and
-# fallocate=none for buffered ones (buffered writes into preallocated,
+# Preallocation as pagewriter does it: an O_DIRECT flush by the io_uring
+# engine fallocates the batch (inside its timed flush); pwritev, which has
+# one write in flight, and buffered flushes do not. So fio runs with
+# fallocate=native for the io_uring O_DIRECT job (before its timed phase)
+# and fallocate=none for the others (buffered writes into preallocated,
 # unwritten extents were 1.0-1.2 GB/s here against 1.6-1.7 without).
 # Both sides write a fresh file: the file is removed before each run, and
 # pagewriter's warm-up pass writes a temporary file beside it (an
@@ -153,7 +154,7 @@ theirs() { # ioengine iodepth direct(0/1) -> GB/s (bytes / job runtime, end_fsyn
   # CPU s/GB of the job thread (fio's usr_cpu + sys_cpu), CPU s/GB of the whole fio run
   # (every process and thread, io_uring workers included; setup too)
   local falloc=none out times
-  [ "$3" = 1 ] && falloc=native
+  [ "$3" = 1 ] && [ "$1" = io_uring ] && falloc=native
   rm -f "$file"
   out=$(mktemp) times=$(mktemp)
   # bash's `time` reports user and system seconds of fio and its children.
