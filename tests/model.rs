@@ -70,6 +70,7 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                     sync_lanes,
                     commit_dsync,
                     dir: None,
+                    direct: false,
                 }
             },
         )
@@ -86,7 +87,8 @@ proptest! {
     }
 }
 
-/// The same checker on real files, so io_uring runs for real (crash ops
+/// The same checker on real files, buffered or O_DIRECT (drawn per case),
+/// so io_uring and the O_DIRECT paths run for real (crash ops
 /// are skipped there). A quarter of the cases: every case makes a file.
 #[test]
 fn real_file_matches_model() {
@@ -104,13 +106,18 @@ fn real_file_matches_model() {
     }
     let mut runner =
         proptest::test_runner::TestRunner::new(ProptestConfig::with_cases((cases() / 4).max(1)));
-    let strategy = (model_config(), prop::collection::vec(op(), 1..100));
+    let strategy = (
+        model_config(),
+        prop::collection::vec(op(), 1..100),
+        any::<bool>(),
+    );
     runner
-        .run(&strategy, |(mut cfg, ops)| {
+        .run(&strategy, |(mut cfg, ops, direct)| {
             if !uring && matches!(cfg.engine, FlushEngine::IoUring { .. }) {
                 cfg.engine = FlushEngine::Vectored;
             }
             cfg.dir = Some(dir.path().to_path_buf());
+            cfg.direct = direct;
             if let Err(e) = check(&cfg, &ops) {
                 prop_assert!(false, "{e}\nconfig {cfg:?}");
             }
@@ -134,6 +141,7 @@ fn checker_reports_disagreements() {
         sync_lanes: 1,
         commit_dsync: false,
         dir: None,
+        direct: false,
     };
     // A plain sequence passes.
     let ok = vec![

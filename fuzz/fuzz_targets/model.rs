@@ -24,6 +24,7 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
         sync_lanes: u.int_in_range(1..=4usize)?,
         commit_dsync: u.arbitrary()?,
         dir: None,
+        direct: false,
     })
 }
 

@@ -96,6 +96,10 @@ pub struct ModelConfig {
     /// ops are skipped, durability is checked by reading the file after a
     /// successful `fdatasync`).
     pub dir: Option<PathBuf>,
+    /// With `dir`: open the real file with `O_DIRECT`
+    /// ([`FileBackend::open_direct`]), so the aligned write paths and the
+    /// preallocation of a growing file run too. Ignored without `dir`.
+    pub direct: bool,
 }
 
 impl ModelConfig {
@@ -151,10 +155,14 @@ fn open(store: Store, cfg: &ModelConfig) -> Result<World, String> {
             };
             (Arc::clone(c) as Arc<dyn StorageBackend>, engine)
         }
-        Store::File(p) => (
-            Arc::new(FileBackend::open(p).map_err(|e| format!("open file: {e}"))?),
-            cfg.engine,
-        ),
+        Store::File(p) => {
+            let be = if cfg.direct {
+                FileBackend::open_direct(p).map_err(|e| format!("open file O_DIRECT: {e}"))?
+            } else {
+                FileBackend::open(p).map_err(|e| format!("open file: {e}"))?
+            };
+            (Arc::new(be) as Arc<dyn StorageBackend>, cfg.engine)
+        }
     };
     let faulty = Arc::new(FaultyBackend::new(inner));
     let mut c = cfg.config();
