@@ -135,8 +135,15 @@ fn a_page_past_the_largest_file_is_refused_when_written() {
 
 /// A file backend that does not know its file system's largest file, so a
 /// page past it reaches the kernel and fails there (EFBIG) at every flush.
+/// It also counts its `fallocate` calls (the second field).
 #[derive(Debug)]
-struct UnknownMax(FileBackend);
+struct UnknownMax(FileBackend, Arc<AtomicU64>);
+
+impl UnknownMax {
+    fn new(be: FileBackend) -> Self {
+        Self(be, Arc::default())
+    }
+}
 
 impl StorageBackend for UnknownMax {
     fn len(&self) -> io::Result<u64> {
@@ -155,6 +162,7 @@ impl StorageBackend for UnknownMax {
         self.0.write_vectored_all_at(offset, bufs)
     }
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.1.fetch_add(1, Ordering::Relaxed);
         self.0.allocate(offset, len)
     }
     fn sync_data(&self) -> io::Result<()> {
@@ -191,7 +199,8 @@ fn one_bad_page_does_not_hold_the_others_hostage() {
             } else {
                 FileBackend::open(&path).unwrap()
             };
-            let f = PagedCachedFile::new(UnknownMax(be), Config::default().engine(engine)).unwrap();
+            let f = PagedCachedFile::new(UnknownMax::new(be), Config::default().engine(engine))
+                .unwrap();
             f.write_page(bad, &[1u8; PS]).unwrap();
             for p in 0..3u64 {
                 f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
@@ -299,7 +308,7 @@ fn backpressure_is_not_held_hostage_by_a_bad_page() {
     };
     let bad = 1u64 << 42; // the 4 TiB largest file of this small ext4
     let path = fs.path().join("pressure");
-    let be = UnknownMax(FileBackend::open(&path).unwrap());
+    let be = UnknownMax::new(FileBackend::open(&path).unwrap());
     let f = PagedCachedFile::new(be, Config::default().max_write_buffer_bytes(8 * PS)).unwrap();
     f.write_page(bad, &[1u8; PS]).unwrap();
     for p in 0..64u64 {
@@ -315,41 +324,6 @@ fn backpressure_is_not_held_hostage_by_a_bad_page() {
     let on_disk = std::fs::read(&path).unwrap();
     for p in 0..64usize {
         assert_eq!(tag_of(&on_disk[p * PS..]), (p as u64, 1));
-    }
-}
-
-/// A file backend that counts its `fallocate` calls.
-#[derive(Debug)]
-struct CountAllocs(FileBackend, Arc<AtomicU64>);
-
-impl StorageBackend for CountAllocs {
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_exact_at(offset, buf)
-    }
-    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.0.write_all_at(offset, buf)
-    }
-    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.0.write_vectored_all_at(offset, bufs)
-    }
-    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.1.fetch_add(1, Ordering::Relaxed);
-        self.0.allocate(offset, len)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-    fn dio_align(&self) -> Option<pagewriter::backend::DioAlign> {
-        self.0.dio_align()
-    }
-    fn file(&self) -> Option<&std::fs::File> {
-        StorageBackend::file(&self.0)
     }
 }
 
@@ -374,14 +348,14 @@ fn only_a_writer_with_parallel_writes_preallocates_under_o_direct() {
     }
     for (i, (cfg, preallocates)) in cases.into_iter().enumerate() {
         let path = dir.path().join(format!("grow-{i}"));
-        let calls = Arc::new(AtomicU64::new(0));
         let be = match FileBackend::open_direct(&path) {
-            Ok(b) => CountAllocs(b, Arc::clone(&calls)),
+            Ok(b) => UnknownMax::new(b),
             Err(e) => {
                 eprintln!("O_DIRECT refused ({e}): skipped");
                 return;
             }
         };
+        let calls = Arc::clone(&be.1);
         let f = PagedCachedFile::new(be, cfg.clone()).unwrap();
         assert!(f.io_mode().direct.is_some(), "{cfg:?}");
         for commit in 0..4u64 {
