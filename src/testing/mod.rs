@@ -451,10 +451,10 @@ impl StorageBackend for CrashBackend {
     /// covers them, become durable; earlier unsynced writes stay unsynced
     /// (so a caller that counts on this write to sync them is caught),
     /// except for the bytes this write replaced, which no crash brings
-    /// back. A
-    /// scheduled sync failure leaves the bytes written, not durable, and
-    /// counts as a writeback error that this call reports on lane 0 (the
-    /// writing descriptor) and every other lane at its next sync.
+    /// back. A scheduled sync failure leaves the bytes written, not
+    /// durable, and counts as a writeback error that this call reports on
+    /// lane 0 (the writing descriptor) and every other lane at its next
+    /// sync.
     fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
         let mut st = self.state.lock();
