@@ -135,9 +135,16 @@ fn a_page_past_the_largest_file_is_refused_when_written() {
 
 /// A file backend that does not know its file system's largest file, so a
 /// page past it reaches the kernel and fails there (EFBIG) at every flush.
-/// It also counts its `fallocate` calls (the second field).
+/// It also counts the calls made through it (the second field; io_uring
+/// writes go to the file itself and are not counted).
 #[derive(Debug)]
-struct UnknownMax(FileBackend, Arc<AtomicU64>);
+struct UnknownMax(FileBackend, Arc<Calls>);
+
+#[derive(Debug, Default)]
+struct Calls {
+    fallocate: AtomicU64,
+    pwritev: AtomicU64,
+}
 
 impl UnknownMax {
     fn new(be: FileBackend) -> Self {
@@ -159,10 +166,11 @@ impl StorageBackend for UnknownMax {
         self.0.write_all_at(offset, buf)
     }
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.1.pwritev.fetch_add(1, Ordering::Relaxed);
         self.0.write_vectored_all_at(offset, bufs)
     }
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.1.fetch_add(1, Ordering::Relaxed);
+        self.1.fallocate.fetch_add(1, Ordering::Relaxed);
         self.0.allocate(offset, len)
     }
     fn sync_data(&self) -> io::Result<()> {
@@ -328,50 +336,66 @@ fn backpressure_is_not_held_hostage_by_a_bad_page() {
 }
 
 #[test]
-fn only_a_writer_with_parallel_writes_preallocates_under_o_direct() {
-    // Growing an O_DIRECT file: io_uring and writer threads reserve the
+fn only_writes_in_flight_beside_others_preallocate_under_o_direct() {
+    // Growing an O_DIRECT file: a flush whose writes are in flight beside
+    // each other (io_uring, writer threads; several runs) reserves the
     // blocks first (parallel writes into one file need them allocated); a
     // writer with one write call at a time lets each write allocate
     // written blocks itself (`preallocate` in src/cached_file/flush.rs).
+    // A lone committer's round of one run is one write on every engine:
+    // io_uring writes it inline with `pwritev`, no ring, no fallocate.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // (config, preallocates with two runs per commit, with one)
     let mut cases = vec![
-        (Config::default(), false),
-        (Config::default().engine(FlushEngine::Concat), false),
-        (Config::default().engine(FlushEngine::PerPage), false),
-        (Config::default().write_threads(2), true),
+        (Config::default(), false, false),
+        (Config::default().engine(FlushEngine::Concat), false, false),
+        (Config::default().engine(FlushEngine::PerPage), false, false),
+        (Config::default().write_threads(2), true, false),
     ];
     if common::uring_available() {
-        cases.push((
-            Config::default().engine(FlushEngine::IoUring { queue_depth: 8 }),
-            true,
-        ));
+        let ring = Config::default().engine(FlushEngine::IoUring { queue_depth: 8 });
+        cases.push((ring, true, false));
     }
-    for (i, (cfg, preallocates)) in cases.into_iter().enumerate() {
-        let path = dir.path().join(format!("grow-{i}"));
-        let be = match FileBackend::open_direct(&path) {
-            Ok(b) => UnknownMax::new(b),
-            Err(e) => {
-                eprintln!("O_DIRECT refused ({e}): skipped");
-                return;
-            }
-        };
-        let calls = Arc::clone(&be.1);
-        let f = PagedCachedFile::new(be, cfg.clone()).unwrap();
-        assert!(f.io_mode().direct.is_some(), "{cfg:?}");
-        for commit in 0..4u64 {
-            // Two runs per flush, so writer threads have two to spread.
-            for p in [commit * 40, commit * 40 + 20] {
-                for q in p..p + 4 {
-                    f.write_page(q * PS as u64, &page(PS, q, 1)).unwrap();
+    for (i, (cfg, two_runs, one_run)) in cases.into_iter().enumerate() {
+        for (runs, preallocates) in [(2u64, two_runs), (1, one_run)] {
+            let path = dir.path().join(format!("grow-{i}-{runs}"));
+            let be = match FileBackend::open_direct(&path) {
+                Ok(b) => UnknownMax::new(b),
+                Err(e) => {
+                    eprintln!("O_DIRECT refused ({e}): skipped");
+                    return;
                 }
+            };
+            let calls = Arc::clone(&be.1);
+            let f = PagedCachedFile::new(be, cfg.clone()).unwrap();
+            assert!(f.io_mode().direct.is_some(), "{cfg:?}");
+            for commit in 0..4u64 {
+                // Two runs per flush give writer threads two to spread.
+                for r in 0..runs {
+                    let p = commit * 40 + r * 20;
+                    for q in p..p + 4 {
+                        f.write_page(q * PS as u64, &page(PS, q, 1)).unwrap();
+                    }
+                }
+                f.sync().unwrap();
             }
-            f.sync().unwrap();
+            let fallocates = calls.fallocate.load(Ordering::Relaxed);
+            let pwritevs = calls.pwritev.load(Ordering::Relaxed);
+            let what = format!(
+                "{cfg:?}, {runs} run(s) per commit: {fallocates} fallocate, {pwritevs} pwritev"
+            );
+            assert_eq!(fallocates > 0, preallocates, "{what}");
+            if matches!(cfg.engine, FlushEngine::IoUring { .. }) {
+                // The ring's writes bypass the backend; inline ones do not.
+                assert_eq!(pwritevs, if runs == 1 { 4 } else { 0 }, "{what}");
+            }
+            for q in [0u64, 3, 123] {
+                assert_eq!(tag_of(&f.read(q * PS as u64, PS).unwrap()), (q, 1));
+            }
+            if runs == 2 {
+                assert_eq!(tag_of(&f.read(143 * PS as u64, PS).unwrap()), (143, 1));
+            }
+            f.close().unwrap();
         }
-        let calls = calls.load(Ordering::Relaxed);
-        assert_eq!(calls > 0, preallocates, "{cfg:?}: {calls} fallocate calls");
-        for q in [0u64, 3, 20, 123, 143] {
-            assert_eq!(tag_of(&f.read(q * PS as u64, PS).unwrap()), (q, 1));
-        }
-        f.close().unwrap();
     }
 }

@@ -193,10 +193,13 @@ impl PagedCachedFile {
         // the next round.
         let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && st.syncing.is_empty();
         let synced_before = st.synced_seq;
+        // With no round syncing, a one-run batch has nothing to overlap
+        // its write with: every engine writes it inline.
+        let alone = st.syncing.is_empty();
         let (written, seq) = MutexGuard::unlocked(st, || {
             let mut f = self.flusher.lock();
             let clean = self.write_seq.load(Ordering::Acquire) == synced_before;
-            let written = self.write_batch(&mut f, dsync_allowed && clean);
+            let written = self.write_batch(&mut f, dsync_allowed && clean, alone);
             (written, self.write_seq.load(Ordering::Acquire))
         });
         // Pages that failed to write go back to the write buffer when the

@@ -98,7 +98,7 @@ impl PagedCachedFile {
     /// Flush without `fdatasync`. Returns whether anything was written.
     pub(super) fn flush_to_os(&self) -> Result<bool> {
         let mut f = self.flusher.lock();
-        match self.write_batch(&mut f, false) {
+        match self.write_batch(&mut f, false, false) {
             Some(Written { batch, error, .. }) => {
                 self.settle(batch);
                 error.map_or(Ok(true), Err)
@@ -115,12 +115,14 @@ impl PagedCachedFile {
     /// batch.
     ///
     /// With `dsync`, a batch that is one run is written durably when the
-    /// engine can (`Written::durable`).
+    /// engine can (`Written::durable`). `alone`: no commit round is syncing
+    /// meanwhile, so a one-run batch goes out inline whatever the engine
+    /// ([`RunWriter::writes_inline`]).
     ///
     /// Must be called with the flusher lock held (`f`): writes of two
     /// flushes never interleave, so a newer version of a page is always
     /// written after an older one (newest wins).
-    pub(super) fn write_batch(&self, f: &mut Flusher, dsync: bool) -> Option<Written> {
+    pub(super) fn write_batch(&self, f: &mut Flusher, dsync: bool, alone: bool) -> Option<Written> {
         let mut batch = self.drain()?;
         let limits = RunLimits {
             max_pages: self.config.max_run_pages,
@@ -138,7 +140,7 @@ impl PagedCachedFile {
             });
         }
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
-        self.preallocate(f, &mut batch, &mut first);
+        self.preallocate(f, &mut batch, &mut first, alone);
         let dsync = dsync && f.runs.len() == 1 && f.writer.can_dsync();
         let started = std::time::Instant::now();
         let written = f.writer.write(
@@ -147,6 +149,7 @@ impl PagedCachedFile {
             &batch.entries,
             &self.counters,
             dsync,
+            alone,
         );
         add_elapsed(&self.counters.write_ns, started);
         let mut durable = dsync && written.is_ok() && first.is_none();
@@ -221,9 +224,9 @@ impl PagedCachedFile {
     /// ext4 serializes `O_DIRECT` writes that extend the file under the
     /// exclusive inode lock, and io_uring then queues them in worker
     /// threads; inside the file, over allocated blocks, they run under the
-    /// shared lock, in parallel. So only a writer with several writes in
-    /// flight ([`RunWriter::writes_in_parallel`]) preallocates. One that
-    /// writes one call at a time gains nothing from it and pays for it:
+    /// shared lock, in parallel. So only a flush whose writes are in flight
+    /// beside others (`!`[`RunWriter::writes_inline`]) preallocates. One
+    /// that writes one call at a time gains nothing from it and pays for it:
     /// the blocks `fallocate` reserves are unwritten extents, which each
     /// write then converts, while an extending write allocates written
     /// blocks at once. Measured without it (`scripts/ab-scale.sh`, one
@@ -239,8 +242,9 @@ impl PagedCachedFile {
         f: &mut Flusher,
         batch: &mut Batch,
         first: &mut Option<(u64, &'static str, std::io::Error)>,
+        alone: bool,
     ) {
-        if self.io_mode.direct.is_none() || !f.writer.writes_in_parallel() {
+        if self.io_mode.direct.is_none() || f.writer.writes_inline(f.runs.len(), alone) {
             return;
         }
         let disk = self.disk_len.load(Ordering::Acquire);

@@ -45,6 +45,8 @@ pub(crate) enum RunWriter {
     /// from page memory, or with `copy` (under `O_DIRECT`) one segment per
     /// run copied into the ring's own buffers (the kernel's per-segment
     /// cost there exceeds the copy, `.project/io-uring-and-direct.md`).
+    /// A flush of one run while no commit round syncs is one `pwritev`
+    /// on the flushing thread instead ([`writes_inline`](Self::writes_inline)).
     #[cfg(all(target_os = "linux", feature = "io-uring"))]
     Uring {
         ring: Box<crate::backend::ring::SlotRing>,
@@ -54,15 +56,28 @@ pub(crate) enum RunWriter {
 }
 
 impl RunWriter {
-    /// Whether [`write`](Self::write) can have several writes of one
-    /// flush in flight at once: io_uring, and the vectored engine with
-    /// writer threads. The others issue one write call at a time.
-    pub(crate) fn writes_in_parallel(&self) -> bool {
+    /// Whether [`write`](Self::write) issues a flush of `runs` runs one
+    /// write call at a time on the flushing thread (`pwrite`, `pwritev`),
+    /// rather than with writes in flight beside each other (several runs on
+    /// the ring or the writer threads) or beside other commit rounds'
+    /// syncs (the ring). `alone`: no commit round is syncing while this
+    /// flush writes.
+    ///
+    /// The ring writes a lone one-run flush inline: it has one write to
+    /// make and nothing to overlap it with, and the hand-off through the
+    /// ring (and, under `O_DIRECT`, the preallocation it needs, see
+    /// `preallocate` in `flush.rs`) cost more than they give. Measured
+    /// with `scripts/ab-scale.sh` (`--rewrite 0`, io-uring): one committer
+    /// 1.06-1.15x commits/s under `O_DIRECT` and 1.15x buffered; 2 and 8
+    /// committers level. Writing every one-run flush inline lost at 8
+    /// committers (0.85-0.97x), where the write runs beside other rounds'
+    /// `fdatasync`s (`.project/commit-suite.md`).
+    pub(crate) fn writes_inline(&self, runs: usize, alone: bool) -> bool {
         match self {
-            RunWriter::Vectored { pool, .. } => pool.is_some(),
+            RunWriter::PerPage | RunWriter::Concat { .. } => true,
+            RunWriter::Vectored { pool, .. } => pool.is_none() || runs <= 1,
             #[cfg(all(target_os = "linux", feature = "io-uring"))]
-            RunWriter::Uring { .. } => true,
-            RunWriter::PerPage | RunWriter::Concat { .. } => false,
+            RunWriter::Uring { .. } => runs <= 1 && alone,
         }
     }
 
@@ -84,7 +99,8 @@ impl RunWriter {
     ///
     /// With `dsync` (only when [`can_dsync`](Self::can_dsync)), each run is
     /// written with [`StorageBackend::write_vectored_all_at_dsync`], so a
-    /// run that did not fail is durable.
+    /// run that did not fail is durable. `alone`: no commit round is
+    /// syncing meanwhile ([`writes_inline`](Self::writes_inline)).
     pub(crate) fn write(
         &mut self,
         backend: &dyn StorageBackend,
@@ -92,30 +108,50 @@ impl RunWriter {
         entries: &[(u64, PageRef)],
         counters: &Counters,
         dsync: bool,
+        alone: bool,
     ) -> Result<(), WriteFailure> {
         let mut results = Results::new(runs.len());
         debug_assert!(!dsync || self.can_dsync());
-        if dsync {
-            let iovecs = match self {
-                RunWriter::Vectored { iovecs, .. } => iovecs,
-                #[cfg(all(target_os = "linux", feature = "io-uring"))]
-                RunWriter::Uring { scratch, .. } => &mut scratch.iovecs,
-                RunWriter::PerPage | RunWriter::Concat { .. } => {
-                    unreachable!("checked by can_dsync")
-                }
-            };
-            let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
-            vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
-            for (i, run) in runs.iter().enumerate() {
-                add(&counters.write_calls, 1);
-                add(&counters.dsync_writes, 1);
-                let r =
-                    backend.write_vectored_all_at_dsync(run.offset, &mut vectors[run.entries()]);
-                results.set(i, run.offset, "pwritev2 (RWF_DSYNC)", r.err());
-            }
-            *iovecs = reuse(vectors);
-            return results.finish(runs, counters);
+        let from_pages = dsync || self.writes_inline(runs.len(), alone);
+        if let Some(iovecs) = self.page_iovecs(from_pages) {
+            pwritev_runs(
+                iovecs,
+                backend,
+                runs,
+                entries,
+                counters,
+                dsync,
+                &mut results,
+            );
+        } else {
+            debug_assert!(!dsync, "checked by can_dsync");
+            self.write_own(backend, runs, entries, counters, &mut results);
         }
+        results.finish(runs, counters)
+    }
+
+    /// The kept iovec vector of an engine that writes from page memory with
+    /// `pwritev`, if `from_pages` and the engine is one.
+    fn page_iovecs(&mut self, from_pages: bool) -> Option<&mut Vec<IoSlice<'static>>> {
+        match self {
+            _ if !from_pages => None,
+            RunWriter::Vectored { iovecs, .. } => Some(iovecs),
+            #[cfg(all(target_os = "linux", feature = "io-uring"))]
+            RunWriter::Uring { scratch, .. } => Some(&mut scratch.iovecs),
+            RunWriter::PerPage | RunWriter::Concat { .. } => None,
+        }
+    }
+
+    /// Each engine's own way to write `runs` (not durably): one `pwrite`
+    /// per page or per copied run, the writer threads, the ring.
+    fn write_own(
+        &mut self,
+        backend: &dyn StorageBackend,
+        runs: &[Run],
+        entries: &[(u64, PageRef)],
+        counters: &Counters,
+        results: &mut Results,
+    ) {
         match self {
             RunWriter::PerPage => {
                 for (i, run) in runs.iter().enumerate() {
@@ -141,7 +177,7 @@ impl RunWriter {
             RunWriter::Vectored {
                 iovecs,
                 pool: Some(pool),
-            } if runs.len() > 1 => {
+            } => {
                 // Empty (no allocation) unless a run fails.
                 let mut failed = Vec::new();
                 pool.write(runs, entries, iovecs, &mut failed);
@@ -150,15 +186,8 @@ impl RunWriter {
                     results.set(i, runs[i].offset, "pwritev", Some(e));
                 }
             }
-            RunWriter::Vectored { iovecs, .. } => {
-                let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
-                vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
-                for (i, run) in runs.iter().enumerate() {
-                    add(&counters.write_calls, 1);
-                    let r = backend.write_vectored_all_at(run.offset, &mut vectors[run.entries()]);
-                    results.set(i, run.offset, "pwritev", r.err());
-                }
-                *iovecs = reuse(vectors);
+            RunWriter::Vectored { iovecs, pool: None } => {
+                pwritev_runs(iovecs, backend, runs, entries, counters, false, results);
             }
             #[cfg(all(target_os = "linux", feature = "io-uring"))]
             RunWriter::Uring {
@@ -166,12 +195,39 @@ impl RunWriter {
                 copy,
                 scratch,
             } => {
-                write_uring(ring, *copy, scratch, backend, runs, entries, &mut results);
+                write_uring(ring, *copy, scratch, backend, runs, entries, results);
                 add(&counters.write_calls, results.enter_calls);
             }
         }
-        results.finish(runs, counters)
     }
+}
+
+/// One `pwritev` per run from page memory (split at `IOV_MAX` by the
+/// backend), durable with `dsync`; `iovecs` is kept between flushes.
+fn pwritev_runs(
+    iovecs: &mut Vec<IoSlice<'static>>,
+    backend: &dyn StorageBackend,
+    runs: &[Run],
+    entries: &[(u64, PageRef)],
+    counters: &Counters,
+    dsync: bool,
+    results: &mut Results,
+) {
+    let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
+    vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
+    for (i, run) in runs.iter().enumerate() {
+        add(&counters.write_calls, 1);
+        let bufs = &mut vectors[run.entries()];
+        let (r, op) = if dsync {
+            add(&counters.dsync_writes, 1);
+            let r = backend.write_vectored_all_at_dsync(run.offset, bufs);
+            (r, "pwritev2 (RWF_DSYNC)")
+        } else {
+            (backend.write_vectored_all_at(run.offset, bufs), "pwritev")
+        };
+        results.set(i, run.offset, op, r.err());
+    }
+    *iovecs = reuse(vectors);
 }
 
 /// Whether the runs' pages are adjacent in memory often enough that the
