@@ -72,6 +72,10 @@ impl RunWriter {
     /// committers level. Writing every one-run flush inline lost at 8
     /// committers (0.85-0.97x), where the write runs beside other rounds'
     /// `fdatasync`s (`.project/commit-suite.md`).
+    #[cfg_attr(
+        not(all(target_os = "linux", feature = "io-uring")),
+        expect(unused_variables, reason = "only the ring reads `alone`")
+    )]
     pub(crate) fn writes_inline(&self, runs: usize, alone: bool) -> bool {
         match self {
             RunWriter::PerPage | RunWriter::Concat { .. } => true,
