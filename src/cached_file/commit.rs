@@ -191,11 +191,12 @@ impl PagedCachedFile {
         // round of one commit: the durable write holds the write stage
         // through its sync, which a busier pipeline would spend writing
         // the next round.
-        let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && st.syncing.is_empty();
-        let synced_before = st.synced_seq;
-        // With no round syncing, a one-run batch has nothing to overlap
-        // its write with: every engine writes it inline.
+        //
+        // With no round syncing (`alone`), a one-run batch has nothing to
+        // overlap its write with either: every engine writes it inline.
         let alone = st.syncing.is_empty();
+        let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && alone;
+        let synced_before = st.synced_seq;
         let (written, seq) = MutexGuard::unlocked(st, || {
             let mut f = self.flusher.lock();
             let clean = self.write_seq.load(Ordering::Acquire) == synced_before;
