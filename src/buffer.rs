@@ -490,12 +490,26 @@ impl BufferPool {
     /// goes to `pwritev` as one iovec (`backend::file::merge_adjacent`).
     /// Where the alignment is above 4 KiB or the mapping fails, buffers are
     /// allocated one by one.
+    ///
+    /// Aborts (like `Vec`) if the allocator fails; [`try_zeroed`](Self::try_zeroed)
+    /// returns `None` instead.
     pub fn zeroed(&self) -> UniqueBuf {
+        match self.try_zeroed() {
+            Some(b) => b,
+            None => alloc::handle_alloc_error(
+                Layout::from_size_align(self.len, self.align).expect("layout checked in new"),
+            ),
+        }
+    }
+
+    /// Like [`zeroed`](Self::zeroed), but memory the allocator refuses is
+    /// `None`, not an abort.
+    pub fn try_zeroed(&self) -> Option<UniqueBuf> {
         let mut free = self.free.lock();
         if let Some(mut b) = free.pop() {
             drop(free);
             b.fill(0);
-            return b;
+            return Some(b);
         }
         // At most as many as the pool may keep idle (plus the one returned).
         let per_slab = (SLAB_BYTES / self.len.next_multiple_of(4096).max(1))
@@ -508,10 +522,26 @@ impl BufferPool {
             // order. Fresh mappings are zero already.
             let first = UniqueBuf::new(slab.remove(0));
             free.extend(slab.into_iter().rev().map(UniqueBuf::new));
-            return first;
+            return Some(first);
         }
         drop(free);
-        UniqueBuf::new(AlignedBuf::zeroed(self.len, self.align).expect("layout checked in new"))
+        match AlignedBuf::try_zeroed(self.len, self.align) {
+            Ok(Some(b)) => Some(UniqueBuf::new(b)),
+            _ => None,
+        }
+    }
+
+    /// Like [`copy_of`](Self::copy_of), but memory the allocator refuses
+    /// is `None`, not an abort.
+    pub fn try_copy_of(&self, bytes: &[u8]) -> Option<UniqueBuf> {
+        assert_eq!(bytes.len(), self.len, "BufferPool::try_copy_of length");
+        let popped = self.free.lock().pop();
+        let mut b = match popped {
+            Some(b) => b,
+            None => UniqueBuf::new(AlignedBuf::try_zeroed(self.len, self.align).ok()??),
+        };
+        b.copy_from_slice(bytes);
+        Some(b)
     }
 
     /// A buffer holding a copy of `bytes`, which must be `buffer_len()`

@@ -18,7 +18,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The page size is 0 or not a power of two (bytes).
+    /// The page size is 0, not a power of two, or over
+    /// [`MAX_PAGE_SIZE`](crate::MAX_PAGE_SIZE) (bytes).
     InvalidPageSize(usize),
     /// An offset or length is not a multiple of the page size (bytes).
     Unaligned {
@@ -221,7 +222,11 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::InvalidPageSize(n) => {
-                write!(f, "page size {n} is not a non-zero power of two")
+                write!(
+                    f,
+                    "page size {n} is not a power of two in 1..={}",
+                    crate::MAX_PAGE_SIZE
+                )
             }
             Error::Unaligned {
                 offset,

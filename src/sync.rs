@@ -14,6 +14,22 @@ pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(not(feature = "shuttle"))]
 pub(crate) use std::thread::{Builder as ThreadBuilder, JoinHandle};
 
+/// The calling thread's id (a guard records its owner: a thread asking for
+/// a page it holds a guard on is refused instead of waiting on itself).
+#[cfg(not(feature = "shuttle"))]
+pub(crate) fn current_thread_id() -> ThreadId {
+    std::thread::current().id()
+}
+#[cfg(not(feature = "shuttle"))]
+pub(crate) use std::thread::ThreadId;
+
+#[cfg(feature = "shuttle")]
+pub(crate) fn current_thread_id() -> ThreadId {
+    shuttle::thread::current().id()
+}
+#[cfg(feature = "shuttle")]
+pub(crate) use shuttle::thread::ThreadId;
+
 #[cfg(feature = "shuttle")]
 pub(crate) use self::model::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(feature = "shuttle")]

@@ -230,8 +230,17 @@ fn one_bad_page_does_not_hold_the_others_hostage() {
             for p in 0..3usize {
                 assert_eq!(tag_of(&on_disk[p * PS..]), (p as u64, 1));
             }
-            // The engine drops the bad page; commits succeed again.
+            // The engine drops the bad page. Its write grew the length,
+            // which a sync must make durable and this file system cannot
+            // hold: the engine sets the length back too, and commits
+            // succeed again.
             f.discard(bad, PS as u64).unwrap();
+            assert_eq!(f.len(), bad + PS as u64);
+            match f.sync() {
+                Err(e) => assert_eq!(e.io_kind(), Some(io::ErrorKind::FileTooLarge), "{e}"),
+                Ok(()) => panic!("{engine:?} {direct}: a length past the largest file synced"),
+            }
+            f.set_len(3 * PS as u64).unwrap();
             f.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
             f.sync().unwrap();
             f.close().unwrap();
@@ -350,9 +359,11 @@ fn backpressure_is_not_held_hostage_by_a_bad_page() {
         other => panic!("{other:?}"),
     }
     f.discard(bad, PS as u64).unwrap();
+    f.set_len(64 * PS as u64).unwrap();
     f.sync().unwrap();
     f.close().unwrap();
     let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len(), 64 * PS);
     for p in 0..64usize {
         assert_eq!(tag_of(&on_disk[p * PS..]), (p as u64, 1));
     }

@@ -7,6 +7,8 @@ use parking_lot::RwLock;
 use super::StorageBackend;
 
 /// A file held in a `Vec<u8>`. `sync_data` is a no-op that always succeeds.
+/// Growing past the memory the process can get is
+/// `io::ErrorKind::OutOfMemory`, not an abort.
 ///
 /// Vectored writes use the trait's default (one `write_all_at` per slice),
 /// which is what a backend without `pwritev` would do.
@@ -34,7 +36,9 @@ impl StorageBackend for MemoryBackend {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-        self.data.write().resize(len, 0);
+        let mut data = self.data.write();
+        grow(&mut data, len)?;
+        data.truncate(len);
         Ok(())
     }
 
@@ -55,9 +59,7 @@ impl StorageBackend for MemoryBackend {
             .checked_add(buf.len())
             .ok_or(io::ErrorKind::OutOfMemory)?;
         let mut data = self.data.write();
-        if data.len() < end {
-            data.resize(end, 0);
-        }
+        grow(&mut data, end)?;
         data[start..end].copy_from_slice(buf);
         Ok(())
     }
@@ -74,4 +76,15 @@ impl StorageBackend for MemoryBackend {
     fn sync_data(&self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// Extends `data` with zeros to `len` bytes (if shorter), with memory the
+/// allocator refuses reported as `OutOfMemory`.
+fn grow(data: &mut Vec<u8>, len: usize) -> io::Result<()> {
+    if data.len() < len {
+        data.try_reserve(len - data.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+        data.resize(len, 0);
+    }
+    Ok(())
 }

@@ -32,13 +32,18 @@ impl PagedCachedFile {
     /// buffer is fine; if a flush it runs fails, the pages before that point
     /// are buffered and the error returned.
     ///
-    /// A page under a live guard is written after the guard is dropped (the
-    /// call waits).
+    /// A page under another thread's live guard is written after the guard
+    /// is dropped (the call waits); see [`write`](Self::write).
+    ///
+    /// A partial page of a file that a racing [`set_len`](Self::set_len)
+    /// cuts merges with the bytes before the cut or after it (zeros past
+    /// it), never an error.
     ///
     /// Errors: [`Error::Overflow`], [`Error::FileTooLarge`],
-    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`] (all
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`],
+    /// [`Error::Busy`] over a page under a guard this thread holds (all
     /// before anything is buffered); `Error::Io` from reading a partial
-    /// page, or the error of a backpressure flush.
+    /// page, [`Error::NoMemory`], or the error of a backpressure flush.
     pub fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
         let _writer = self.begin_write()?;
         if buf.is_empty() {
@@ -50,6 +55,7 @@ impl PagedCachedFile {
             len: buf.len(),
         })?;
         self.check_max(offset, len)?;
+        self.check_not_own_guard(offset, len)?;
         let ps = self.config.page_size;
         let mask = ps as u64 - 1;
         let direct = self.io_mode.direct.is_some();
@@ -61,7 +67,7 @@ impl PagedCachedFile {
             let n = (ps - within).min(rest.len());
             let (chunk, tail) = rest.split_at(n);
             if n == ps {
-                self.insert(page_no, self.pool.copy_of(chunk).share());
+                self.insert(page_no, self.page_copy(chunk)?.share())?;
             } else {
                 let end = at + n as u64;
                 let end = if direct { (end + mask) & !mask } else { end };
@@ -130,7 +136,12 @@ impl PagedCachedFile {
     /// for good ([`Error::PagesFailed`]). A version already in flight is not
     /// called back; if its write fails it is not retried. Until a page is
     /// written again its bytes are unspecified: whatever the file held, or
-    /// the version in flight.
+    /// the version in flight (zeros for a page never written).
+    ///
+    /// The length is not changed: pages discarded at the end of the file
+    /// are zeros there after the next `sync`, which makes
+    /// [`len`](Self::len) durable whatever was discarded. To drop them from
+    /// the file, [`set_len`](Self::set_len).
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::Busy`] over a guarded page,
@@ -223,7 +234,7 @@ impl PagedCachedFile {
                 max: self.max_len,
             });
         }
-        let _flusher = self.flusher.lock();
+        let mut flusher = self.flusher.lock();
         let cur = self.len();
         let truncate = |len| {
             self.backend
@@ -232,6 +243,7 @@ impl PagedCachedFile {
         };
         if len >= cur {
             truncate(len)?;
+            flusher.os_len = len;
             self.logical_len.fetch_max(len, Ordering::AcqRel);
             self.disk_len.fetch_max(len, Ordering::AcqRel);
             self.write_seq.fetch_add(1, Ordering::AcqRel);
@@ -240,13 +252,26 @@ impl PagedCachedFile {
         // A guard at or past the cut (even past the old end) would write
         // there when dropped.
         self.check_unguarded(len, u64::MAX - len)?;
+        // Memory for the zeroed tail first: past the ftruncate nothing
+        // may fail.
+        let mut tail_buf = if len.is_multiple_of(ps) {
+            None
+        } else {
+            Some(self.page_buf()?)
+        };
         {
             let mut g = self.generations.lock();
             while !g.is_empty() {
                 self.all_settled.wait(&mut g);
             }
         }
-        truncate(len)?;
+        // Readers that meet the new end early read again (`read_disk`).
+        self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = truncate(len) {
+            self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+            return Err(e);
+        }
+        flusher.os_len = len;
         // Pages wholly past `len` go; the one it falls in keeps its head.
         let cut = (len + ps - 1) >> self.page_shift;
         let tail = (!len.is_multiple_of(ps)).then(|| (self.page_no(len), (len % ps) as usize));
@@ -267,13 +292,17 @@ impl PagedCachedFile {
             if let Some((p, keep)) = tail {
                 let s = &mut locked[(p & self.stripe_mask) as usize];
                 if let Some(page) = s.dirty.get_mut(&p) {
-                    let mut zeroed = self.pool.copy_of(page);
-                    zeroed[keep..].fill(0);
+                    let mut zeroed = tail_buf.take().expect("taken above for an unaligned cut");
+                    zeroed[..keep].copy_from_slice(&page[..keep]);
                     *page = zeroed.share();
                 }
             }
             self.logical_len.store(len, Ordering::Release);
             self.disk_len.fetch_min(len, Ordering::AcqRel);
+            self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(b) = tail_buf {
+            self.pool.put_all([b.share()]);
         }
         let first_gone = tail.map_or(cut, |(p, _)| p);
         self.uncache(|p| p >= first_gone);
@@ -324,16 +353,16 @@ impl PagedCachedFile {
         let hi = (pages.end << self.page_shift).min(end);
         if self.io_mode.direct.is_none() && self.cache.is_empty() {
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-            let disk = self.disk_len.load(Ordering::Acquire).clamp(lo, hi);
-            let (on_disk, past) = dst.split_at_mut((disk - lo) as usize);
-            if !on_disk.is_empty() {
-                self.backend
-                    .read_exact_at(lo, on_disk)
-                    .map_err(|e| Error::io("pread", Some(lo), e))?;
-                add(&self.counters.disk_reads, 1);
-            }
-            past.fill(0);
-            return Ok(());
+            return self.read_disk("pread", lo, |disk_len| {
+                let disk = disk_len.clamp(lo, hi);
+                let (on_disk, past) = dst.split_at_mut((disk - lo) as usize);
+                past.fill(0);
+                if !on_disk.is_empty() {
+                    self.backend.read_exact_at(lo, on_disk)?;
+                    add(&self.counters.disk_reads, 1);
+                }
+                Ok(())
+            });
         }
         // Whole pages: aligned memory for O_DIRECT, and what the cache keeps.
         let mut p = pages.start;
@@ -356,26 +385,27 @@ impl PagedCachedFile {
         let seqs: Vec<Option<u64>> = (first..first + n as u64)
             .map(|p| self.cache_stripe(p).map(|c| c.lock().seq))
             .collect();
-        let mut pages: Vec<UniqueBuf> = (0..n).map(|_| self.pool.zeroed()).collect();
+        let mut pages: Vec<UniqueBuf> = (0..n).map(|_| self.page_buf()).collect::<Result<_>>()?;
         let start = first << self.page_shift;
-        let disk = self.disk_len.load(Ordering::Acquire);
-        let on_disk = disk.saturating_sub(start).min((n * ps) as u64) as usize;
-        if on_disk > 0 {
+        self.read_disk("preadv", start, |disk| {
+            let on_disk = disk.saturating_sub(start).min((n * ps) as u64) as usize;
             let mut left = on_disk;
             let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(on_disk.div_ceil(ps));
             for page in pages.iter_mut() {
+                page.fill(0);
                 if left == 0 {
-                    break;
+                    continue;
                 }
                 let k = left.min(ps);
                 iov.push(IoSliceMut::new(&mut page[..k]));
                 left -= k;
             }
-            self.backend
-                .read_vectored_exact_at(start, &mut iov)
-                .map_err(|e| Error::io("preadv", Some(start), e))?;
-            add(&self.counters.disk_reads, 1);
-        }
+            if on_disk > 0 {
+                self.backend.read_vectored_exact_at(start, &mut iov)?;
+                add(&self.counters.disk_reads, 1);
+            }
+            Ok(())
+        })?;
         for (i, page) in pages.into_iter().enumerate() {
             let p = first + i as u64;
             let (lo, hi) = self.clip(p, offset, end);
@@ -402,7 +432,7 @@ impl PagedCachedFile {
         loop {
             let seq = {
                 let mut s = stripe.lock();
-                self.wait_unguarded(&mut s, page_no);
+                self.wait_unguarded(&mut s, page_no)?;
                 if let Some(page) = s.dirty.get_mut(&page_no).and_then(Arc::get_mut) {
                     // Nobody else holds the buffered page: merge in place.
                     page[within..within + bytes.len()].copy_from_slice(bytes);
@@ -421,7 +451,7 @@ impl PagedCachedFile {
                         c.lock().get(page_no).cloned()
                     });
                 if let Some(cur) = newest {
-                    let mut page = self.pool.copy_of(&cur);
+                    let mut page = self.page_copy(&cur)?;
                     page[within..within + bytes.len()].copy_from_slice(bytes);
                     self.insert_locked(&mut s, page_no, page.share(), end);
                     return Ok(());
@@ -430,11 +460,11 @@ impl PagedCachedFile {
             };
             // In no buffer: read it without the lock, then merge if the
             // stripe did not change meanwhile.
-            let mut page = self.pool.zeroed();
+            let mut page = self.page_buf()?;
             self.read_disk_page(page_no, &mut page)?;
             page[within..within + bytes.len()].copy_from_slice(bytes);
             let mut s = stripe.lock();
-            if s.seq == seq && !s.guarded.contains(&page_no) {
+            if s.seq == seq && !s.guarded.iter().any(|&(p, _)| p == page_no) {
                 self.insert_locked(&mut s, page_no, page.share(), end);
                 return Ok(());
             }

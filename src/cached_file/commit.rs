@@ -197,19 +197,33 @@ impl PagedCachedFile {
         let alone = st.syncing.is_empty();
         let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && alone;
         let synced_before = st.synced_seq;
-        let (written, seq) = MutexGuard::unlocked(st, || {
+        let (written, grown, seq) = MutexGuard::unlocked(st, || {
             let mut f = self.flusher.lock();
+            // Read before the drain: covers every write of the callers.
+            let len = self.logical_len.load(Ordering::Acquire);
             let clean = self.write_seq.load(Ordering::Acquire) == synced_before;
             let written = self.write_batch(&mut f, dsync_allowed && clean, alone);
-            (written, self.write_seq.load(Ordering::Acquire))
+            // The length is made durable with the pages (`extend_to`),
+            // unless pages failed: then the next round does it.
+            let grown = match &written {
+                Some(w) if w.error.is_some() => Ok(false),
+                _ => self.extend_to(&mut f, len),
+            };
+            (written, grown, self.write_seq.load(Ordering::Acquire))
         });
         // Pages that failed to write go back to the write buffer when the
         // round settles; the ones that reached the OS are synced all the
         // same, so one bad page does not keep the others from being durable.
-        let (batch, write_error, durable) = match written {
+        let (batch, mut write_error, mut durable) = match written {
             Some(w) => (Some(w.batch), w.error, w.durable),
             None => (None, None, false),
         };
+        match grown {
+            // The new length needs the fdatasync a durable write skips.
+            Ok(true) => durable = false,
+            Ok(false) => {}
+            Err(e) => write_error = write_error.or(Some(e)),
+        }
         while st.free_lanes.is_empty() {
             // A lane comes back when a round's sync ends, before it is
             // published.

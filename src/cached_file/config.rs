@@ -9,6 +9,12 @@ use crate::error::{Error, Result};
 /// 2 GiB anyway, and the size of each io_uring bounce buffer).
 pub const MAX_WRITE_BYTES: usize = 1 << 30;
 
+/// Largest page size: 256 MiB. Pages are the unit of every allocation,
+/// copy and write in the cached file; a larger one is a configuration
+/// mistake, refused by [`Config::validate`] instead of failing at the first
+/// write.
+pub const MAX_PAGE_SIZE: usize = 256 << 20;
+
 /// Most lock stripes of the write buffer and the read cache.
 pub const MAX_STRIPES: usize = 4096;
 
@@ -23,7 +29,8 @@ pub const MAX_WRITE_THREADS: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
-    /// Page size in bytes; a non-zero power of two. Default 4096.
+    /// Page size in bytes; a power of two in 1..=[`MAX_PAGE_SIZE`].
+    /// Default 4096.
     pub page_size: usize,
     /// Bound on buffered dirty and in-flight bytes. A writer that finds the
     /// buffer at or over it flushes (or waits for the running flush) first.
@@ -160,9 +167,13 @@ impl Config {
     }
 
     /// Checks every field. Errors: [`Error::InvalidPageSize`] for the page
-    /// size, [`Error::InvalidConfig`] naming the first bad field otherwise.
+    /// size (0, not a power of two, or over [`MAX_PAGE_SIZE`]),
+    /// [`Error::InvalidConfig`] naming the first bad field otherwise.
     pub fn validate(&self) -> Result<()> {
-        if self.page_size == 0 || !self.page_size.is_power_of_two() {
+        if self.page_size == 0
+            || !self.page_size.is_power_of_two()
+            || self.page_size > MAX_PAGE_SIZE
+        {
             return Err(Error::InvalidPageSize(self.page_size));
         }
         let bad = |msg: String| Err(Error::InvalidConfig(msg));

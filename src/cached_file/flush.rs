@@ -49,15 +49,21 @@ pub(crate) struct Flusher {
     alloc_failed: Vec<bool>,
     /// How runs reach the file, resolved at open.
     writer: RunWriter,
+    /// The file's length as the OS holds it after every completed write,
+    /// `fallocate` and `ftruncate` (all made under the flusher lock): what
+    /// a failed write that extended the file partway is cut back to, and
+    /// what a flush compares the logical length with.
+    pub(super) os_len: u64,
 }
 
 impl Flusher {
-    /// A flusher that writes with `writer`.
-    pub(crate) fn new(writer: RunWriter) -> Self {
+    /// A flusher that writes with `writer` to a file of `os_len` bytes.
+    pub(crate) fn new(writer: RunWriter, os_len: u64) -> Self {
         Self {
             runs: Vec::new(),
             alloc_failed: Vec::new(),
             writer,
+            os_len,
         }
     }
 }
@@ -98,13 +104,39 @@ impl PagedCachedFile {
     /// Flush without `fdatasync`. Returns whether anything was written.
     pub(super) fn flush_to_os(&self) -> Result<bool> {
         let mut f = self.flusher.lock();
+        let len = self.logical_len.load(Ordering::Acquire);
         match self.write_batch(&mut f, false, false) {
             Some(Written { batch, error, .. }) => {
+                let grown = match error {
+                    None => self.extend_to(&mut f, len),
+                    Some(_) => Ok(false),
+                };
                 self.settle(batch);
-                error.map_or(Ok(true), Err)
+                error.map_or(grown.map(|_| true), Err)
             }
-            None => Ok(false),
+            None => self.extend_to(&mut f, len),
         }
+    }
+
+    /// Extends the file to `len` bytes (the logical length read before the
+    /// flush drained) where its writes left it shorter: the pages at the
+    /// end were discarded, or `write_all_at` reached past the last page
+    /// written. Length is data: what [`len`](PagedCachedFile::len) reports
+    /// when a `sync` returns is what is durable. Bumps `write_seq`, so the
+    /// next `fdatasync` covers the new length. Returns whether it extended.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate".
+    pub(super) fn extend_to(&self, f: &mut Flusher, len: u64) -> Result<bool> {
+        if len <= f.os_len {
+            return Ok(false);
+        }
+        self.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        f.os_len = len;
+        self.disk_len.fetch_max(len, Ordering::AcqRel);
+        self.write_seq.fetch_add(1, Ordering::AcqRel);
+        Ok(true)
     }
 
     /// Drains every stripe and writes what it found: `None` if nothing was
@@ -168,7 +200,10 @@ impl PagedCachedFile {
             // Those runs reached the OS: a later sync must cover them.
             self.write_seq.fetch_add(1, Ordering::AcqRel);
             add(&self.counters.flushes, 1);
-            match self.cut_tail(&mut batch) {
+            if let Some(end) = written_end(&batch) {
+                f.os_len = f.os_len.max(end);
+            }
+            match self.cut_tail(f, &mut batch) {
                 // The file's length changed after the durable write: only
                 // an fdatasync covers that.
                 Ok(true) => durable = false,
@@ -180,6 +215,7 @@ impl PagedCachedFile {
             }
         }
         if let Some((_, op, source)) = first {
+            self.cut_back(f);
             batch.failed.sort_by_key(|r| r.start);
             error = Some(Error::PagesFailed {
                 failed: byte_ranges(&batch.entries, &batch.failed),
@@ -201,7 +237,7 @@ impl PagedCachedFile {
     /// the file grew past the length: cut it back (the bytes past it are
     /// zeros in the page, but nothing past the end may be left on disk).
     /// Returns whether it cut.
-    fn cut_tail(&self, batch: &mut Batch) -> Result<bool> {
+    fn cut_tail(&self, f: &mut Flusher, batch: &mut Batch) -> Result<bool> {
         let len = self.logical_len.load(Ordering::Acquire);
         let Some(end) = written_end(batch) else {
             return Ok(false);
@@ -213,7 +249,23 @@ impl PagedCachedFile {
         self.backend
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        f.os_len = len;
         Ok(true)
+    }
+
+    /// After a failed write: a write that failed partway may have extended
+    /// the file (a short write into a full disk ends mid-page where blocks
+    /// are smaller than pages), and nothing past what completed is data.
+    /// Cuts the file back to `f.os_len`, so it stays a whole number of
+    /// pages and an `O_DIRECT` open with the same options takes it again.
+    /// The failed pages are back in the write buffer and are written again
+    /// whole. Best effort: the write's error is what the caller reports.
+    fn cut_back(&self, f: &Flusher) {
+        if let Ok(len) = self.backend.len()
+            && len > f.os_len
+        {
+            let _ = self.backend.set_len(f.os_len);
+        }
     }
 
     /// With `O_DIRECT`, reserves blocks for the runs that write past the
@@ -266,6 +318,7 @@ impl PagedCachedFile {
             match self.backend.allocate(from, to - from) {
                 Ok(()) => {
                     self.disk_len.fetch_max(to, Ordering::AcqRel);
+                    f.os_len = f.os_len.max(to);
                 }
                 Err(e)
                     if e.kind() == std::io::ErrorKind::Unsupported

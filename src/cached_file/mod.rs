@@ -36,7 +36,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard};
+use crate::sync::{
+    AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, ThreadId, current_thread_id,
+};
 
 use crate::backend::{OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, BufferPool, UniqueBuf};
@@ -53,7 +55,9 @@ mod writer;
 mod writer_pool;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
-pub use config::{Config, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS};
+pub use config::{
+    Config, MAX_PAGE_SIZE, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
+};
 pub use stats::Stats;
 
 use cache::CacheStripe;
@@ -97,8 +101,9 @@ pub(crate) struct Stripe {
     /// this stripe (`set_len`); a partial write that read a page from disk
     /// without the lock inserts its merge only if this has not moved.
     seq: u64,
-    /// Pages under a live [`WritablePage`] guard (few; usually none).
-    guarded: Vec<u64>,
+    /// Pages under a live [`WritablePage`] guard, with the thread that
+    /// took the guard (few; usually none).
+    guarded: Vec<(u64, ThreadId)>,
     /// Pages discarded while a version of them was in flight: if that
     /// write fails, the page is not put back. Cleared when nothing of this
     /// stripe is in flight any more.
@@ -182,6 +187,22 @@ pub struct PagedCachedFile {
     commit_lane_free: Condvar,
     poisoned: AtomicBool,
     closed: AtomicBool,
+    /// A `close` is between refusing new write calls and its outcome.
+    /// Write calls that start meanwhile wait for the outcome instead of
+    /// failing: a refused or failed close leaves the file open, and no
+    /// thread may have been told otherwise. Set and cleared under
+    /// `close_wait`; `close_done` is notified when it is cleared.
+    closing: AtomicBool,
+    close_wait: Mutex<()>,
+    close_done: Condvar,
+    /// One `close` at a time.
+    closer: Mutex<()>,
+    /// Odd while `set_len` is cutting the file (from just before its
+    /// `ftruncate` until `disk_len` is lowered); bumped twice per cut. A
+    /// disk read that meets the end of the file early retries if a cut
+    /// began or ended meanwhile: it raced a shrink, and reads the file as
+    /// it is after the cut (zeros past it), never an error.
+    shrink_seq: AtomicU64,
     read_only: bool,
     /// This file took the advisory lock at open, and releases it at
     /// `close` or drop.
@@ -297,7 +318,7 @@ impl PagedCachedFile {
                     .map_err(|e| Error::io("spawn writer thread", None, e))?;
             *pool = Some(Box::new(helpers));
         }
-        let flusher = Flusher::new(writer);
+        let flusher = Flusher::new(writer, len);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {
@@ -340,6 +361,11 @@ impl PagedCachedFile {
             commit_lane_free: Condvar::new(),
             poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            close_wait: Mutex::new(()),
+            close_done: Condvar::new(),
+            closer: Mutex::new(()),
+            shrink_seq: AtomicU64::new(0),
             read_only: false,
             locked: false,
             max_run_bytes: max_run_bytes(&config),
@@ -417,17 +443,22 @@ impl PagedCachedFile {
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::FileTooLarge`] past the file system's
     /// largest file, [`Error::Closed`], [`Error::Poisoned`],
-    /// [`Error::ReadOnly`], or the error of the flush that backpressure ran
-    /// (then nothing was written). A page under a live guard is written
-    /// after the guard is dropped (the call waits).
+    /// [`Error::ReadOnly`], [`Error::Busy`] over a page under a guard this
+    /// thread holds, or the error of the flush that backpressure ran (then
+    /// nothing was written); [`Error::NoMemory`] for page memory the
+    /// process cannot get (the pages before it are buffered).
+    ///
+    /// A page under a live guard of another thread is written after that
+    /// guard is dropped (the call waits, as on a page latch).
     pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
         let _writer = self.begin_write()?;
         self.check_range(offset, data.len())?;
         self.check_max(offset, data.len() as u64)?;
+        self.check_not_own_guard(offset, data.len() as u64)?;
         self.wait_for_room()?;
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
-            let page = self.pool.copy_of(chunk);
-            self.insert(self.page_no(offset) + i as u64, page.share());
+            let page = self.page_copy(chunk)?;
+            self.insert(self.page_no(offset) + i as u64, page.share())?;
         }
         Ok(())
     }
@@ -439,12 +470,17 @@ impl PagedCachedFile {
     /// Errors: as [`write_page`](Self::write_page), plus an `Error::Io` from
     /// reading the current contents.
     ///
-    /// A guard is a latch on its pages: while it lives, a second guard or a
-    /// write over any of them waits until it is dropped (so a thread must
-    /// not ask for a page it holds a guard on: that waits forever, like
-    /// relocking a mutex; guards over several pages latch them in page
-    /// order). `discard` and `set_len` over them, and `close`, do not wait
-    /// but fail with [`Error::Busy`].
+    /// A guard is a latch on its pages. While it lives, another thread's
+    /// guard or write over any of them waits until it is dropped (guards
+    /// over several pages latch them in page order, so two such guards
+    /// never wait on each other in a cycle; guards taken one after another
+    /// in different orders by two threads can, as with any latches). The
+    /// thread that took the guard gets [`Error::Busy`] for a guard or write
+    /// over its pages instead of waiting on itself forever (the guard
+    /// records the thread that took it; a guard sent to another thread
+    /// still counts as its taker's). `discard` and `set_len` over guarded
+    /// pages, and `close` while any guard lives, never wait: they fail with
+    /// [`Error::Busy`] from any thread.
     pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
         let mut guard = self.guard(offset, len)?;
         let buf = guard.buf.as_mut().expect("a new guard holds its pages");
@@ -484,40 +520,75 @@ impl PagedCachedFile {
                 self.config.max_write_buffer_bytes
             )));
         }
+        self.check_not_own_guard(offset, len as u64)?;
         self.wait_for_room()?;
+        // The memory first: a guard that cannot be had latches nothing.
+        let buf = self.alloc(len)?;
+        let ps = self.config.page_size;
+        // A guard over several pages is split into pages when dropped,
+        // where nothing can fail: their memory is taken now.
+        let pages_mem = if len > ps {
+            (0..len / ps)
+                .map(|_| self.page_buf())
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let first = self.page_no(offset);
         let pages = (len >> self.page_shift) as u64;
+        let me = current_thread_id();
+        // Counted before the pages are marked: `discard`, `set_len` and
+        // `close` look for marks only while this is non-zero.
         self.guards.fetch_add(1, Ordering::SeqCst);
         // Latched in page order, so guards over overlapping ranges cannot
         // wait on each other in a cycle.
         for p in first..first + pages {
             let mut s = self.stripe(p).lock();
-            self.wait_unguarded(&mut s, p);
-            s.guarded.push(p);
+            if let Err(e) = self.wait_unguarded(&mut s, p) {
+                // Only this thread's own guard refuses (checked above, so
+                // not reached): unlatch what was latched.
+                drop(s);
+                self.unguard(first..p);
+                self.guards.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
+            }
+            s.guarded.push((p, me));
         }
         // The guard holds the writer count until it is dropped.
         std::mem::forget(writer);
         Ok(WritablePage {
             file: self,
             offset,
-            buf: Some(self.alloc(len)),
+            buf: Some(buf),
+            pages: pages_mem,
         })
     }
 
     /// Removes the guard marks of `pages` and wakes their waiters.
     fn unguard(&self, pages: std::ops::Range<u64>) {
         for p in pages {
-            self.stripe(p).lock().guarded.retain(|&g| g != p);
+            self.stripe(p).lock().guarded.retain(|&(g, _)| g != p);
             self.unguarded[(p & self.stripe_mask) as usize].notify_all();
         }
     }
 
     /// Waits, with page `page_no`'s stripe locked (`s`), until no guard
-    /// holds the page.
-    fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
-        while s.guarded.contains(&page_no) {
+    /// holds the page. A guard this thread holds would never be dropped
+    /// while it waits: [`Error::Busy`] instead.
+    fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) -> Result<()> {
+        if s.guarded.is_empty() {
+            return Ok(());
+        }
+        let me = current_thread_id();
+        while let Some(&(_, owner)) = s.guarded.iter().find(|(p, _)| *p == page_no) {
+            if owner == me {
+                return Err(Error::Busy {
+                    offset: page_no << self.page_shift,
+                });
+            }
             self.unguarded[(page_no & self.stripe_mask) as usize].wait(s);
         }
+        Ok(())
     }
 
     /// The newest bytes of `len` bytes at `offset`: from the write buffer,
@@ -576,7 +647,9 @@ impl PagedCachedFile {
     }
 
     /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
-    /// page written before the call (by any thread) survives a crash.
+    /// page written before the call (by any thread) survives a crash, and
+    /// so does the length [`len`](Self::len) reported before the call (a
+    /// file whose last pages were discarded is extended to it with zeros).
     ///
     /// Group commit: concurrent callers share one flush and one
     /// `fdatasync`. One caller leads a round; the others wait for it and
@@ -605,24 +678,28 @@ impl PagedCachedFile {
     /// pages would otherwise be lost when it drops); as
     /// [`sync`](Self::sync). On error the file stays open so the caller can
     /// retry or read its pages back.
+    ///
+    /// A refused or failed close changes nothing for other threads: while
+    /// it runs, their new write calls wait for its outcome (and then fail
+    /// with [`Error::Closed`] or go ahead), and reads go on; no thread is
+    /// told the file is closed unless it is.
     pub fn close(&self) -> Result<()> {
+        let _one = self.closer.lock();
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
         }
-        if self.closed.swap(true, Ordering::SeqCst) {
-            return Err(Error::Closed);
-        }
-        // From here every new write call fails with Closed; wait for the
-        // ones already counted. A guard is counted until it drops, which
-        // could be never from this thread: refuse instead of waiting.
+        self.set_closing(true);
+        // From here new write calls wait for the outcome; wait for the ones
+        // already counted. A guard is counted until it drops, which could
+        // be never from this thread: refuse instead of waiting.
         while self.writers.load(Ordering::SeqCst) > 0 {
             if self.guards.load(Ordering::SeqCst) > 0
                 && let Some(offset) = self.a_guarded_page()
             {
-                self.closed.store(false, Ordering::SeqCst);
+                self.set_closing(false);
                 return Err(Error::Busy { offset });
             }
             std::thread::yield_now();
@@ -630,11 +707,23 @@ impl PagedCachedFile {
         if !self.read_only
             && let Err(e) = self.group_commit()
         {
-            self.closed.store(false, Ordering::SeqCst);
+            self.set_closing(false);
             return Err(e);
         }
+        self.closed.store(true, Ordering::SeqCst);
+        self.set_closing(false);
         self.unlock();
         Ok(())
+    }
+
+    /// Sets `closing`; clearing it wakes the write calls waiting for the
+    /// close's outcome.
+    fn set_closing(&self, on: bool) {
+        let _g = self.close_wait.lock();
+        self.closing.store(on, Ordering::SeqCst);
+        if !on {
+            self.close_done.notify_all();
+        }
     }
 
     /// Releases the open's advisory lock, if it took one. Explicitly, not
@@ -653,7 +742,7 @@ impl PagedCachedFile {
     fn a_guarded_page(&self) -> Option<u64> {
         self.stripes
             .iter()
-            .find_map(|s| s.lock().guarded.first().copied())
+            .find_map(|s| s.lock().guarded.first().map(|&(p, _)| p))
             .map(|p| p << self.page_shift)
     }
 
@@ -667,14 +756,32 @@ impl PagedCachedFile {
         &self.stripes[(page_no & self.stripe_mask) as usize]
     }
 
-    /// Zeroed page memory: from the pool for one page, fresh otherwise.
-    fn alloc(&self, len: usize) -> UniqueBuf {
+    /// Zeroed memory of `len` bytes: from the pool for one page, fresh
+    /// otherwise. [`Error::NoMemory`] where the process cannot get it.
+    fn alloc(&self, len: usize) -> Result<UniqueBuf> {
         if len == self.config.page_size {
-            return self.pool.zeroed();
+            return self.page_buf();
         }
-        UniqueBuf::new(
-            AlignedBuf::zeroed(len, self.config.page_align).expect("alignment validated"),
-        )
+        match AlignedBuf::try_zeroed(len, self.config.page_align) {
+            Ok(Some(b)) => Ok(UniqueBuf::new(b)),
+            Ok(None) | Err(_) => Err(Error::NoMemory { bytes: len as u64 }),
+        }
+    }
+
+    /// A zeroed page from the pool; [`Error::NoMemory`] where the process
+    /// cannot get one.
+    fn page_buf(&self) -> Result<UniqueBuf> {
+        self.pool.try_zeroed().ok_or(Error::NoMemory {
+            bytes: self.config.page_size as u64,
+        })
+    }
+
+    /// A page holding a copy of `bytes` (one page long);
+    /// [`Error::NoMemory`] where the process cannot get one.
+    fn page_copy(&self, bytes: &[u8]) -> Result<UniqueBuf> {
+        self.pool.try_copy_of(bytes).ok_or(Error::NoMemory {
+            bytes: self.config.page_size as u64,
+        })
     }
 
     /// The length reads may reach: the logical length rounded up to a page.
@@ -697,14 +804,25 @@ impl PagedCachedFile {
     }
 
     /// Counts a write call in progress (see `close`), then checks that the
-    /// file takes writes. The count is dropped with the token.
+    /// file takes writes. The count is dropped with the token. While a
+    /// `close` runs, waits for its outcome uncounted.
     fn begin_write(&self) -> Result<WriterToken<'_>> {
-        // SeqCst pairs with `close`: it sets `closed` then reads `writers`,
-        // a writer adds to `writers` then reads `closed`; one sees the other.
-        self.writers.fetch_add(1, Ordering::SeqCst);
-        let token = WriterToken(&self.writers);
-        self.check_writable()?;
-        Ok(token)
+        loop {
+            // SeqCst pairs with `close`: it sets `closing` then reads
+            // `writers`, a writer adds to `writers` then reads `closing`;
+            // one sees the other.
+            self.writers.fetch_add(1, Ordering::SeqCst);
+            let token = WriterToken(&self.writers);
+            if !self.closing.load(Ordering::SeqCst) {
+                self.check_writable()?;
+                return Ok(token);
+            }
+            drop(token);
+            let mut g = self.close_wait.lock();
+            while self.closing.load(Ordering::SeqCst) {
+                self.close_done.wait(&mut g);
+            }
+        }
     }
 
     /// Refuses a write whose end is past the file system's largest file.
@@ -722,27 +840,53 @@ impl PagedCachedFile {
     /// Refuses `discard` or `set_len` over a page under a live guard
     /// (checked up front, so a refused call changes nothing).
     fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_guards(offset, len, None)
+    }
+
+    /// Refuses a write over a page under a guard this thread holds, before
+    /// anything is buffered (only this thread can add such a guard, so the
+    /// check cannot go stale): waiting for it would never end.
+    fn check_not_own_guard(&self, offset: u64, len: u64) -> Result<()> {
+        if self.guards.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        self.check_guards(offset, len, Some(current_thread_id()))
+    }
+
+    /// [`Error::Busy`] for the first page in `len` bytes at `offset` under
+    /// a live guard (one taken by `owner`, where given).
+    fn check_guards(&self, offset: u64, len: u64, owner: Option<ThreadId>) -> Result<()> {
         if self.guards.load(Ordering::SeqCst) == 0 || len == 0 {
             return Ok(());
         }
         let first = self.page_no(offset);
-        let last = self.page_no(offset + (len - 1));
+        let last = self.page_no(offset.saturating_add(len - 1));
+        let hit =
+            |&(p, t): &(u64, ThreadId)| p >= first && p <= last && owner.is_none_or(|o| o == t);
+        let busy = |p: u64| {
+            Err(Error::Busy {
+                offset: p << self.page_shift,
+            })
+        };
         // A huge range: look at the (few) guarded pages instead.
         if last - first >= self.stripes.len() as u64 {
+            let mut found: Option<u64> = None;
             for s in self.stripes.iter() {
-                if let Some(&p) = s.lock().guarded.iter().find(|&&p| p >= first && p <= last) {
-                    return Err(Error::Busy {
-                        offset: p << self.page_shift,
-                    });
+                for &(p, _) in s.lock().guarded.iter().filter(|g| hit(g)) {
+                    found = Some(found.map_or(p, |f| f.min(p)));
                 }
             }
-            return Ok(());
+            return found.map_or(Ok(()), busy);
         }
         for p in first..=last {
-            if self.stripe(p).lock().guarded.contains(&p) {
-                return Err(Error::Busy {
-                    offset: p << self.page_shift,
-                });
+            if self
+                .stripe(p)
+                .lock()
+                .guarded
+                .iter()
+                .any(|g| g.0 == p && hit(g))
+            {
+                return busy(p);
             }
         }
         Ok(())
@@ -822,13 +966,15 @@ impl PagedCachedFile {
         self.room_freed.notify_all();
     }
 
-    /// Puts one whole page into the write buffer (after any guard on it
-    /// is dropped); the logical length grows to its end.
-    fn insert(&self, page_no: u64, page: PageRef) {
+    /// Puts one whole page into the write buffer (after any other
+    /// thread's guard on it is dropped; [`Error::Busy`] over this thread's
+    /// own); the logical length grows to its end.
+    fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
         let end = (page_no + 1) << self.page_shift;
         let mut stripe = self.stripe(page_no).lock();
-        self.wait_unguarded(&mut stripe, page_no);
+        self.wait_unguarded(&mut stripe, page_no)?;
         self.insert_locked(&mut stripe, page_no, page, end);
+        Ok(())
     }
 
     /// Puts one page into the write buffer under its stripe lock and grows
@@ -856,22 +1002,26 @@ impl PagedCachedFile {
     }
 
     /// Inserts a guard's pages, dropping each page's guard mark under the
-    /// same lock (so no other write slips in between).
-    fn insert_guarded(&self, offset: u64, buf: UniqueBuf) {
+    /// same lock (so no other write slips in between). A guard over several
+    /// pages is copied into `pages`, taken when the guard was.
+    fn insert_guarded(&self, offset: u64, buf: UniqueBuf, pages: Vec<UniqueBuf>) {
         let ps = self.config.page_size;
         let first = self.page_no(offset);
         let one = |p: u64, page: PageRef| {
             let mut s = self.stripe(p).lock();
-            s.guarded.retain(|&g| g != p);
+            s.guarded.retain(|&(g, _)| g != p);
             self.insert_locked(&mut s, p, page, (p + 1) << self.page_shift);
             self.unguarded[(p & self.stripe_mask) as usize].notify_all();
         };
         if buf.len() == ps {
             one(first, buf.share());
         } else {
-            for (i, chunk) in buf.chunks(ps).enumerate() {
-                one(first + i as u64, self.pool.copy_of(chunk).share());
+            debug_assert_eq!(pages.len() * ps, buf.len());
+            for (i, (chunk, mut page)) in buf.chunks(ps).zip(pages).enumerate() {
+                page.copy_from_slice(chunk);
+                one(first + i as u64, page.share());
             }
+            self.pool.put_all([buf.share()]);
         }
         self.guards.fetch_sub(1, Ordering::SeqCst);
         self.writers.fetch_sub(1, Ordering::SeqCst);
@@ -902,7 +1052,7 @@ impl PagedCachedFile {
             }
             None => None,
         };
-        let mut buf = self.pool.zeroed();
+        let mut buf = self.page_buf()?;
         self.read_disk_page(page_no, &mut buf)?;
         let page = buf.share();
         if let (Some(c), Some(seq)) = (cache, seq) {
@@ -919,15 +1069,44 @@ impl PagedCachedFile {
     fn read_disk_page(&self, page_no: u64, buf: &mut [u8]) -> Result<()> {
         let ps = self.config.page_size;
         let offset = page_no << self.page_shift;
-        let disk_len = self.disk_len.load(Ordering::Acquire);
-        if offset < disk_len {
-            let n = (disk_len - offset).min(ps as u64) as usize;
-            self.backend
-                .read_exact_at(offset, &mut buf[..n])
-                .map_err(|e| Error::io("pread", Some(offset), e))?;
-            add(&self.counters.disk_reads, 1);
+        self.read_disk("pread", offset, |disk_len| {
+            buf.fill(0);
+            if offset < disk_len {
+                let n = (disk_len - offset).min(ps as u64) as usize;
+                self.backend.read_exact_at(offset, &mut buf[..n])?;
+                add(&self.counters.disk_reads, 1);
+            }
+            Ok(())
+        })
+    }
+
+    /// Runs `read(disk_len)`, a read of what the backend holds (bytes past
+    /// `disk_len` are zeros and not read). A read that meets the end of
+    /// the file early while a `set_len` shrink of this file cut it (see
+    /// `shrink_seq`) is run again with the new length, so it reads the file
+    /// as it is after the cut: a racing shrink is never an error. Any other
+    /// early end (someone else truncated the file) is `UnexpectedEof`.
+    fn read_disk(
+        &self,
+        op: &'static str,
+        offset: u64,
+        mut read: impl FnMut(u64) -> std::io::Result<()>,
+    ) -> Result<()> {
+        loop {
+            let seq = self.shrink_seq.load(Ordering::SeqCst);
+            let disk_len = self.disk_len.load(Ordering::SeqCst);
+            match read(disk_len) {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof
+                        && (seq & 1 == 1 || self.shrink_seq.load(Ordering::SeqCst) != seq) =>
+                {
+                    // The cut is under way or just done: read again once
+                    // `disk_len` says where the file ends now.
+                    std::thread::yield_now();
+                }
+                r => return r.map_err(|e| Error::io(op, Some(offset), e)),
+            }
         }
-        Ok(())
     }
 
     fn cache_stripe(&self, page_no: u64) -> Option<&Mutex<CacheStripe>> {
@@ -967,6 +1146,9 @@ pub struct WritablePage<'a> {
     file: &'a PagedCachedFile,
     offset: u64,
     buf: Option<UniqueBuf>,
+    /// For a guard over several pages: the pages it is split into when
+    /// dropped, taken with the guard so the drop cannot fail.
+    pages: Vec<UniqueBuf>,
 }
 
 impl WritablePage<'_> {
@@ -982,6 +1164,11 @@ impl WritablePage<'_> {
             let pages = (buf.len() >> self.file.page_shift) as u64;
             self.file.unguard(first..first + pages);
             self.file.pool.put_all([buf.share()]);
+            self.file.pool.put_all(
+                std::mem::take(&mut self.pages)
+                    .into_iter()
+                    .map(UniqueBuf::share),
+            );
             self.file.guards.fetch_sub(1, Ordering::SeqCst);
             self.file.writers.fetch_sub(1, Ordering::SeqCst);
         }
@@ -1010,7 +1197,8 @@ impl DerefMut for WritablePage<'_> {
 impl Drop for WritablePage<'_> {
     fn drop(&mut self) {
         if let Some(buf) = self.buf.take() {
-            self.file.insert_guarded(self.offset, buf);
+            let pages = std::mem::take(&mut self.pages);
+            self.file.insert_guarded(self.offset, buf, pages);
         }
     }
 }
