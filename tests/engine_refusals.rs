@@ -407,16 +407,11 @@ fn a_page_size_past_the_bound_is_refused_by_validate() {
 
 #[test]
 fn memory_the_process_cannot_get_is_no_memory_not_an_abort() {
-    // In a child process with its address space capped at 1 GiB: pages of
-    // 256 MiB, a write buffer of 4 GiB. The fourth page cannot be had.
+    // In a child process with its address space capped at 1 GiB (`ulimit
+    // -v`): pages of 256 MiB, a write buffer of 4 GiB. The fourth page
+    // cannot be had.
     const CHILD: &str = "PAGEWRITER_NOMEM_CHILD";
     if std::env::var_os(CHILD).is_some() {
-        let limit = libc::rlimit {
-            rlim_cur: 1 << 30,
-            rlim_max: 1 << 30,
-        };
-        // SAFETY: setrlimit reads a valid rlimit struct.
-        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
         let ps = 256 << 20;
         let d = dir();
         let f = PagedCachedFile::open(
@@ -451,7 +446,10 @@ fn memory_the_process_cannot_get_is_no_memory_not_an_abort() {
         return;
     }
     let me = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(me)
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("ulimit -v 1048576 && exec \"$0\" \"$@\"")
+        .arg(me)
         .args([
             "--exact",
             "memory_the_process_cannot_get_is_no_memory_not_an_abort",

@@ -5,6 +5,9 @@
 //! paths.
 
 pub mod model;
+mod scratch_fs;
+
+pub use scratch_fs::{FsKind, ScratchFs};
 
 /// Whether this machine lets a process set up an io_uring ring (the kernel
 /// has it, `io_uring_disabled` allows it, seccomp does not refuse it), so
@@ -499,107 +502,6 @@ impl StorageBackend for CrashBackend {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         Ok(())
-    }
-}
-
-/// A small ext4 file system on a loop device, mounted for one test and
-/// unmounted (image deleted) on drop. `None`, with the reason on stderr,
-/// where this machine refuses to make or mount it (no root, no loop
-/// devices, no mkfs.ext4).
-pub struct ScratchFs {
-    mount: std::path::PathBuf,
-    image: std::path::PathBuf,
-}
-
-impl ScratchFs {
-    /// A fresh ext4 of `mib` MiB, its image and mount point made in
-    /// `base` (which must exist).
-    pub fn ext4(base: &std::path::Path, mib: u64) -> Option<Self> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("scratch-{}-{n}", std::process::id());
-        let mount = base.join(&tag);
-        let image = base.join(format!("{tag}.ext4"));
-        std::fs::create_dir_all(&mount).ok()?;
-        let skip = |why: String| {
-            eprintln!("scratch ext4 unavailable here ({why}): test skipped");
-            let _ = std::fs::remove_file(&image);
-            let _ = std::fs::remove_dir(&mount);
-            None
-        };
-        let f = std::fs::File::create(&image).ok()?;
-        f.set_len(mib << 20).ok()?;
-        drop(f);
-        let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
-            std::process::Command::new(cmd)
-                .args(args)
-                .output()
-                .map_err(|e| format!("{cmd}: {e}"))
-                .and_then(|o| {
-                    if o.status.success() {
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "{cmd}: {}",
-                            String::from_utf8_lossy(&o.stderr).trim()
-                        ))
-                    }
-                })
-        };
-        if let Err(why) = run(
-            "mkfs.ext4",
-            &["-q".as_ref(), "-F".as_ref(), image.as_os_str()],
-        ) {
-            return skip(why);
-        }
-        if let Err(why) = run(
-            "mount",
-            &[
-                "-o".as_ref(),
-                "loop".as_ref(),
-                image.as_os_str(),
-                mount.as_os_str(),
-            ],
-        ) {
-            return skip(why);
-        }
-        Some(Self { mount, image })
-    }
-
-    /// The mount point.
-    pub fn path(&self) -> &std::path::Path {
-        &self.mount
-    }
-}
-
-impl Drop for ScratchFs {
-    fn drop(&mut self) {
-        // A ring's registered file outlives its drop briefly (the kernel
-        // tears rings down in deferred work): retry, then detach lazily.
-        let umount = |lazy: bool| {
-            let mut c = std::process::Command::new("umount");
-            if lazy {
-                c.arg("-l");
-            }
-            c.arg(&self.mount)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let mut done = false;
-        for _ in 0..50 {
-            if umount(false) {
-                done = true;
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        if !done && !umount(true) {
-            eprintln!("could not unmount {}", self.mount.display());
-        }
-        let _ = std::fs::remove_file(&self.image);
-        let _ = std::fs::remove_dir(&self.mount);
     }
 }
 
