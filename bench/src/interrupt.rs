@@ -30,6 +30,12 @@ pub fn scratch(path: PathBuf) {
     SCRATCH.lock().push(path);
 }
 
+/// Takes back a [`scratch`] registration: the file is the run's result
+/// now and stays, even if a later signal comes.
+pub fn forget(path: &std::path::Path) {
+    SCRATCH.lock().retain(|p| p != path);
+}
+
 /// Registers the file `write-file` is writing and the counter of its
 /// bytes known good from the start: an interrupted run cuts it to them.
 pub fn partial(path: PathBuf, good: Arc<AtomicU64>) {
@@ -57,7 +63,7 @@ fn on_signal() {
             ),
         }
     } else {
-        eprintln!("interrupted: scratch files removed");
+        eprintln!("interrupted: the files this run created are removed");
     }
     std::process::exit(i32::from(EXIT_INTERRUPTED));
 }

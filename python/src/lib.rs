@@ -22,26 +22,72 @@ use pyo3::types::PyBytes;
 /// 1 MiB in bytes.
 const MIB: usize = 1 << 20;
 
+/// The errno of an I/O error: the OS's, or for an error std made itself
+/// (no OS code) the errno of its kind, so Python's `OSError` always
+/// carries a real one.
+fn errno_of(e: &std::io::Error) -> i32 {
+    use std::io::ErrorKind as K;
+    e.raw_os_error().unwrap_or(match e.kind() {
+        K::NotFound => libc::ENOENT,
+        K::PermissionDenied => libc::EACCES,
+        K::AlreadyExists => libc::EEXIST,
+        K::WouldBlock => libc::EAGAIN,
+        K::Interrupted => libc::EINTR,
+        K::Unsupported => libc::EOPNOTSUPP,
+        K::OutOfMemory => libc::ENOMEM,
+        K::StorageFull => libc::ENOSPC,
+        K::FileTooLarge => libc::EFBIG,
+        K::ReadOnlyFilesystem => libc::EROFS,
+        K::IsADirectory => libc::EISDIR,
+        K::NotADirectory => libc::ENOTDIR,
+        K::TimedOut => libc::ETIMEDOUT,
+        K::InvalidInput | K::InvalidData => libc::EINVAL,
+        // A short read or write, and anything else: an I/O error.
+        _ => libc::EIO,
+    })
+}
+
+/// An `OSError` for an I/O error: errno, message, and the path if known;
+/// an error std raised for a bad argument (`InvalidInput` without an OS
+/// code, e.g. a path holding a NUL byte) is a `ValueError`.
+fn os_error(e: &std::io::Error, msg: String, shown: Option<String>) -> PyErr {
+    if e.raw_os_error().is_none() && e.kind() == std::io::ErrorKind::InvalidInput {
+        return PyValueError::new_err(match shown {
+            Some(p) => format!("{p}: {msg}"),
+            None => msg,
+        });
+    }
+    let errno = errno_of(e);
+    match shown {
+        Some(p) => PyOSError::new_err((errno, msg, p)),
+        None => PyOSError::new_err((errno, msg)),
+    }
+}
+
+/// A path argument: one holding a NUL byte (which no system call takes)
+/// is a `ValueError` naming the argument.
+fn path_arg(name: &str, path: PathBuf) -> PyResult<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(PyValueError::new_err(format!(
+            "{name} = {path:?} holds a NUL byte"
+        )));
+    }
+    Ok(path)
+}
+
 /// The Python exception for a crate error about `path`.
 fn to_py(e: Error, path: Option<&std::path::Path>) -> PyErr {
     let shown = path.map(|p| p.display().to_string());
     match e {
         Error::Io { op, offset, source } => {
-            let errno = source.raw_os_error().unwrap_or(0);
             let at = offset.map_or(String::new(), |o| format!(" at offset {o}"));
             let msg = format!("{op}{at}: {source}");
-            match shown {
-                Some(p) => PyOSError::new_err((errno, msg, p)),
-                None => PyOSError::new_err((errno, msg)),
-            }
+            os_error(&source, msg, shown)
         }
         Error::PagesFailed { ref source, .. } => {
-            let errno = source.raw_os_error().unwrap_or(0);
             let msg = e.to_string();
-            match shown {
-                Some(p) => PyOSError::new_err((errno, msg, p)),
-                None => PyOSError::new_err((errno, msg)),
-            }
+            os_error(source, msg, shown)
         }
         Error::InvalidConfig(_)
         | Error::FileTooLarge { .. }
@@ -157,6 +203,7 @@ fn write_file(
     seed: u64,
     progress: bool,
 ) -> PyResult<WriteStats> {
+    let path = path_arg("path", path)?;
     let size = size_arg("size", size)?;
     let buffer_size = usize::try_from(size_arg("buffer_size", buffer_size)?)
         .map_err(|_| PyValueError::new_err("buffer_size is too large"))?;
@@ -379,17 +426,16 @@ fn measure(
     block_size: i128,
 ) -> PyResult<std::collections::HashMap<&'static str, f64>> {
     use std::io::Read;
+    let path = path_arg("path", path)?;
     let block_size = usize::try_from(size_arg("block_size", block_size)?)
         .ok()
-        .filter(|&b| b > 0)
-        .ok_or_else(|| PyValueError::new_err("block_size must be at least 1"))?;
-    let io_err = |e: std::io::Error| {
-        PyOSError::new_err((
-            e.raw_os_error().unwrap_or(0),
-            e.to_string(),
-            path.display().to_string(),
-        ))
-    };
+        .filter(|&b| datagen::check_block_size(b).is_ok())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "block_size = {block_size} is not a power of two in 512..=1048576"
+            ))
+        })?;
+    let io_err = |e: std::io::Error| os_error(&e, e.to_string(), Some(path.display().to_string()));
     let mut f = std::fs::File::open(&path).map_err(io_err)?;
     let m = py
         .detach(|| datagen::measure(|buf| f.read(buf), block_size))
@@ -408,7 +454,7 @@ fn measure(
 /// Python wrapper overlays the caller's keyword arguments on it.
 #[pyfunction]
 fn io_defaults(path: PathBuf) -> PyResult<String> {
-    let cfg = pagewriter_bench::workload::io::IoConfig::new(path);
+    let cfg = pagewriter_bench::workload::io::IoConfig::new(path_arg("filename", path)?);
     serde_json::to_string(&cfg).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
@@ -416,8 +462,26 @@ fn io_defaults(path: PathBuf) -> PyResult<String> {
 /// report (the CLI's `--json`) as JSON text.
 #[pyfunction]
 fn io_json(py: Python<'_>, config: &str) -> PyResult<String> {
-    let cfg: pagewriter_bench::workload::io::IoConfig =
-        serde_json::from_str(config).map_err(|e| PyValueError::new_err(format!("io: {e}")))?;
+    use pagewriter_bench::workload::io::IoConfig;
+    let given: serde_json::Map<String, serde_json::Value> = serde_json::from_str(config)
+        .map_err(|e| PyValueError::new_err(format!("io: the options are not an object: {e}")))?;
+    // Option by option over the defaults, so a bad value is named by its
+    // option (a parse of the whole text would say only where in the text).
+    let path = given
+        .get("path")
+        .and_then(|p| p.as_str())
+        .map(PathBuf::from)
+        .ok_or_else(|| PyValueError::new_err("io: no path"))?;
+    let mut value = serde_json::to_value(IoConfig::new(path))
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    for (key, v) in given {
+        value[key.as_str()] = v.clone();
+        if let Err(e) = serde_json::from_value::<IoConfig>(value.clone()) {
+            return Err(PyValueError::new_err(format!("io: {key} = {v}: {e}")));
+        }
+    }
+    let cfg: IoConfig =
+        serde_json::from_value(value).map_err(|e| PyValueError::new_err(format!("io: {e}")))?;
     let path = cfg.path.clone();
     let report = py
         .detach(|| pagewriter_bench::workload::io::run(&cfg, &mut |_| {}))
@@ -453,6 +517,7 @@ fn scale_json(
     read_cache: usize,
 ) -> PyResult<String> {
     use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig};
+    let path = path_arg("path", path)?;
     let value = |e: Error| to_py(e, None);
     let modes = modes
         .iter()
@@ -461,7 +526,7 @@ fn scale_json(
         .map_err(value)?;
     if !(duration.is_finite() && duration > 0.0 && duration <= 3600.0) {
         return Err(PyValueError::new_err(format!(
-            "duration = {duration} is not in (0, 3600] seconds"
+            "duration = {duration:?} is not in (0, 3600] seconds"
         )));
     }
     let cfg = ScaleConfig {

@@ -314,3 +314,43 @@ def test_io_and_scale_return_the_clis_reports(tmp_path):
     assert row["reads_per_s"] > 0
     assert 0.0 <= row["cache_hit_ratio"] <= 1.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["io.bin"], "scratch removed"
+
+
+@pytest.mark.parametrize("call,option", [
+    (lambda p: pagewriter.measure(p, block_size=3), "block_size"),
+    (lambda p: pagewriter.measure(p, block_size=1 << 30), "block_size"),
+    (lambda p: pagewriter.io(p, bs=-1), "bs"),
+    (lambda p: pagewriter.io(p, size="big"), "size"),
+    (lambda p: pagewriter.io(p, iodepth=2**70), "iodepth"),
+])
+def test_bad_arguments_are_value_errors_naming_the_option(tmp_path, call, option):
+    f = tmp_path / "data.bin"
+    f.write_bytes(b"x" * 4096)
+    with pytest.raises(ValueError) as e:
+        call(f)
+    msg = str(e.value)
+    assert option in msg, msg
+    # No parser positions leak: the option names the problem.
+    assert "line 1" not in msg and "column" not in msg, msg
+    assert f.read_bytes() == b"x" * 4096
+
+
+@pytest.mark.parametrize("call", [
+    lambda p: pagewriter.measure(p),
+    lambda p: pagewriter.write_file(p, MIB),
+    lambda p: pagewriter.io(p, rw="write", size=MIB),
+    lambda p: pagewriter.scale(path=p, duration=0.1, repeats=1),
+])
+def test_a_path_with_a_nul_byte_is_a_value_error(tmp_path, call):
+    bad = str(tmp_path / "a\0b")
+    with pytest.raises(ValueError, match="NUL"):
+        call(bad)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_os_errors_carry_a_real_errno(tmp_path):
+    # A directory where a file is expected: the read's own errno.
+    with pytest.raises(OSError) as e:
+        pagewriter.measure(tmp_path)
+    assert e.value.errno == errno.EISDIR, e.value
+    assert e.value.filename == str(tmp_path)

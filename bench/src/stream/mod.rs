@@ -132,11 +132,17 @@ pub struct WriteFileError {
 }
 
 impl std::fmt::Display for WriteFileError {
+    /// The error; once writing began, how far it got. A failed run removes
+    /// its partial file and leaves the target as it was, so no byte of it
+    /// is claimed written.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.stats.bytes == 0 {
+            return write!(f, "{}", self.error);
+        }
         write!(
             f,
-            "{} (after {} of {} bytes; the first {} bytes are written)",
-            self.error, self.stats.bytes, self.stats.size, self.stats.contiguous_bytes
+            "{} (after {} of {} bytes; the partial file is removed, the target is as it was)",
+            self.error, self.stats.bytes, self.stats.size
         )
     }
 }
@@ -211,27 +217,27 @@ pub fn write_file_cancellable(
     progress: &mut dyn FnMut(Progress),
     cancel: &AtomicBool,
 ) -> std::result::Result<WriteStats, WriteFileError> {
-    let path = path.as_ref();
     opts.validate(size)?;
-    if let Ok(m) = std::fs::symlink_metadata(path)
-        && !m.is_file()
-    {
-        return Err(Error::InvalidConfig(format!(
-            "{} exists and is not a regular file: refused",
-            path.display()
-        ))
-        .into());
-    }
+    let path = &resolve_target(path.as_ref())?;
     let partial = partial_path(path);
     match write_partial(&partial, size, opts, progress, cancel) {
         Ok(stats) => {
-            let done = std::fs::rename(&partial, path)
-                .and_then(|()| sync_dir(path))
-                .map_err(|e| Error::io("rename into place", None, e));
-            match done {
+            match std::fs::rename(&partial, path) {
+                Ok(()) => {}
+                Err(e) => {
+                    // Complete, but not where it was asked for: nothing of
+                    // it is kept (the target is as it was).
+                    let _ = std::fs::remove_file(&partial);
+                    return Err(WriteFileError {
+                        error: Error::io("rename into place", None, e),
+                        stats: Box::new(stats),
+                    });
+                }
+            }
+            match sync_dir(path) {
                 Ok(()) => Ok(stats),
-                Err(error) => Err(WriteFileError {
-                    error,
+                Err(e) => Err(WriteFileError {
+                    error: Error::io("fsync of the directory after the rename", None, e),
                     stats: Box::new(stats),
                 }),
             }
@@ -242,6 +248,44 @@ pub fn write_file_cancellable(
             Err(e)
         }
     }
+}
+
+/// The file to write for `path`, checked before anything is touched: a
+/// regular file the caller may write (a read-only one is refused, not
+/// replaced: the rename would need no write access to it), a symlink to
+/// one (its target is written, the link stays), or a name not taken yet.
+///
+/// Errors: [`Error::InvalidConfig`] for a directory, device, FIFO, socket,
+/// dangling link or a file the caller may not write; [`Error::Io`] for a
+/// `stat` that fails otherwise.
+pub fn resolve_target(path: &Path) -> Result<std::path::PathBuf> {
+    let refuse = |why: String| {
+        Err(Error::InvalidConfig(format!(
+            "{}: {why}: refused",
+            path.display()
+        )))
+    };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
+        Err(e) => return Err(Error::io("stat", None, e)),
+        Ok(m) if m.is_dir() => return refuse("a directory".into()),
+        Ok(_) => {}
+    }
+    let resolved = match std::fs::canonicalize(path) {
+        Ok(p) => p,
+        Err(e) => return refuse(format!("a link to nothing ({e})")),
+    };
+    match std::fs::metadata(&resolved) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return refuse("not a regular file (a directory, device, FIFO or socket)".into()),
+        Err(e) => return Err(Error::io("stat", None, e)),
+    }
+    // Writable by this process (permissions, a read-only mount): opened
+    // for writing, not truncated, closed at once.
+    if let Err(e) = std::fs::OpenOptions::new().write(true).open(&resolved) {
+        return refuse(format!("not writable ({e}); the file is unchanged"));
+    }
+    Ok(resolved)
 }
 
 /// `fsync` of the directory holding `path`, so a rename into it is durable.

@@ -45,6 +45,8 @@ pub struct BulkConfig {
     /// Threads writing the runs with the vectored engine
     /// ([`Config::write_threads`]). Default 1.
     pub write_threads: usize,
+    /// Skip the free-space check (`crate::room`). Default `false`.
+    pub force: bool,
 }
 
 impl Default for BulkConfig {
@@ -63,6 +65,7 @@ impl Default for BulkConfig {
             dir: PathBuf::from("."),
             warmup: 1,
             write_threads: 1,
+            force: false,
         }
     }
 }
@@ -96,8 +99,9 @@ pub struct BulkRun {
 
 /// Runs every engine `repeats` times, interleaved.
 ///
-/// Errors: [`Error::InvalidConfig`] for size 0 or no engines; any open or
-/// I/O error.
+/// Errors: [`Error::InvalidConfig`] for size 0 or no engines, or a size
+/// the file system has no room for (unless `force`); any open or I/O
+/// error.
 pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Vec<BulkRun>> {
     let pages = config.size / config.page_size.max(1) as u64;
     if pages == 0 {
@@ -126,6 +130,16 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
     }
     if let Some(p) = &config.file {
         check_target(p)?;
+    }
+    // Each pass writes `bytes` into the target (a temporary file in `dir`,
+    // removed after it, or `file`, whose blocks count as room), and the
+    // warm-up passes as much into a temporary file beside it.
+    match &config.file {
+        Some(p) => crate::room::check(p, bytes, crate::room::held(p), config.force)?,
+        None => crate::room::check(&config.dir.join("bulk"), bytes, 0, config.force)?,
+    }
+    if config.warmup > 0 {
+        crate::room::check(&warm_dir(config).join("warm-up"), bytes, 0, config.force)?;
     }
     for &engine in &config.engines {
         Config::default()
@@ -231,21 +245,27 @@ fn run_one(
     Ok(run)
 }
 
-/// A `--file` target must be a regular file, or not exist yet: a FIFO, a
-/// device node or a directory is refused (and never removed).
+/// A `--file` target must be a regular file (or a symlink to one), or not
+/// exist yet: a FIFO, a device node, a directory or a link to nothing is
+/// refused (and never removed).
 fn check_target(p: &std::path::Path) -> Result<()> {
-    match std::fs::symlink_metadata(p) {
+    let refuse = |what: &str| {
+        Err(Error::InvalidConfig(format!(
+            "{} is not a regular file ({what}): refused",
+            p.display()
+        )))
+    };
+    match std::fs::metadata(p) {
         Ok(m) if m.is_file() => Ok(()),
-        Ok(m) => Err(Error::InvalidConfig(format!(
-            "{} is not a regular file ({}): refused",
-            p.display(),
-            if m.is_dir() {
-                "a directory"
+        Ok(m) if m.is_dir() => refuse("a directory"),
+        Ok(_) => refuse("a FIFO, socket or device"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(p).is_ok() {
+                refuse("a link to nothing")
             } else {
-                "a FIFO, socket, device or link"
+                Ok(())
             }
-        ))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        }
         Err(e) => Err(Error::io("stat", None, e)),
     }
 }

@@ -167,6 +167,10 @@ pub struct ScaleConfig {
     /// I/O the kernel's writeback coalesces per-page writes itself, which
     /// hides the cost this benchmark exists to show (`.project/results.md`).
     pub direct: DirectIo,
+    /// Skip the free-space check before the run ([`room_needed`](Self::room_needed)).
+    /// A cell still ends early when its file would outgrow the free space
+    /// (`Cell::room_limited`). Default `false`.
+    pub force: bool,
 }
 
 impl Default for ScaleConfig {
@@ -193,6 +197,7 @@ impl Default for ScaleConfig {
             reads_per_txn: 0,
             read_cache_bytes: 0,
             preallocate_bytes: 0,
+            force: false,
         }
     }
 }
@@ -243,6 +248,16 @@ impl ScaleConfig {
             0
         };
         separate.max(self.preallocate_bytes)
+    }
+
+    /// Bytes a run needs free before it starts: a cell's preallocation,
+    /// and one transaction of fresh pages per thread at the largest thread
+    /// count (a run with no room for that measures nothing).
+    pub fn room_needed(&self) -> u64 {
+        let threads = self.threads.iter().copied().max().unwrap_or(1) as u64;
+        let txn = (self.pages_per_txn as u64).saturating_mul(self.page_size as u64);
+        self.preallocated_per_cell()
+            .saturating_add(threads.saturating_mul(txn))
     }
 
     /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
@@ -331,6 +346,9 @@ pub struct Cell {
     pub p50_us: u64,
     /// See `p50_us`.
     pub p99_us: u64,
+    /// The cell ended before its time: its files would have outgrown the
+    /// free space (see [`run`]).
+    pub room_limited: bool,
     #[serde(skip)]
     latency: Histogram<u64>,
 }
@@ -402,10 +420,23 @@ impl ScaleReport {
 /// Runs every cell `config.repeats` times, interleaved, calling `progress`
 /// after each, and returns the report.
 ///
-/// Errors: a bad config; any I/O error of a cell (its temporary files are
+/// The files grow by the pages the transactions write: a cell ends early
+/// (`Cell::room_limited`) when its files would take more than the free
+/// space of `config.dir` at the cell's start, less a margin (a twentieth,
+/// at least 64 MiB), so a run never fills the file system.
+///
+/// Errors: a bad config; [`Error::InvalidConfig`] where `config.dir` has
+/// less free space than [`ScaleConfig::room_needed`] (unless
+/// `config.force`); any I/O error of a cell (its temporary files are
 /// removed).
 pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<ScaleReport> {
     config.validate()?;
+    crate::room::check(
+        &config.dir.join("scale"),
+        config.room_needed(),
+        0,
+        config.force,
+    )?;
     crate::scratch::remove_stale(&config.dir);
     let mut cells = Vec::new();
     let mut io_modes: Vec<(Mode, String)> = Vec::new();
@@ -496,6 +527,18 @@ pub fn run_cell(
         }
     };
     let allocators: Vec<AtomicU64> = files.iter().map(|_| AtomicU64::new(0)).collect();
+    // Pages each file may grow to: its share of the free space now, less
+    // a margin, plus what it preallocated (already taken from the free
+    // space).
+    let prealloc_pages = match mode {
+        Mode::Engine(_) => config.preallocate_bytes,
+        Mode::SeparateFiles => config.preallocation_share(threads),
+    } / config.page_size as u64;
+    let limit_pages = pagewriter::backend::free_space(&config.dir).map_or(u64::MAX, |free| {
+        let margin = (free / 20).max(64 << 20);
+        free.saturating_sub(margin) / files.len() as u64 / config.page_size as u64 + prealloc_pages
+    });
+    let room_limited = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let cpu = crate::cpu::process_time();
@@ -506,13 +549,24 @@ pub fn run_cell(
                 let file = &files[which];
                 let alloc = &allocators[which];
                 let stop = &stop;
+                let room = Room {
+                    limit_pages,
+                    hit: &room_limited,
+                };
                 let seed = config.seed
                     ^ ((repeat as u64) << 32)
                     ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9);
-                s.spawn(move || writer(config, file, alloc, stop, seed))
+                s.spawn(move || writer(config, file, alloc, stop, room, seed))
             })
             .collect();
-        std::thread::sleep(config.cell_duration);
+        // The cell's time, or until a writer ends it (no room left).
+        while !stop.load(Ordering::Relaxed) {
+            let left = config.cell_duration.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
         stop.store(true, Ordering::Relaxed);
         handles
             .into_iter()
@@ -568,6 +622,7 @@ pub fn run_cell(
         stats,
         p50_us: latency.value_at_quantile(0.50),
         p99_us: latency.value_at_quantile(0.99),
+        room_limited: room_limited.load(Ordering::Relaxed),
         latency,
     };
     Ok((cell, io))
@@ -587,12 +642,22 @@ struct Tally {
     latency: Histogram<u64>,
 }
 
-/// One writer thread: transactions until `stop`.
+/// How far a cell's file may grow, and the flag set when it would grow
+/// past that.
+#[derive(Clone, Copy)]
+struct Room<'a> {
+    limit_pages: u64,
+    hit: &'a AtomicBool,
+}
+
+/// One writer thread: transactions until `stop`, or until the next one
+/// would grow the file past `room` (then it stops the cell).
 fn writer(
     config: &ScaleConfig,
     file: &PagedCachedFile,
     alloc: &AtomicU64,
     stop: &AtomicBool,
+    room: Room<'_>,
     seed: u64,
 ) -> Result<Tally> {
     let ps = config.page_size as u64;
@@ -604,6 +669,11 @@ fn writer(
     let (mut pages, mut commits, mut reads) = (0u64, 0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
         let first = alloc.fetch_add(fresh, Ordering::Relaxed);
+        if first.saturating_add(fresh) > room.limit_pages {
+            room.hit.store(true, Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
+            break;
+        }
         for p in first..first + fresh {
             let mut page = file.overwrite(p * ps, ps as usize)?;
             data.fill_at(p * ps, &mut page)?;

@@ -433,6 +433,9 @@ pub(crate) struct FlushArgs {
     /// thread included (`Config::write_threads`).
     #[arg(long, default_value_t = 1)]
     pub(crate) write_threads: usize,
+    /// Write even if the file system has less free space than --size.
+    #[arg(long)]
+    pub(crate) force: bool,
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -47,7 +47,8 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         .map(|m| m.with_queue_depth(a.queue_depth))
         .collect();
     if !a.duration.is_finite() || a.duration <= 0.0 || a.duration > 3600.0 {
-        return Err(format!("--duration {} is not in (0, 3600] seconds", a.duration).into());
+        // `{:?}`: 1e300 prints as 1e300, not as its 301 digits.
+        return Err(format!("--duration {:?} is not in (0, 3600] seconds", a.duration).into());
     }
     if !a.path.is_dir() {
         return Err(format!("--path {} is not a directory", a.path.display()).into());
@@ -81,15 +82,9 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         reads_per_txn: a.reads,
         read_cache_bytes: usize::try_from(a.read_cache).map_err(|_| "--read-cache too large")?,
         preallocate_bytes: a.preallocate,
+        force: a.force,
     };
     config.validate()?;
-    // One cell's files at a time hold the preallocation.
-    pagewriter_bench::room::check(
-        &config.dir.join("scale"),
-        config.preallocated_per_cell(),
-        0,
-        a.force,
-    )?;
     // Plot path and reference are checked before minutes of work.
     if let Some(p) = &a.plot {
         plot::check_writable(p)?;
@@ -103,11 +98,16 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
     let report = scale::run(&config, |c| {
         done += 1;
         eprintln!(
-            "[{done}/{total}] repeat {} {:>2} threads {:<15} {:>10.0} pages/s",
+            "[{done}/{total}] repeat {} {:>2} threads {:<15} {:>10.0} pages/s{}",
             c.repeat + 1,
             c.threads,
             c.mode.name(),
-            c.page_writes_per_s()
+            c.page_writes_per_s(),
+            if c.room_limited {
+                " (ended early: the file system is nearly full)"
+            } else {
+                ""
+            }
         );
     })?;
     if a.json {
@@ -142,6 +142,7 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
         dir: a.path,
         warmup: a.warmup,
         write_threads: a.write_threads,
+        force: a.force,
     };
     let runs = bulk::run(&config, |r: &BulkRun| {
         if !a.json {
@@ -270,8 +271,9 @@ fn cmd_write_file(a: WriteFileArgs) -> Result<(), Box<dyn std::error::Error>> {
         .expect("valid template"),
     );
     // Ctrl-C removes the partial file; the target is only ever replaced
-    // whole, by a complete file.
-    pagewriter_bench::interrupt::scratch(stream::partial_path(&a.path));
+    // whole, by a complete file (through a symlink: its target).
+    let target = stream::resolve_target(&a.path).map_err(|e| with_path(&a.path, e))?;
+    pagewriter_bench::interrupt::scratch(stream::partial_path(&target));
     let result = stream::write_file_with_progress(&a.path, a.size, &opts, &mut |p| {
         bar.set_position(p.bytes_done)
     });
@@ -345,9 +347,18 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
     cfg.hipri = a.hipri;
     cfg.force = a.force;
     cfg.run_id = a.run_id.clone().unwrap_or_else(io::default_run_id);
+    // This run's rank, as `cfg.shared` gets it below.
+    let rank = if shared || a.rank.is_some() || a.ranks.is_some() {
+        a.rank
+            .or(Ranks::from_slurm_env().map(|r| r.rank))
+            .unwrap_or(0)
+    } else {
+        0
+    };
     if let Some(dir) = &a.report_dir {
-        // Before the run: a directory of another run's reports is refused.
-        io::claim_report_dir(dir, &cfg.run_id, a.overwrite)?;
+        // Before the run: a directory of another run's reports, or this
+        // rank's report of this run already there, is refused.
+        io::claim_report_dir(dir, &cfg.run_id, rank, a.overwrite)?;
     }
     cfg.offset = a.offset;
     cfg.offset_increment = a.offset_increment;
@@ -375,6 +386,12 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
             return Err("--rank/--ranks need --shared-file".into());
         }
     }
+    // A file this run creates goes again if it is interrupted (a failed
+    // run removes it itself); a complete run's file stays.
+    let created = io::created_by(&cfg);
+    if created {
+        pagewriter_bench::interrupt::scratch(cfg.path.clone());
+    }
     let bar = indicatif::ProgressBar::hidden();
     bar.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("template"),
@@ -392,6 +409,9 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
         bar.tick();
     });
     bar.finish_and_clear();
+    if created && report.is_ok() {
+        pagewriter_bench::interrupt::forget(&cfg.path);
+    }
     let report = report.map_err(|e| with_path(&cfg.path, e))?;
     if let Some(dir) = &a.report_dir {
         std::fs::create_dir_all(dir)?;

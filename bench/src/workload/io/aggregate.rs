@@ -43,12 +43,16 @@ pub(super) fn check_one_run(dir: &Path, reports: &[IoReport]) -> Result<()> {
     Ok(())
 }
 
-/// Prepares `dir` for this run's rank report: refuses a directory holding
-/// reports of another run (by run id) unless `overwrite`, which removes
-/// them (only `rank-*.json` files that parse as reports).
+/// Prepares `dir` for the report of rank `rank` of run `run_id`: refuses a
+/// directory holding reports of another run (by run id), or this rank's
+/// report of this run already (a rank run again from the same shell, whose
+/// default run id is the same: its report would silently replace the
+/// first and `report` would merge two runs), unless `overwrite`, which
+/// removes them (only `rank-*.json` files that parse as reports).
 ///
-/// Errors: [`Error::InvalidConfig`] naming the other run; `Error::Io`.
-pub fn claim_report_dir(dir: &Path, run_id: &str, overwrite: bool) -> Result<()> {
+/// Errors: [`Error::InvalidConfig`] naming the other run or the rank;
+/// `Error::Io`.
+pub fn claim_report_dir(dir: &Path, run_id: &str, rank: u32, overwrite: bool) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create report dir", None, e))?;
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("read_dir", None, e))?;
     for entry in entries.flatten() {
@@ -64,8 +68,17 @@ pub fn claim_report_dir(dir: &Path, run_id: &str, overwrite: bool) -> Result<()>
         let Ok(other) = serde_json::from_slice::<IoReport>(&text) else {
             continue;
         };
-        if other.config.run_id == run_id {
+        let other_rank = other.config.shared.map_or(0, |s| s.rank);
+        if other.config.run_id == run_id && other_rank != rank {
             continue;
+        }
+        if !overwrite && other.config.run_id == run_id {
+            return Err(Error::InvalidConfig(format!(
+                "{} already holds rank {rank}'s report of run {run_id}: a rank run twice \
+                 would mix two runs; use --run-id (or another --report-dir) for a new run, \
+                 or --overwrite to replace it",
+                dir.display()
+            )));
         }
         if !overwrite {
             return Err(Error::InvalidConfig(format!(

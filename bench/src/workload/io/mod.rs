@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
 use crate::datagen::{GenConfig, Generator, Permutation};
 use crate::rng::WyRand;
 use pagewriter::DirectIo;
-use pagewriter::backend::open_with_direct;
+use pagewriter::backend::open_with_options;
 use pagewriter::backend::{DioAlign, FileBackend, StorageBackend};
 use pagewriter::buffer::{AlignedBuf, DEFAULT_ALIGN};
 use pagewriter::error::{Error, Result};
@@ -227,10 +227,15 @@ fn check_target(cfg: &IoConfig, extent: u64, writes: bool, align: u64) -> Result
     crate::room::check(&cfg.path, new, 0, false)
 }
 
-/// Opens the file as `cfg.direct` asks; returns it, a buffered descriptor
-/// for unaligned tails, and why `O_DIRECT` is off under `Auto`.
-fn open(cfg: &IoConfig) -> Result<(FileBackend, File, Option<String>)> {
-    let (backend, why) = open_with_direct(&cfg.path, cfg.direct, &|b: &FileBackend| {
+/// Opens the file as `cfg.direct` asks, read-only for a job that only
+/// reads (so a file its owner may only read can be read); returns it, a
+/// buffered descriptor for unaligned tails, and why `O_DIRECT` is off
+/// under `Auto`.
+fn open(cfg: &IoConfig, writes: bool) -> Result<(FileBackend, File, Option<String>)> {
+    let options = pagewriter::OpenOptions::new()
+        .lock(false)
+        .read_only(!writes);
+    let misfit = |b: &FileBackend| {
         let a = b.direct()?;
         (!cfg.bs.is_multiple_of(a.offset as usize) || !cfg.offset.is_multiple_of(a.offset as u64))
             .then(|| {
@@ -239,10 +244,11 @@ fn open(cfg: &IoConfig) -> Result<(FileBackend, File, Option<String>)> {
                     cfg.bs, cfg.offset, a.offset
                 )
             })
-    })?;
+    };
+    let (backend, why) = open_with_options(&cfg.path, &options, cfg.direct, &misfit)?;
     let tail = std::fs::OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(writes)
         .open(&cfg.path)
         .map_err(|e| Error::io("open", None, e))?;
     Ok((backend, tail, why))
@@ -255,14 +261,35 @@ fn open(cfg: &IoConfig) -> Result<(FileBackend, File, Option<String>)> {
 /// extends it with `fallocate` (falling back to
 /// `set_len`) to the end of the regions if it is shorter, so concurrent
 /// ranks never shrink it. A read job on a file shorter than its region
-/// fails (`UnexpectedEof`).
+/// fails (`UnexpectedEof`); a read-only job opens the file read-only.
+///
+/// A file this run created (not in shared-file mode, where other ranks
+/// write it too) is removed again when the run fails: a failed run leaves
+/// nothing behind to fill the file system. [`created_by`] tells a caller
+/// that wants to remove it on an interrupt.
 ///
 /// Errors: [`Error::InvalidConfig`] for bad settings (before the file is
 /// touched) or `hipri` on a device without poll queues; [`Error::Io`] for
-/// I/O; a verify failure is [`Error::InvalidConfig`] naming the first bad
-/// offset (see [`verify_region`] for the typed result).
+/// I/O; [`Error::VerifyFailed`] naming the first bad block.
 pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoReport> {
     cfg.validate()?;
+    let created = created_by(cfg);
+    let result = run_checked(cfg, progress);
+    if result.is_err() && created {
+        let _ = std::fs::remove_file(&cfg.path);
+    }
+    result
+}
+
+/// Whether a run of `cfg` would create its file: it does not exist yet
+/// and the run is not one rank of a shared file (whose file other ranks
+/// create and write too). Such a file is removed if the run fails.
+pub fn created_by(cfg: &IoConfig) -> bool {
+    cfg.shared.is_none()
+        && matches!(std::fs::symlink_metadata(&cfg.path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
+fn run_checked(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoReport> {
     let extent = cfg.file_extent().expect("validated");
     let generator = Generator::new(cfg.gen_config(extent))?;
     // Parts are aligned so that no 4 KiB page is shared by two jobs (a
@@ -271,7 +298,7 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
     let align = lcm(cfg.bs as u64, 4096);
     let writes = cfg.rw.read_percent(cfg.rwmix_read) < 100;
     check_target(cfg, extent, writes, align)?;
-    let (backend, tail, direct_why) = open(cfg)?;
+    let (backend, tail, direct_why) = open(cfg, writes)?;
     let dio = backend.direct();
     prepare(cfg, &backend, extent, align, writes)?;
     let io_mode = io_mode_line(cfg, dio, direct_why.as_deref());
@@ -318,6 +345,13 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
     if cfg.verify {
         for j in 0..cfg.numjobs {
             let (off, len) = cfg.region(j, align);
+            // Random I/Os are whole blocks: a tail shorter than `bs` is
+            // never written, so it is not checked.
+            let len = if cfg.rw.random() {
+                len - len % cfg.bs as u64
+            } else {
+                len
+            };
             verified_blocks += verify_region(cfg, &generator, &tail, off, len).map_err(|e| {
                 Error::VerifyFailed {
                     offset: e.offset,
