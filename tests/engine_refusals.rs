@@ -113,6 +113,78 @@ fn partial_writes_racing_a_shrink_land_before_or_after_it() {
     }
 }
 
+#[test]
+fn a_write_racing_a_shrink_never_brings_back_bytes_the_shrink_cut() {
+    // Page 100 holds 0xAB on disk and in the read cache. One thread writes
+    // the page's last byte over and over; another cuts the file at the
+    // page's start. Whether a write lands before the cut (and is cut) or
+    // after it (on a page the cut zeroed), no other byte of the page may
+    // ever read 0xAB again once the cut has returned.
+    let d = dir();
+    let path = d.path().join("resurrect");
+    let f = Arc::new(
+        PagedCachedFile::open(&path, Config::default().read_cache_bytes(1 << 20)).unwrap(),
+    );
+    let page = 100 * PS as u64;
+    let last = page + PS as u64 - 1;
+    let stop = Arc::new(AtomicBool::new(false));
+    let go = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (f, stop, go) = (Arc::clone(&f), Arc::clone(&stop), Arc::clone(&go));
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if go.load(Ordering::Acquire) % 2 == 1 {
+                    f.write_all_at(last, &[1]).unwrap();
+                    n += 1;
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            n
+        })
+    };
+    let deadline = Instant::now() + Duration::from_millis(2000);
+    let (mut rounds, mut seen) = (0u64, 0u64);
+    while Instant::now() < deadline {
+        f.write_all_at(page, &[0xAB; PS]).unwrap();
+        f.sync().unwrap();
+        // The page is clean and cached: read it so a cache hit is certain.
+        let mut buf = vec![0u8; PS];
+        f.read_exact_at(page, &mut buf).unwrap();
+        go.fetch_add(1, Ordering::AcqRel);
+        f.set_len(page).unwrap();
+        // Past the cut: any byte the read sees but the writer's is zero.
+        let mut got = vec![0u8; PS - 1];
+        match f.read_exact_at(page, &mut got) {
+            Ok(()) => {
+                seen += 1;
+                let bad = got.iter().position(|&b| b != 0);
+                assert_eq!(
+                    bad, None,
+                    "round {rounds}: a byte the cut removed came back"
+                );
+            }
+            Err(Error::OutOfBounds { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+        go.fetch_add(1, Ordering::AcqRel);
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(
+        rounds > 100 && writes > 100,
+        "{rounds} rounds, {writes} writes"
+    );
+    assert!(
+        seen > 0,
+        "no round read the page after the cut ({rounds} rounds)"
+    );
+    eprintln!("{rounds} cuts, {writes} racing writes, {seen} pages read back after the cut");
+    f.close().unwrap();
+}
+
 // ---- refused close ----
 
 #[test]

@@ -280,3 +280,37 @@ fn failed_write_under_concurrent_commits(config: Config) {
         }
     }
 }
+
+/// A write merging into a cached page races a `set_len` that cuts the
+/// page: once both returned, the page's other bytes are zeros (the write
+/// landed after the cut, on a zeroed page) or the page is gone (it landed
+/// before and was cut). Its old bytes never come back from the read cache.
+#[test]
+fn a_write_racing_a_shrink_never_brings_back_cut_bytes() {
+    check(|| {
+        let (_be, f) = file_with(config(8).read_cache_bytes(4 * PS));
+        f.write_page(0, &[tag(0, 1); PS]).unwrap();
+        f.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
+        f.sync().unwrap();
+        // Page 1 is clean and in the read cache now.
+        let mut buf = vec![0u8; PS];
+        f.read_exact_at(PS as u64, &mut buf).unwrap();
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || f.write_all_at(2 * PS as u64 - 1, &[7]).unwrap())
+        };
+        f.set_len(PS as u64).unwrap();
+        writer.join().unwrap();
+        if f.len() == 2 * PS as u64 {
+            f.read_exact_at(PS as u64, &mut buf).unwrap();
+            assert_eq!(buf[PS - 1], 7);
+            assert!(
+                buf[..PS - 1].iter().all(|&b| b == 0),
+                "bytes the cut removed came back"
+            );
+        } else {
+            assert_eq!(f.len(), PS as u64, "the write landed before the cut");
+        }
+        f.close().unwrap();
+    });
+}

@@ -297,6 +297,12 @@ impl PagedCachedFile {
                     *page = zeroed.share();
                 }
             }
+            // The read cache loses the cut pages before any stripe opens
+            // again: a write that merges into a page past the cut must not
+            // find its old bytes there and bring them back (stripe locks
+            // before cache locks, as in `merge_into`).
+            let first_gone = tail.map_or(cut, |(p, _)| p);
+            self.uncache(|p| p >= first_gone);
             self.logical_len.store(len, Ordering::Release);
             self.disk_len.fetch_min(len, Ordering::AcqRel);
             self.shrink_seq.fetch_add(1, Ordering::SeqCst);
@@ -304,8 +310,6 @@ impl PagedCachedFile {
         if let Some(b) = tail_buf {
             self.pool.put_all([b.share()]);
         }
-        let first_gone = tail.map_or(cut, |(p, _)| p);
-        self.uncache(|p| p >= first_gone);
         self.release(freed);
         self.write_seq.fetch_add(1, Ordering::AcqRel);
         Ok(())
