@@ -27,6 +27,31 @@
 //! testing an engine built on top. The tools (data generator, streaming
 //! writer, benchmarks, the `pagewriter` CLI) are the separate crate
 //! `pagewriter-bench`.
+//!
+//! # Features
+//!
+//! - `io-uring` (default): the io_uring flush engine
+//!   ([`FlushEngine::IoUring`], and [`FlushEngine::Auto`]'s first choice).
+//!   Linux only; elsewhere, and without the feature, the engines are the
+//!   `pwritev` ones and `Auto` picks [`FlushEngine::Vectored`].
+//! - `serde`: `serde::Serialize` for the report types ([`IoMode`],
+//!   [`Stats`], ...), for tools that print them as JSON.
+//! - `testing`: the `testing` module: `FaultyBackend` (scheduled write and
+//!   `fdatasync` failures), `CrashBackend` (power cuts: unsynced writes
+//!   kept, dropped or torn at 512-byte sectors), the reference-model
+//!   checker and scratch file systems, for testing an engine built on top
+//!   (`examples/fault_injection.rs`). Enable it in an engine's
+//!   dev-dependencies.
+//! - `shuttle`: builds the file's locks and atomics on shuttle for the
+//!   crate's own model check; not for use outside `shuttle::check_*`.
+//!
+//! # Examples
+//!
+//! `examples/embed.rs` (the engine API in one place: lock, byte-level
+//! writes and reads, `set_len`, committing threads, `io_mode`, stats),
+//! `examples/kv_log.rs` (a key-value store on an append-only page log,
+//! checked after `kill -9`), `examples/fault_injection.rs` (the `testing`
+//! backends and the model checker). `cargo run --release --example embed`.
 
 pub mod backend;
 pub mod buffer;
