@@ -129,14 +129,17 @@ fn a_write_racing_a_shrink_never_brings_back_bytes_the_shrink_cut() {
     let last = page + PS as u64 - 1;
     let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(AtomicU64::new(0));
+    let written = Arc::new(AtomicU64::new(0));
     let writer = {
         let (f, stop, go) = (Arc::clone(&f), Arc::clone(&stop), Arc::clone(&go));
+        let written = Arc::clone(&written);
         std::thread::spawn(move || {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 if go.load(Ordering::Acquire) % 2 == 1 {
                     f.write_all_at(last, &[1]).unwrap();
                     n += 1;
+                    written.store(n, Ordering::Release);
                 } else {
                     std::hint::spin_loop();
                 }
@@ -154,6 +157,14 @@ fn a_write_racing_a_shrink_never_brings_back_bytes_the_shrink_cut() {
         f.read_exact_at(page, &mut buf).unwrap();
         go.fetch_add(1, Ordering::AcqRel);
         f.set_len(page).unwrap();
+        // Let one write land after the cut (the page is back), unless the
+        // writer is starved for long on a loaded machine.
+        let after = written.load(Ordering::Acquire);
+        let wait = Instant::now();
+        while written.load(Ordering::Acquire) == after && wait.elapsed() < Duration::from_millis(50)
+        {
+            std::hint::spin_loop();
+        }
         // Past the cut: any byte the read sees but the writer's is zero.
         let mut got = vec![0u8; PS - 1];
         match f.read_exact_at(page, &mut got) {

@@ -19,16 +19,27 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The file is locked at open (an exclusive advisory lock), so a second
-//! process or a second `Database` on the same file fails to open instead of
-//! corrupting it. The byte-range lock methods of the trait are left
-//! unsupported, which redb accepts for its `ExclusiveWriter` mode (the
-//! default); multi-process modes need them and are not offered.
+//! Locking is redb's own: the backend takes the whole-storage locks redb
+//! asks for as open file description (OFD) locks on the file
+//! ([`pagewriter::backend::range_lock`]), so a second `Database` on the same
+//! file, in this process or another, gets redb's
+//! `DatabaseError::DatabaseAlreadyOpen` at once, and read-only handles
+//! share the file with each other. That is level 2 of redb's
+//! `StorageBackend` locking (whole-storage locks; other ranges are
+//! `BackendError::Unsupported`): the `ExclusiveWriter` concurrency mode, the
+//! default. redb's multi-process modes (`SingleWriter`, `MultiWriter`) also
+//! need another process's commits to reach this process's buffers and
+//! length, which pagewriter's write buffer and read cache do not yet
+//! follow; they are refused by redb as unsupported rather than offered
+//! unverified.
 
 use std::io;
+use std::ops::Bound;
 use std::path::Path;
 
+use pagewriter::backend::range_lock::{self, LockKind};
 use pagewriter::{Config, OpenOptions, PagedCachedFile};
+use redb::BackendError;
 
 /// Read-cache budget of [`PagewriterBackend::default_config`]: 4 MiB. redb
 /// caches pages itself; this one keeps the pages pagewriter just wrote, so
@@ -36,7 +47,8 @@ use pagewriter::{Config, OpenOptions, PagedCachedFile};
 /// into a cached page instead of reading it back from disk.
 pub const DEFAULT_READ_CACHE_BYTES: usize = 4 << 20;
 
-/// How long [`PagewriterBackend::open`] retries a held lock: 2 s.
+/// How long [`PagewriterBackend::open_after_crash`] waits for the file's
+/// locks to go: 2 s.
 pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A redb storage backend on a [`PagedCachedFile`].
@@ -46,18 +58,53 @@ pub struct PagewriterBackend {
 }
 
 impl PagewriterBackend {
-    /// Opens (creating if missing, never truncating) and locks `path` with
-    /// [`default_config`](Self::default_config).
+    /// Opens (creating if missing, never truncating) `path` for reading and
+    /// writing with [`default_config`](Self::default_config). The file is
+    /// not locked here: redb takes its locks through the backend when the
+    /// database opens, and reports a file another handle holds as
+    /// `DatabaseError::DatabaseAlreadyOpen`, at once.
     ///
-    /// Errors: [`pagewriter::Error::Locked`] when another open holds the
-    /// file; an `Io` error from the open.
-    ///
-    /// A lock held elsewhere is retried for [`LOCK_WAIT`] first: after a
-    /// crash, the dead process's io_uring ring keeps the file (and its
-    /// lock) until the kernel has torn the ring down.
+    /// Errors: an `Io` error from the open.
     pub fn open(path: impl AsRef<Path>) -> pagewriter::Result<Self> {
-        let options = OpenOptions::new().lock_wait(LOCK_WAIT);
+        Self::open_with(
+            path,
+            &OpenOptions::new().lock(false),
+            Self::default_config(),
+        )
+    }
+
+    /// Opens an existing `path` read-only, for
+    /// `redb::Builder::open_read_only_with_backend`: nothing asks for write
+    /// access, so a file the process may only read (mode 0444, a read-only
+    /// mount) opens.
+    ///
+    /// Errors: an `Io` error from the open (`NotFound` if it is missing).
+    pub fn open_read_only(path: impl AsRef<Path>) -> pagewriter::Result<Self> {
+        let options = OpenOptions::new().read_only(true).create(false).lock(false);
         Self::open_with(path, &options, Self::default_config())
+    }
+
+    /// [`open`](Self::open) for a writer restarting after its previous
+    /// process died (`kill -9`, a crash): waits up to [`LOCK_WAIT`] for
+    /// every lock on the file to go first. The dead process's io_uring ring
+    /// keeps its file description, and with it its locks, until the kernel
+    /// has torn the ring down (milliseconds, after its in-flight writes
+    /// finished). A lock held by a live process is waited for in full, then
+    /// redb reports it as `DatabaseAlreadyOpen`; so this is opt-in, for
+    /// restarts only.
+    ///
+    /// Errors: as [`open`](Self::open).
+    pub fn open_after_crash(path: impl AsRef<Path>) -> pagewriter::Result<Self> {
+        let backend = Self::open(path)?;
+        if let Some(f) = backend.file.file() {
+            let deadline = std::time::Instant::now() + LOCK_WAIT;
+            while range_lock::query_lock_range(f, 0, None).unwrap_or(false)
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
+        Ok(backend)
     }
 
     /// Opens `path` with `options` (read-only, must-exist, lock) and
@@ -129,6 +176,79 @@ impl redb::StorageBackend for PagewriterBackend {
     }
 
     fn close(&self) -> Result<(), io::Error> {
-        self.file.close().map_err(io::Error::from)
+        let closed = self.file.close().map_err(io::Error::from);
+        // redb's contract: close releases every lock, whatever the sync did.
+        let unlocked = self.unlock_all();
+        closed.and(unlocked)
+    }
+
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        let f = self.whole_storage(start, end)?;
+        Ok(range_lock::try_lock_range(f, 0, None, LockKind::Exclusive)?)
+    }
+
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        let f = self.whole_storage(start, end)?;
+        Ok(range_lock::try_lock_range(f, 0, None, LockKind::Shared)?)
+    }
+
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        let f = self.whole_storage(start, end)?;
+        Ok(range_lock::lock_range(f, 0, None, LockKind::Exclusive)?)
+    }
+
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        let f = self.whole_storage(start, end)?;
+        Ok(range_lock::lock_range(f, 0, None, LockKind::Shared)?)
+    }
+
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        let f = self.whole_storage(start, end)?;
+        Ok(range_lock::unlock_range(f, 0, None)?)
+    }
+
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        let f = self.whole_storage(start, end)?;
+        Ok(range_lock::query_lock_range(f, 0, None)?)
+    }
+}
+
+impl PagewriterBackend {
+    /// The file, if `start..end` is the whole storage (`..` or `0..`), the
+    /// one range this backend locks; else `Unsupported`, which redb takes
+    /// as level 2 locking.
+    fn whole_storage(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<&std::fs::File, BackendError> {
+        let whole = matches!(
+            (start, end),
+            (Bound::Unbounded, Bound::Unbounded) | (Bound::Included(0), Bound::Unbounded)
+        );
+        match self.file.file() {
+            Some(f) if whole => Ok(f),
+            _ => Err(BackendError::Unsupported),
+        }
+    }
+
+    /// Releases every lock this backend's file description holds.
+    fn unlock_all(&self) -> Result<(), io::Error> {
+        match self.file.file() {
+            Some(f) => range_lock::unlock_range(f, 0, None),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for PagewriterBackend {
+    /// Releases the locks now, not when the io_uring ring's teardown lets
+    /// the file description go.
+    fn drop(&mut self) {
+        let _ = self.unlock_all();
     }
 }

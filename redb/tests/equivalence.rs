@@ -123,16 +123,44 @@ fn same_content_as_redbs_own_backend_after_reopen() {
 }
 
 #[test]
-fn a_second_open_of_the_database_is_refused() {
+fn a_second_open_of_the_database_is_refused_at_once_as_redb_refuses_it() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("locked.redb");
     let db = Database::builder()
         .create_with_backend(PagewriterBackend::open(&path).unwrap())
         .unwrap();
-    match PagewriterBackend::open(&path) {
-        Err(pagewriter::Error::Locked) => {}
-        other => panic!("{other:?}"),
+    // A second writer and a reader, while the writer is open: redb's own
+    // error, without a wait.
+    let t = std::time::Instant::now();
+    match Database::builder().create_with_backend(PagewriterBackend::open(&path).unwrap()) {
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {}
+        other => panic!("second writer: {other:?}"),
     }
+    match Database::builder()
+        .open_read_only_with_backend(PagewriterBackend::open_read_only(&path).unwrap())
+    {
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {}
+        other => panic!("reader beside a writer: {:?}", other.map(|_| ())),
+    }
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
     drop(db);
-    PagewriterBackend::open(&path).unwrap();
+    // Readers share the file with each other and exclude a writer.
+    let r1 = Database::builder()
+        .open_read_only_with_backend(PagewriterBackend::open_read_only(&path).unwrap())
+        .unwrap();
+    let r2 = Database::builder()
+        .open_read_only_with_backend(PagewriterBackend::open_read_only(&path).unwrap())
+        .unwrap();
+    match Database::builder().create_with_backend(PagewriterBackend::open(&path).unwrap()) {
+        Err(redb::DatabaseError::DatabaseAlreadyOpen) => {}
+        other => panic!("writer beside readers: {other:?}"),
+    }
+    drop((r1, r2));
+    Database::builder()
+        .create_with_backend(PagewriterBackend::open(&path).unwrap())
+        .unwrap();
 }

@@ -91,7 +91,7 @@ fn kill9_loses_no_acknowledged_commit() {
         assert!(seen > 0, "round {round}: the child made no commit");
         let last = acked.expect("some commit acknowledged");
         let db = Database::builder()
-            .create_with_backend(PagewriterBackend::open(&path).unwrap())
+            .create_with_backend(PagewriterBackend::open_after_crash(&path).unwrap())
             .unwrap();
         let r = db.begin_read().unwrap();
         let t = r.open_table(T).unwrap();

@@ -258,8 +258,14 @@ impl FileBackend {
         let proc_path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
         self.lanes.clear();
         for _ in 1..lanes.max(1) {
-            self.lanes
-                .push(std::fs::OpenOptions::new().write(true).open(&proc_path)?);
+            // A read-only file's lanes are read-only opens (fdatasync
+            // takes any descriptor), never a request for write access.
+            self.lanes.push(
+                std::fs::OpenOptions::new()
+                    .read(self.read_only)
+                    .write(!self.read_only)
+                    .open(&proc_path)?,
+            );
         }
         Ok(self)
     }

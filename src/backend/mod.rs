@@ -9,6 +9,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 mod file;
 mod io_mode;
 mod memory;
+pub mod range_lock;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod ring;
 

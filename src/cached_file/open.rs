@@ -17,9 +17,17 @@ pub(crate) fn open_file(
 ) -> Result<(FileBackend, Option<String>)> {
     let (backend, why) =
         open_with_options(path, options, config.direct, &|b| direct_misfit(b, config))?;
+    // A read-only open writes nothing and needs no `fdatasync` lanes: the
+    // extra descriptions would be write opens, refused on a file or mount
+    // the process may only read.
+    let lanes = if options.is_read_only() {
+        1
+    } else {
+        config.sync_lanes
+    };
     let backend = backend
         .with_max_write_bytes(config.max_write_bytes)
-        .with_sync_lanes(config.sync_lanes)
+        .with_sync_lanes(lanes)
         .map_err(|e| Error::io("reopen for sync lanes", None, e))?;
     Ok((backend, why))
 }
