@@ -297,7 +297,7 @@ for t in ${commit_threads//,/ }; do
   for mode in ${commit_modes//,/ }; do
     # Per layout, the per-round ratios (space separated); the layouts take
     # turns within each round, so the disk's drift falls on all of them.
-    declare -A c_r=() p_r=() cpu_r=()
+    unset c_r p_r cc_r; declare -A c_r=() p_r=() cc_r=()
     for r in $(seq 1 "$rounds"); do
       for layout in ${commit_files//,/ }; do
         read -r name prealloc < <(commit_cell "$layout" "$mode" "$t")
@@ -321,14 +321,14 @@ print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sy
         ratio=$(python3 -c "print('%.3f' % ($a / $b))")
         pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
         cr=$(cpu_ratio "$acpu" "$bcpu")
-        c_r[$name]+="$ratio "; p_r[$name]+="$pratio "; cpu_r[$name]+="$cr "
+        c_r[$name]+="$ratio "; p_r[$name]+="$pratio "; cc_r[$name]+="$cr "
         printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
           "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
       done
     done
     for layout in ${commit_files//,/ }; do
       read -r name _ < <(commit_cell "$layout" "$mode" "$t")
-      read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cpu_r[$name]}"
+      read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cc_r[$name]}"
       summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
         "$(printf '%s\n' "${cs[@]}" | median)" "${cs[*]}" "$(printf '%s\n' "${ps[@]}" | median)" "${ps[*]}" \
         "$(printf '%s\n' "${us[@]}" | grep -v n/a | median)")")
