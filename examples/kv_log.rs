@@ -145,17 +145,17 @@ fn encode(page: &mut [u8], seq: u64, key: u64, value: &[u8]) {
 
 /// `(seq, key, value)` of a whole, valid record page.
 fn decode(page: &[u8]) -> Option<(u64, u64, &[u8])> {
-    let word = |r: std::ops::Range<usize>| page.get(r).map(|b| b.try_into().unwrap());
-    if page.len() != PAGE || u32::from_le_bytes(word(0..4)?) != MAGIC {
+    let bytes = |at: usize, n: usize| page.get(at..at + n);
+    let u32_at = |at| Some(u32::from_le_bytes(bytes(at, 4)?.try_into().ok()?));
+    let u64_at = |at| Some(u64::from_le_bytes(bytes(at, 8)?.try_into().ok()?));
+    if page.len() != PAGE || u32_at(0)? != MAGIC || u32_at(4)? != crc32c::crc32c(&page[8..]) {
         return None;
     }
-    if u32::from_le_bytes(word(4..8)?) != crc32c::crc32c(&page[8..]) {
-        return None;
-    }
-    let seq = u64::from_le_bytes(page[8..16].try_into().ok()?);
-    let key = u64::from_le_bytes(page[16..24].try_into().ok()?);
-    let len = u32::from_le_bytes(word(24..28)?) as usize;
-    Some((seq, key, page.get(HEADER..HEADER + len)?))
+    Some((
+        u64_at(8)?,
+        u64_at(16)?,
+        bytes(HEADER, u32_at(24)? as usize)?,
+    ))
 }
 
 /// The value a thread writes for `key` in its commit `i`.

@@ -494,12 +494,14 @@ impl BufferPool {
     /// Aborts (like `Vec`) if the allocator fails; [`try_zeroed`](Self::try_zeroed)
     /// returns `None` instead.
     pub fn zeroed(&self) -> UniqueBuf {
-        match self.try_zeroed() {
-            Some(b) => b,
-            None => alloc::handle_alloc_error(
-                Layout::from_size_align(self.len, self.align).expect("layout checked in new"),
-            ),
-        }
+        self.try_zeroed().unwrap_or_else(|| self.alloc_failed())
+    }
+
+    /// Aborts as `Vec` does when the allocator refuses a buffer.
+    fn alloc_failed(&self) -> ! {
+        alloc::handle_alloc_error(
+            Layout::from_size_align(self.len, self.align).expect("layout checked in new"),
+        )
     }
 
     /// Like [`zeroed`](Self::zeroed), but memory the allocator refuses is
@@ -531,10 +533,11 @@ impl BufferPool {
         }
     }
 
-    /// Like [`copy_of`](Self::copy_of), but memory the allocator refuses
-    /// is `None`, not an abort.
+    /// Like [`copy_of`](Self::copy_of) (and like it, panics unless `bytes`
+    /// is `buffer_len()` long), but memory the allocator refuses is `None`,
+    /// not an abort.
     pub fn try_copy_of(&self, bytes: &[u8]) -> Option<UniqueBuf> {
-        assert_eq!(bytes.len(), self.len, "BufferPool::try_copy_of length");
+        assert_eq!(bytes.len(), self.len, "BufferPool::copy_of length");
         let popped = self.free.lock().pop();
         let mut b = match popped {
             Some(b) => b,
@@ -547,16 +550,8 @@ impl BufferPool {
     /// A buffer holding a copy of `bytes`, which must be `buffer_len()`
     /// long (panics otherwise: a caller bug, not an input error).
     pub fn copy_of(&self, bytes: &[u8]) -> UniqueBuf {
-        assert_eq!(bytes.len(), self.len, "BufferPool::copy_of length");
-        match self.free.lock().pop() {
-            Some(mut b) => {
-                b.copy_from_slice(bytes);
-                b
-            }
-            None => UniqueBuf::new(
-                AlignedBuf::copy_from(bytes, self.align).expect("layout checked in new"),
-            ),
-        }
+        self.try_copy_of(bytes)
+            .unwrap_or_else(|| self.alloc_failed())
     }
 
     /// Returns buffers to the pool: those nothing else holds any more and

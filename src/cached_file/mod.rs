@@ -1021,7 +1021,6 @@ impl PagedCachedFile {
                 page.copy_from_slice(chunk);
                 one(first + i as u64, page.share());
             }
-            self.pool.put_all([buf.share()]);
         }
         self.guards.fetch_sub(1, Ordering::SeqCst);
         self.writers.fetch_sub(1, Ordering::SeqCst);

@@ -196,6 +196,33 @@ impl Shared<'_> {
         self.ops.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The outcome of a call that must be refused as `Busy` exactly when
+    /// `busy` (this thread's own guard covers it): its value when it went
+    /// ahead as it should; `None` for a refusal (counted) or anything else
+    /// (a failure, named by `what`).
+    fn expect_busy<T>(
+        &self,
+        t: u64,
+        res: pagewriter::Result<T>,
+        busy: bool,
+        what: impl FnOnce() -> String,
+    ) -> Option<T> {
+        match res {
+            Ok(v) if !busy => Some(v),
+            Err(Error::Busy { .. }) if busy => {
+                self.refusals.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            other => {
+                let got = other
+                    .map(|_| "Ok".to_string())
+                    .unwrap_or_else(|e| e.to_string());
+                self.fail(format!("t{t} {} (busy {busy}): {got}", what()));
+                None
+            }
+        }
+    }
+
     fn zone_expect(&self, b: u64, last: Last, rs: u64, re: u64) -> Option<u8> {
         zone_expect(&self.cuts.lock().unwrap(), b, last, rs, re)
     }
@@ -486,35 +513,24 @@ fn worker<'a>(sh: &'a Shared<'a>, mut part: Part) -> Part {
                 let pages = 1 + part.rng.below(2);
                 let p = part.rng.below(sh.plan.region_pages - pages + 1);
                 let busy = hits(p * ps, pages * ps);
-                match sh.f.write(base + p * ps, (pages * ps) as usize) {
-                    Ok(mut g) if !busy => {
-                        // The guard starts from the newest bytes.
-                        let at = (p * ps) as usize;
-                        for (i, want) in part.region[at..at + g.len()].iter().enumerate() {
-                            if want.is_some_and(|w| w != g[i]) {
-                                sh.fail(format!("t{} guard at page {p}: byte {i} stale", part.t));
-                                break;
-                            }
-                        }
-                        for _ in 0..4 {
-                            let i = part.rng.below(g.len() as u64) as usize;
-                            g[i] = part.rng.next_u64() as u8;
-                        }
-                        for (i, &b) in g.iter().enumerate() {
-                            part.region[at + i] = Some(b);
+                let res = sh.f.write(base + p * ps, (pages * ps) as usize);
+                if let Some(mut g) =
+                    sh.expect_busy(part.t, res, busy, || format!("write guard page {p}"))
+                {
+                    // The guard starts from the newest bytes.
+                    let at = (p * ps) as usize;
+                    for (i, want) in part.region[at..at + g.len()].iter().enumerate() {
+                        if want.is_some_and(|w| w != g[i]) {
+                            sh.fail(format!("t{} guard at page {p}: byte {i} stale", part.t));
+                            break;
                         }
                     }
-                    Err(Error::Busy { .. }) if busy => {
-                        sh.refusals.fetch_add(1, Ordering::Relaxed);
+                    for _ in 0..4 {
+                        let i = part.rng.below(g.len() as u64) as usize;
+                        g[i] = part.rng.next_u64() as u8;
                     }
-                    other => {
-                        let what = other
-                            .map(|_| "Ok".to_string())
-                            .unwrap_or_else(|e| e.to_string());
-                        sh.fail(format!(
-                            "t{} write guard page {p} (busy {busy}): {what}",
-                            part.t
-                        ));
+                    for (i, &b) in g.iter().enumerate() {
+                        part.region[at + i] = Some(b);
                     }
                 }
             }
@@ -522,22 +538,14 @@ fn worker<'a>(sh: &'a Shared<'a>, mut part: Part) -> Part {
             45..=49 => {
                 let p = part.rng.below(sh.plan.region_pages);
                 let busy = hits(p * ps, ps);
-                match sh.f.overwrite(base + p * ps, ps as usize) {
-                    Ok(mut g) if !busy => {
-                        part.rng.fill(&mut g);
-                        let at = (p * ps) as usize;
-                        for (i, &b) in g.iter().enumerate() {
-                            part.region[at + i] = Some(b);
-                        }
-                    }
-                    Err(Error::Busy { .. }) if busy => {
-                        sh.refusals.fetch_add(1, Ordering::Relaxed);
-                    }
-                    other => {
-                        let what = other
-                            .map(|_| "Ok".to_string())
-                            .unwrap_or_else(|e| e.to_string());
-                        sh.fail(format!("t{} overwrite page {p}: {what}", part.t));
+                let res = sh.f.overwrite(base + p * ps, ps as usize);
+                if let Some(mut g) =
+                    sh.expect_busy(part.t, res, busy, || format!("overwrite page {p}"))
+                {
+                    part.rng.fill(&mut g);
+                    let at = (p * ps) as usize;
+                    for (i, &b) in g.iter().enumerate() {
+                        part.region[at + i] = Some(b);
                     }
                 }
             }
@@ -562,18 +570,13 @@ fn worker<'a>(sh: &'a Shared<'a>, mut part: Part) -> Part {
             72..=75 => {
                 let p = part.rng.below(sh.plan.region_pages);
                 let busy = hits(p * ps, ps);
-                match sh.f.discard(base + p * ps, ps) {
-                    Ok(()) if !busy => {
-                        let at = (p * ps) as usize;
-                        part.region[at..at + ps as usize].fill(None);
-                    }
-                    Err(Error::Busy { .. }) if busy => {
-                        sh.refusals.fetch_add(1, Ordering::Relaxed);
-                    }
-                    other => sh.fail(format!(
-                        "t{} discard page {p} (busy {busy}): {other:?}",
-                        part.t
-                    )),
+                let res = sh.f.discard(base + p * ps, ps);
+                if sh
+                    .expect_busy(part.t, res, busy, || format!("discard page {p}"))
+                    .is_some()
+                {
+                    let at = (p * ps) as usize;
+                    part.region[at..at + ps as usize].fill(None);
                 }
             }
             76..=79 => {
