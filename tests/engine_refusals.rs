@@ -416,6 +416,44 @@ fn a_sync_makes_the_length_durable_in_a_crash_image() {
     assert_eq!(be.durable_image().len() as u64, f.len());
 }
 
+#[test]
+fn len_before_a_sync_is_durable_when_it_returns_while_threads_grow_the_file() {
+    // Four threads grow the file at once: each writes a few bytes at a new
+    // end, sometimes discards the page it wrote (the length stays, the
+    // page is not written), reads len(), syncs. Once its sync returned,
+    // the durable image is at least that long, whichever round wrote what.
+    let be = Arc::new(CrashBackend::new());
+    let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap());
+    let end = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (f, be, end) = (Arc::clone(&f), Arc::clone(&be), Arc::clone(&end));
+            std::thread::spawn(move || {
+                let mut discarded = 0;
+                for i in 0..300u64 {
+                    let page = end.fetch_add(PS as u64, Ordering::SeqCst);
+                    f.write_all_at(page + 7, &[1 + t as u8; 9]).unwrap();
+                    if (i + t) % 3 == 0 {
+                        f.discard(page, PS as u64).unwrap();
+                        discarded += 1;
+                    }
+                    let len = f.len();
+                    f.sync().unwrap();
+                    let durable = be.durable_image().len() as u64;
+                    assert!(
+                        durable >= len,
+                        "t{t} commit {i}: len {len} before sync, {durable} durable"
+                    );
+                }
+                discarded
+            })
+        })
+        .collect();
+    let discarded: u64 = threads.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(discarded > 0);
+    assert_eq!(be.durable_image().len() as u64, f.len());
+}
+
 // ---- guards: the same thread gets Busy, other threads wait ----
 
 #[test]
