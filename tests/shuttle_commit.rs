@@ -314,3 +314,29 @@ fn a_write_racing_a_shrink_never_brings_back_cut_bytes() {
         f.close().unwrap();
     });
 }
+
+/// A `close` refused as `Busy` (a guard lives) while another thread
+/// writes: the writer never hears `Closed`, its page is buffered, and the
+/// file closes once the guard is gone.
+#[test]
+fn a_close_refused_as_busy_never_tells_a_writer_closed() {
+    check(|| {
+        let (be, f) = file_with(config(8));
+        let guard = f.write(0, PS).unwrap();
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || f.write_page(2 * PS as u64, &[tag(2, 1); PS]))
+        };
+        match f.close() {
+            Err(Error::Busy { .. }) => {}
+            other => panic!("close with a guard alive: {other:?}"),
+        }
+        match writer.join().unwrap() {
+            Ok(()) => {}
+            Err(e) => panic!("a writer beside a refused close: {e}"),
+        }
+        drop(guard);
+        f.close().unwrap();
+        assert_page(&be.durable_image(), 2, 1, "after close");
+    });
+}
