@@ -64,6 +64,18 @@ mod model {
                 guard: Some(self.0.lock().unwrap_or_else(|p| p.into_inner())),
             }
         }
+
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            let guard = match self.0.try_lock() {
+                Ok(g) => g,
+                Err(shuttle::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(shuttle::sync::TryLockError::WouldBlock) => return None,
+            };
+            Some(MutexGuard {
+                mutex: self,
+                guard: Some(guard),
+            })
+        }
     }
 
     impl<T> MutexGuard<'_, T> {
@@ -128,6 +140,10 @@ mod model {
 
         pub(crate) fn notify_all(&self) {
             self.0.notify_all();
+        }
+
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
         }
     }
 }

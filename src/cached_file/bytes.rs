@@ -243,7 +243,8 @@ impl PagedCachedFile {
         };
         if len >= cur {
             truncate(len)?;
-            flusher.os_len = len;
+            flusher.os_len = flusher.os_len.max(len);
+            self.written_len.fetch_max(len, Ordering::AcqRel);
             self.logical_len.fetch_max(len, Ordering::AcqRel);
             self.disk_len.fetch_max(len, Ordering::AcqRel);
             self.write_seq.fetch_add(1, Ordering::AcqRel);
@@ -272,6 +273,7 @@ impl PagedCachedFile {
             return Err(e);
         }
         flusher.os_len = len;
+        self.written_len.store(len, Ordering::Release);
         // Pages wholly past `len` go; the one it falls in keeps its head.
         let cut = (len + ps - 1) >> self.page_shift;
         let tail = (!len.is_multiple_of(ps)).then(|| (self.page_no(len), (len % ps) as usize));

@@ -65,12 +65,13 @@ pub(crate) struct CommitState {
     started: u64,
     /// Rounds started; the latest is number `rounds` (the first is 1).
     rounds: u64,
-    /// A round holds the write stage.
-    writing: bool,
+    /// Rounds in the write stage (at most `Config::rounds_in_flight`).
+    writing: usize,
     /// Sync lanes not in use.
     free_lanes: Vec<usize>,
-    /// Rounds past the write stage, in round order, with their outcome once
-    /// their `fdatasync` returned: `Ok(covered write_seq)` or the error.
+    /// Rounds started and not yet published, in round order (writing,
+    /// syncing, or done and waiting for an earlier one), with their outcome
+    /// once their `fdatasync` returned.
     syncing: VecDeque<SyncingRound>,
     /// `write_seq` covered by the last published `fdatasync`.
     synced_seq: u64,
@@ -116,8 +117,7 @@ impl CommitState {
     }
 
     /// Number of the unpublished round that covers `ticket` (which a
-    /// started round covers): a syncing one, or else the one writing, the
-    /// latest.
+    /// started round covers).
     fn covering_round(&self, ticket: u64) -> u64 {
         debug_assert!(self.durable < ticket && ticket <= self.started);
         self.syncing
@@ -163,10 +163,10 @@ impl PagedCachedFile {
                 self.round_slot(no).wait(&mut st);
                 continue;
             }
-            if st.writing {
-                // Not covered yet, and the write stage is taken: the next
-                // round covers us. Its callers are woken when the stage is
-                // free (one leads) and when it is published.
+            if st.writing >= self.config.rounds_in_flight {
+                // Not covered yet, and the write stage is full: the next
+                // round covers us. Its callers are woken when a place in
+                // the stage frees (one leads) and when it is published.
                 let no = st.rounds + 1;
                 self.round_slot(no).wait(&mut st);
                 continue;
@@ -179,72 +179,59 @@ impl PagedCachedFile {
     /// Returns once the round's outcome is recorded (published or queued
     /// behind an earlier round); the leader reads it like every waiter.
     fn lead_round(&self, st: &mut MutexGuard<'_, CommitState>) {
-        st.writing = true;
+        st.writing += 1;
         st.rounds += 1;
         let no = st.rounds;
         let (lo, hi) = (st.started, st.next_ticket);
         st.started = hi;
-        // A durable write (`commit_dsync`) stands in for the fdatasync only
-        // if no other round is syncing and every write before it is synced:
-        // `synced_seq` cannot move while nothing syncs, and `write_seq` is
-        // read under the flusher lock, which every write holds. Only for a
-        // round of one commit: the durable write holds the write stage
-        // through its sync, which a busier pipeline would spend writing
-        // the next round.
-        //
-        // With no round syncing (`alone`), a one-run batch has nothing to
-        // overlap its write with either: every engine writes it inline.
-        let alone = st.syncing.is_empty();
-        let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && alone;
-        let synced_before = st.synced_seq;
-        let (written, grown, seq) = MutexGuard::unlocked(st, || {
-            let mut f = self.flusher.lock();
-            // Read before the drain: covers every write of the callers.
-            let len = self.logical_len.load(Ordering::Acquire);
-            let clean = self.write_seq.load(Ordering::Acquire) == synced_before;
-            let written = self.write_batch(&mut f, dsync_allowed && clean, alone);
-            // The length is made durable with the pages (`extend_to`),
-            // unless pages failed: then the next round does it.
-            let grown = match &written {
-                Some(w) if w.error.is_some() => Ok(false),
-                _ => self.extend_to(&mut f, len),
-            };
-            (written, grown, self.write_seq.load(Ordering::Acquire))
-        });
-        // Pages that failed to write go back to the write buffer when the
-        // round settles; the ones that reached the OS are synced all the
-        // same, so one bad page does not keep the others from being durable.
-        let (batch, mut write_error, mut durable) = match written {
-            Some(w) => (Some(w.batch), w.error, w.durable),
-            None => (None, None, false),
-        };
-        match grown {
-            // The new length needs the fdatasync a durable write skips.
-            Ok(true) => durable = false,
-            Ok(false) => {}
-            Err(e) => write_error = write_error.or(Some(e)),
-        }
-        while st.free_lanes.is_empty() {
-            // A lane comes back when a round's sync ends, before it is
-            // published.
-            self.commit_lane_free.wait(st);
-        }
-        let lane = st.free_lanes.pop().expect("checked");
-        st.writing = false;
+        // Queued from the start, so a caller finds the round that covers
+        // it whichever stage the round is in; published in this order.
         st.syncing.push_back(SyncingRound {
             no,
             lo,
             hi,
             outcome: None,
         });
+        add(&self.counters.rounds_in_flight_sum, st.syncing.len() as u64);
+        // A durable write (`commit_dsync`) stands in for the fdatasync only
+        // if no other round is in flight and every write before it is
+        // synced (`flush_pass` checks that under the flusher lock, where
+        // it also finds no other write in flight). Only for a round of one
+        // commit: the durable write holds the flusher lock through its
+        // sync, which a busier pipeline would spend writing the next round.
+        //
+        // With no other round in flight (`alone`), a one-run batch has
+        // nothing to overlap its write with either: every engine writes it
+        // inline.
+        let alone = st.syncing.len() == 1;
+        let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && alone;
+        let synced_before = st.synced_seq;
+        // Returns once every write drained before or with this round's
+        // completed; the length is made durable with the pages.
+        let pass =
+            MutexGuard::unlocked(st, || self.flush_pass(dsync_allowed, synced_before, alone));
+        // Pages that failed to write are back in the write buffer; the ones
+        // that reached the OS are synced all the same, so one bad page does
+        // not keep the others from being durable.
+        while st.free_lanes.is_empty() {
+            // A lane comes back when a round's sync ends, before it is
+            // published.
+            self.commit_lane_free.wait(st);
+        }
+        let lane = st.free_lanes.pop().expect("checked");
+        st.writing -= 1;
         // The next round may start writing now: one of its waiters (the
         // callers no round covers yet) leads it and covers every other.
-        self.round_slot(no + 1).notify_all();
-        let needed = seq > st.synced_seq && !durable;
+        let next = st.rounds + 1;
+        self.round_slot(next).notify_all();
+        let needed = pass.seq > st.synced_seq && pass.durable_seq.is_none();
+        let durable_seq = pass.durable_seq;
+        let write_error = pass.error;
+        let batch = pass.batch;
         let synced = MutexGuard::unlocked(st, || {
             let synced = self.sync_batch(batch, needed, lane);
-            // The round's one write covered everything up to `seq`.
-            synced.map(|covered| if durable { Some(seq) } else { covered })
+            // The round's one durable write covered everything up to it.
+            synced.map(|covered| durable_seq.or(covered))
         });
         st.free_lanes.push(lane);
         self.commit_lane_free.notify_all();
@@ -261,7 +248,7 @@ impl PagedCachedFile {
         let me = st
             .syncing
             .iter_mut()
-            .find(|r| r.hi == hi)
+            .find(|r| r.no == no)
             .expect("round queued above");
         me.outcome = Some(outcome);
         // Wakes the callers of every round it publishes.

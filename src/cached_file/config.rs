@@ -24,6 +24,10 @@ pub const MAX_SYNC_LANES: usize = 64;
 /// Most writer threads ([`Config::write_threads`]).
 pub const MAX_WRITE_THREADS: usize = 64;
 
+/// Most flushes and commit rounds writing at once
+/// ([`Config::rounds_in_flight`]).
+pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
+
 /// Settings of a [`PagedCachedFile`](super::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +81,18 @@ pub struct Config {
     /// calls in flight at once, as the io_uring engine has its SQEs. ext4
     /// runs `O_DIRECT` writes into one file's allocated blocks in parallel
     /// (`.project/commit-suite.md`, "Parallel writes into one file").
-    /// Other engines ignore it. Default 1 (no threads started).
+    /// Other engines ignore it. Default 1 (no threads started). Each write
+    /// slot has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight)
+    /// × (`write_threads` - 1) threads in all).
     pub write_threads: usize,
+    /// Most flushes and commit rounds whose writes are in flight at once,
+    /// 1..=[`MAX_ROUNDS_IN_FLIGHT`]. A round drains and writes while
+    /// earlier rounds' writes are still in flight, each from its own write
+    /// slot (with the io_uring engine, its own ring, the bounce buffers
+    /// shared out over the rings); a page whose older version is in flight
+    /// waits for that write before its own goes out. 1 writes one round at
+    /// a time (the round after waits for the write stage). Default 2.
+    pub rounds_in_flight: usize,
 }
 
 impl Default for Config {
@@ -96,6 +110,7 @@ impl Default for Config {
             direct: DirectIo::Off,
             commit_dsync: false,
             write_threads: 1,
+            rounds_in_flight: 2,
         }
     }
 }
@@ -166,6 +181,12 @@ impl Config {
         self
     }
 
+    /// Sets [`rounds_in_flight`](Self::rounds_in_flight).
+    pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
+        self.rounds_in_flight = rounds;
+        self
+    }
+
     /// Checks every field. Errors: [`Error::InvalidPageSize`] for the page
     /// size (0, not a power of two, or over [`MAX_PAGE_SIZE`]),
     /// [`Error::InvalidConfig`] naming the first bad field otherwise.
@@ -225,6 +246,12 @@ impl Config {
             return bad(format!(
                 "write_threads {} is not in 1..={MAX_WRITE_THREADS}",
                 self.write_threads
+            ));
+        }
+        if !(1..=MAX_ROUNDS_IN_FLIGHT).contains(&self.rounds_in_flight) {
+            return bad(format!(
+                "rounds_in_flight {} is not in 1..={MAX_ROUNDS_IN_FLIGHT}",
+                self.rounds_in_flight
             ));
         }
         Ok(())

@@ -5,6 +5,10 @@
 //! as soon as the writes complete; a commit round holds it until its
 //! `fdatasync` returned (see `commit.rs`), so that a failed `fdatasync` can
 //! put the pages back in the write buffer before the file is poisoned.
+//!
+//! The drain happens under the flusher lock, the writes after it is
+//! released, from a write slot of their own, so several flushes write at
+//! once (see "Writes in flight" in the module docs of `cached_file`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -14,6 +18,7 @@ use super::writer::RunWriter;
 use super::{PageMap, PageRef, PagedCachedFile};
 use crate::coalesce::{Run, RunLimits, coalesce};
 use crate::error::{Error, Result};
+use crate::sync::MutexGuard;
 
 /// Largest hole between two runs past the end of an `O_DIRECT` file that
 /// one `fallocate` covers (bytes): 64 KiB. Writers filling fresh pages side
@@ -22,7 +27,7 @@ use crate::error::{Error, Result};
 pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
 /// Emptied maps a stripe keeps for its next drains (`Stripe::spare`): a
-/// commit pipeline has a generation being written, one or two syncing and
+/// commit pipeline has generations being written, one or two syncing and
 /// one settling, each holding a map.
 pub(crate) const SPARE_MAPS: usize = 4;
 
@@ -41,29 +46,55 @@ pub(crate) struct BatchVecs {
     drained: Vec<(usize, Arc<PageMap>)>,
 }
 
-/// State owned by whoever holds the flusher lock, kept between flushes so
-/// that a steady-state flush does not reallocate it.
+/// What one stripe's in-flight generation holds: the pages it drained from
+/// the stripe and the generation's number. Derefs to the pages.
+pub(crate) struct InFlight {
+    /// Generation number (drain order).
+    pub(super) generation: u64,
+    pub(super) pages: Arc<PageMap>,
+}
+
+impl std::ops::Deref for InFlight {
+    type Target = PageMap;
+    fn deref(&self) -> &PageMap {
+        &self.pages
+    }
+}
+
+/// State owned by whoever holds the flusher lock (the drain side).
 pub(crate) struct Flusher {
+    /// The file's length as the OS will hold it once every write drained so
+    /// far completed (grown at each drain by its pages, and by every
+    /// `fallocate` and `ftruncate`, all made under the flusher lock): what a
+    /// flush compares the logical length with.
+    pub(super) os_len: u64,
+}
+
+impl Flusher {
+    /// A flusher over a file of `os_len` bytes.
+    pub(crate) fn new(os_len: u64) -> Self {
+        Self { os_len }
+    }
+}
+
+/// What one flush writes with: its runs and the writer that writes them.
+/// A flush takes a free slot under the flusher lock and gives it back when
+/// its writes completed, so the slots bound the flushes writing at once.
+pub(crate) struct WriteSlot {
     runs: Vec<Run>,
     /// Per run: its preallocation failed (reused between flushes).
     alloc_failed: Vec<bool>,
     /// How runs reach the file, resolved at open.
     writer: RunWriter,
-    /// The file's length as the OS holds it after every completed write,
-    /// `fallocate` and `ftruncate` (all made under the flusher lock): what
-    /// a failed write that extended the file partway is cut back to, and
-    /// what a flush compares the logical length with.
-    pub(super) os_len: u64,
 }
 
-impl Flusher {
-    /// A flusher that writes with `writer` to a file of `os_len` bytes.
-    pub(crate) fn new(writer: RunWriter, os_len: u64) -> Self {
+impl WriteSlot {
+    /// A slot that writes with `writer`.
+    pub(crate) fn new(writer: RunWriter) -> Self {
         Self {
             runs: Vec::new(),
             alloc_failed: Vec::new(),
             writer,
-            os_len,
         }
     }
 }
@@ -72,6 +103,12 @@ impl Flusher {
 pub(crate) struct Batch {
     /// Drain order (see `Generation`).
     id: u64,
+    /// The drain's number (`Generations::drains`).
+    drain_no: u64,
+    /// The youngest older generation, still in flight at the drain, that
+    /// holds a page this one drained: this batch writes only after every
+    /// generation up to it has written (newest wins).
+    after: Option<u64>,
     /// (byte offset, page), sorted by offset after `coalesce`.
     entries: Vec<(u64, PageRef)>,
     /// The stripes drained and the map each gave (also referenced from the
@@ -90,40 +127,56 @@ pub(crate) struct Batch {
     disk_cap: u64,
 }
 
-/// A flush's outcome: the batch (to settle; its `failed` entries go back to
-/// the write buffer) and the error of the pages that failed, if any did.
+/// What a flush did ([`PagedCachedFile::flush_pass`]).
+pub(crate) struct Pass {
+    /// The last batch written, to settle (its failed pages are already back
+    /// in the write buffer); `None` if the flush found nothing dirty.
+    pub(super) batch: Option<Batch>,
+    /// The first error: pages that failed to write (`PagesFailed`, naming
+    /// them), or the file could not be extended or cut to its length.
+    pub(super) error: Option<Error>,
+    /// The batch was one run written with `RWF_DSYNC` without error, with
+    /// the file's length unchanged, while no other write was in flight:
+    /// everything up to this `write_seq` is durable without an
+    /// `fdatasync`.
+    pub(super) durable_seq: Option<u64>,
+    /// `write_seq` once every write drained up to this flush completed.
+    pub(super) seq: u64,
+    /// Something reached the OS or the file's length changed.
+    pub(super) wrote: bool,
+}
+
+/// One batch's write: the batch (to settle; its failed entries are back
+/// in the write buffer), the error of what failed, and the `write_seq` up
+/// to which it made the file durable, if it was written with `RWF_DSYNC`.
 pub(crate) struct Written {
     pub(super) batch: Batch,
     pub(super) error: Option<Error>,
-    /// The batch was one run, written with `RWF_DSYNC` without error and
-    /// with nothing cut back after it: it is durable without an `fdatasync`.
-    pub(super) durable: bool,
+    pub(super) durable_seq: Option<u64>,
 }
 
 impl PagedCachedFile {
     /// Flush without `fdatasync`. Returns whether anything was written.
+    /// Returns once every page buffered when it was called reached the OS,
+    /// whichever flush drained it.
     pub(super) fn flush_to_os(&self) -> Result<bool> {
-        let mut f = self.flusher.lock();
-        let len = self.logical_len.load(Ordering::Acquire);
-        match self.write_batch(&mut f, false, false) {
-            Some(Written { batch, error, .. }) => {
-                let grown = match error {
-                    None => self.extend_to(&mut f, len),
-                    Some(_) => Ok(false),
-                };
-                self.settle(batch);
-                error.map_or(grown.map(|_| true), Err)
-            }
-            None => self.extend_to(&mut f, len),
+        let pass = self.flush_pass(false, 0, false);
+        if let Some(batch) = pass.batch {
+            self.settle(batch);
         }
+        pass.error.map_or(Ok(pass.wrote), Err)
     }
 
     /// Extends the file to `len` bytes (the logical length read before the
-    /// flush drained) where its writes left it shorter: the pages at the
-    /// end were discarded, or `write_all_at` reached past the last page
+    /// flush drained) where its writes will leave it shorter: the pages at
+    /// the end were discarded, or `write_all_at` reached past the last page
     /// written. Length is data: what [`len`](PagedCachedFile::len) reports
     /// when a `sync` returns is what is durable. Bumps `write_seq`, so the
     /// next `fdatasync` covers the new length. Returns whether it extended.
+    ///
+    /// Called under the flusher lock before the flush's writes: every write
+    /// in flight ends at or below `f.os_len`, so this only ever grows the
+    /// file.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
     pub(super) fn extend_to(&self, f: &mut Flusher, len: u64) -> Result<bool> {
@@ -134,59 +187,247 @@ impl PagedCachedFile {
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
         f.os_len = len;
+        self.written_len.fetch_max(len, Ordering::AcqRel);
         self.disk_len.fetch_max(len, Ordering::AcqRel);
         self.write_seq.fetch_add(1, Ordering::AcqRel);
         Ok(true)
     }
 
-    /// Drains every stripe and writes what it found: `None` if nothing was
-    /// dirty. Every run is tried, whatever failed before it (one bad page
-    /// must not hold the others hostage); the pages of the runs that failed
-    /// are back in the write buffer when it returns, and their error,
-    /// naming their byte ranges, is in `error`. The caller settles the
-    /// batch.
+    /// One flush: drains every stripe and writes what it found, then waits
+    /// until every generation drained before or with it has written, so
+    /// that what was buffered when it started is with the OS when it
+    /// returns. If a write of an older generation failed meanwhile (its
+    /// pages went back to the write buffer after this drain), it drains and
+    /// writes again; the batches of the passes before the last are settled
+    /// at once.
+    ///
+    /// Every run is tried, whatever failed before it (one bad page must not
+    /// hold the others hostage); the pages of the runs that failed are back
+    /// in the write buffer when it returns, and their error, naming their
+    /// byte ranges, is in `error`. The caller settles the batch.
     ///
     /// With `dsync`, a batch that is one run is written durably when the
-    /// engine can (`Written::durable`). `alone`: no commit round is syncing
-    /// meanwhile, so a one-run batch goes out inline whatever the engine
-    /// ([`RunWriter::writes_inline`]).
-    ///
-    /// Must be called with the flusher lock held (`f`): writes of two
-    /// flushes never interleave, so a newer version of a page is always
-    /// written after an older one (newest wins).
-    pub(super) fn write_batch(&self, f: &mut Flusher, dsync: bool, alone: bool) -> Option<Written> {
-        let mut batch = self.drain()?;
+    /// engine can, `write_seq` still equals `synced_before` and no other
+    /// write is in flight (`Pass::durable_seq`). `alone`: no commit round
+    /// is syncing meanwhile, so a one-run batch goes out inline whatever
+    /// the engine ([`RunWriter::writes_inline`]).
+    pub(super) fn flush_pass(&self, dsync: bool, synced_before: u64, alone: bool) -> Pass {
+        let mut pass = Pass {
+            batch: None,
+            error: None,
+            durable_seq: None,
+            seq: 0,
+            wrote: false,
+        };
+        let mut first_pass = true;
+        loop {
+            let mut f = self.flusher.lock();
+            if self.cut_pending.load(Ordering::Acquire) {
+                self.cut_back_if_idle(&mut f);
+            }
+            // Read before the drain: covers every write of the callers.
+            let len = self.logical_len.load(Ordering::Acquire);
+            let drain_no = self.begin_drain();
+            let drained = self.drain(drain_no);
+            // Every generation below this one was drained by now.
+            let mark = self.next_generation.load(Ordering::Acquire);
+            match drained {
+                None => {
+                    match self.extend_to(&mut f, len) {
+                        Ok(grown) => pass.wrote |= grown,
+                        Err(e) => {
+                            pass.error.get_or_insert(e);
+                        }
+                    }
+                    drop(f);
+                }
+                Some(batch) => {
+                    let dsync = (dsync && first_pass).then_some(synced_before);
+                    let w = self.write_batch(f, batch, dsync, alone, len);
+                    pass.wrote = true;
+                    pass.durable_seq = w.durable_seq;
+                    if let Some(e) = w.error {
+                        pass.error.get_or_insert(e);
+                    }
+                    pass.batch = Some(w.batch);
+                }
+            }
+            self.wait_written(mark);
+            pass.seq = self.write_seq.load(Ordering::Acquire);
+            if !self.missed_requeue(drain_no) {
+                return pass;
+            }
+            // Pages an older generation failed to write are back in the
+            // write buffer, after this drain: write them too.
+            first_pass = false;
+            pass.durable_seq = None;
+            if let Some(batch) = pass.batch.take() {
+                self.settle(batch);
+            }
+        }
+    }
+
+    /// Numbers a drain (under the flusher lock) and registers its flush as
+    /// one that will check the requeue records (`missed_requeue`).
+    fn begin_drain(&self) -> u64 {
+        let mut g = self.generations.lock();
+        g.drains += 1;
+        let no = g.drains;
+        g.checking.push(no);
+        no
+    }
+
+    /// Records that the failed pages of the batch drained as `drain_no` went
+    /// back to the write buffer now.
+    fn log_requeue(&self, drain_no: u64) {
+        let mut g = self.generations.lock();
+        let now = g.drains;
+        if now > drain_no {
+            g.requeues.push((drain_no, now));
+        }
+    }
+
+    /// Whether an older generation's failed pages went back to the write
+    /// buffer after the drain numbered `drain_no` (so it did without them);
+    /// ends that flush's check. Called once every generation drained before
+    /// it has written, so every such requeue is recorded by then.
+    fn missed_requeue(&self, drain_no: u64) -> bool {
+        let mut g = self.generations.lock();
+        let missed = g
+            .requeues
+            .iter()
+            .any(|&(drained, requeued)| drained < drain_no && drain_no <= requeued);
+        if let Some(i) = g.checking.iter().position(|&d| d == drain_no) {
+            g.checking.swap_remove(i);
+        }
+        // A record no flush still checking can fall under is dropped (a
+        // later drain is numbered above every record).
+        let oldest = g.checking.iter().copied().min();
+        g.requeues
+            .retain(|&(_, requeued)| oldest.is_some_and(|d| d <= requeued));
+        missed
+    }
+
+    /// Waits until every generation numbered below `mark` has written (its
+    /// writes completed, successfully or not).
+    fn wait_written(&self, mark: u64) {
+        let mut g = self.generations.lock();
+        while g.iter().any(|x| x.id < mark && !x.written) {
+            self.gens_written.wait(&mut g);
+        }
+    }
+
+    /// Marks generation `id` written and wakes whoever waits for it.
+    fn mark_written(&self, id: u64) {
+        let mut g = self.generations.lock();
+        if let Some(x) = g.iter_mut().find(|x| x.id == id) {
+            x.written = true;
+        }
+        self.gens_written.notify_all();
+    }
+
+    /// Takes a free write slot, waiting for one while all are writing.
+    /// Called under the flusher lock (slots come back without it).
+    fn take_slot(&self) -> WriteSlot {
+        let mut slots = self.slots.lock();
+        loop {
+            if let Some(slot) = slots.pop() {
+                return slot;
+            }
+            self.slot_free.wait(&mut slots);
+        }
+    }
+
+    fn put_slot(&self, slot: WriteSlot) {
+        self.slots.lock().push(slot);
+        self.slot_free.notify_one();
+    }
+
+    /// Coalesces and writes `batch`, drained under `f`. Under `f`: the
+    /// runs, their preallocation and the file's new length; then `f` is
+    /// released and, once the older generations holding its pages have
+    /// written (`Batch::after`), the runs are written from a write slot.
+    /// `dsync`: the `write_seq` the last `fdatasync` covered, if a one-run
+    /// batch may be written durably; it is, if no write completed since.
+    /// A batch written durably (`dsync`) or over an unaligned logical
+    /// length (whose tail is cut after the write) is written under `f`
+    /// once every older generation has written: no other write is in flight
+    /// beside it.
+    fn write_batch(
+        &self,
+        mut f: MutexGuard<'_, Flusher>,
+        mut batch: Batch,
+        dsync: Option<u64>,
+        alone: bool,
+        len: u64,
+    ) -> Written {
+        let mut slot = self.take_slot();
         let limits = RunLimits {
             max_pages: self.config.max_run_pages,
             max_bytes: self.max_run_bytes,
         };
-        if let Err(e) = coalesce(&mut batch.entries, limits, &mut f.runs) {
+        if let Err(e) = coalesce(&mut batch.entries, limits, &mut slot.runs) {
             // Cannot happen: drained pages have distinct page numbers.
             debug_assert!(false, "coalesce failed on drained pages: {e}");
             batch.failed.push(0..batch.entries.len());
             self.requeue(&mut batch);
-            return Some(Written {
+            self.log_requeue(batch.drain_no);
+            self.mark_written(batch.id);
+            self.put_slot(slot);
+            return Written {
                 batch,
                 error: Some(e),
-                durable: false,
-            });
+                durable_seq: None,
+            };
         }
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
-        self.preallocate(f, &mut batch, &mut first, alone);
-        let dsync = dsync && f.runs.len() == 1 && f.writer.can_dsync();
+        self.preallocate(&mut f, &mut slot, &mut batch, &mut first, alone);
+        if let Some(run) = slot.runs.last() {
+            f.os_len = f.os_len.max(run.offset + run.len as u64);
+        }
+        let mut error = None;
+        let dsync_clean = dsync;
+        let mut dsync = dsync.is_some() && slot.runs.len() == 1 && slot.writer.can_dsync();
+        match self.extend_to(&mut f, len) {
+            // The new length needs the fdatasync a durable write skips.
+            Ok(grown) => dsync &= !grown,
+            Err(e) => error = Some(e),
+        }
+        let serial = dsync || !len.is_multiple_of(self.config.page_size as u64);
+        let mut held = if serial {
+            self.wait_written(batch.id);
+            // Only now is every older write complete: a durable write
+            // stands in for the fdatasync only if all of them were synced
+            // (found by the shuttle model check: a flush's write that
+            // completed during the wait was counted as made durable).
+            dsync &= dsync_clean.is_some_and(|s| self.write_seq.load(Ordering::Acquire) == s);
+            Some(f)
+        } else {
+            drop(f);
+            if let Some(after) = batch.after {
+                self.wait_written(after + 1);
+            }
+            None
+        };
         let started = std::time::Instant::now();
-        let written = f.writer.write(
-            &*self.backend,
-            &f.runs,
-            &batch.entries,
-            &self.counters,
-            dsync,
-            alone,
-        );
+        // A backend that panics fails the write, like one that errs: the
+        // generation must still be marked written and the slot given back,
+        // or every later flush would wait for them.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            slot.writer.write(
+                &*self.backend,
+                &slot.runs,
+                &batch.entries,
+                &self.counters,
+                dsync,
+                alone,
+            )
+        }))
+        .unwrap_or_else(|_| Err(panicked(&slot.runs)));
         add_elapsed(&self.counters.write_ns, started);
-        let mut durable = dsync && written.is_ok() && first.is_none();
+        let mut durable = dsync && written.is_ok() && first.is_none() && error.is_none();
         let some_written = match written {
-            Ok(()) => !f.runs.is_empty(),
+            Ok(()) => !slot.runs.is_empty(),
             Err(w) => {
                 batch.failed.extend(w.failed);
                 if first.as_ref().is_none_or(|(at, ..)| w.offset < *at) {
@@ -195,27 +436,28 @@ impl PagedCachedFile {
                 w.some_written
             }
         };
-        let mut error = None;
+        self.put_slot(slot);
         if some_written {
             // Those runs reached the OS: a later sync must cover them.
             self.write_seq.fetch_add(1, Ordering::AcqRel);
             add(&self.counters.flushes, 1);
             if let Some(end) = written_end(&batch) {
-                f.os_len = f.os_len.max(end);
+                self.written_len.fetch_max(end, Ordering::AcqRel);
             }
-            match self.cut_tail(f, &mut batch) {
-                // The file's length changed after the durable write: only
-                // an fdatasync covers that.
-                Ok(true) => durable = false,
-                Ok(false) => {}
-                Err(e) => {
-                    durable = false;
-                    error = Some(e);
+            if let Some(f) = held.as_mut() {
+                match self.cut_tail(f, &mut batch) {
+                    // The file's length changed after the durable write:
+                    // only an fdatasync covers that.
+                    Ok(true) => durable = false,
+                    Ok(false) => {}
+                    Err(e) => {
+                        durable = false;
+                        error.get_or_insert(e);
+                    }
                 }
             }
         }
         if let Some((_, op, source)) = first {
-            self.cut_back(f);
             batch.failed.sort_by_key(|r| r.start);
             error = Some(Error::PagesFailed {
                 failed: byte_ranges(&batch.entries, &batch.failed),
@@ -223,20 +465,40 @@ impl PagedCachedFile {
                 source,
             });
         }
-        // Before the flusher lock is released: the next drain must find
-        // the pages that failed.
+        let failed = !batch.failed.is_empty();
+        // Before the generation counts as written: a flush waiting for it
+        // must find the pages that failed back in the write buffer, and
+        // one that drained without them must learn it.
         self.requeue(&mut batch);
-        Some(Written {
+        if failed {
+            self.log_requeue(batch.drain_no);
+        }
+        let durable_seq = durable.then(|| self.write_seq.load(Ordering::Acquire));
+        self.mark_written(batch.id);
+        if failed {
+            self.cut_pending.store(true, Ordering::Release);
+            match held.as_mut() {
+                Some(f) => self.cut_back_if_idle(f),
+                None => {
+                    if let Some(mut f) = self.flusher.try_lock() {
+                        self.cut_back_if_idle(&mut f);
+                    }
+                }
+            }
+        }
+        drop(held);
+        Written {
             batch,
             error,
-            durable,
-        })
+            durable_seq,
+        }
     }
 
     /// A page straddling an unaligned logical length was written whole, so
     /// the file grew past the length: cut it back (the bytes past it are
     /// zeros in the page, but nothing past the end may be left on disk).
-    /// Returns whether it cut.
+    /// Returns whether it cut. Under the flusher lock, with no other write
+    /// in flight.
     fn cut_tail(&self, f: &mut Flusher, batch: &mut Batch) -> Result<bool> {
         let len = self.logical_len.load(Ordering::Acquire);
         let Some(end) = written_end(batch) else {
@@ -250,22 +512,33 @@ impl PagedCachedFile {
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
         f.os_len = len;
+        self.written_len.store(len, Ordering::Release);
         Ok(true)
     }
 
     /// After a failed write: a write that failed partway may have extended
     /// the file (a short write into a full disk ends mid-page where blocks
     /// are smaller than pages), and nothing past what completed is data.
-    /// Cuts the file back to `f.os_len`, so it stays a whole number of
-    /// pages and an `O_DIRECT` open with the same options takes it again.
-    /// The failed pages are back in the write buffer and are written again
-    /// whole. Best effort: the write's error is what the caller reports.
-    fn cut_back(&self, f: &Flusher) {
-        if let Ok(len) = self.backend.len()
-            && len > f.os_len
-        {
-            let _ = self.backend.set_len(f.os_len);
+    /// Once no write is in flight (the caller holds the flusher lock, so
+    /// none starts), cuts the file back to `written_len`, so it stays a
+    /// whole number of pages and an `O_DIRECT` open with the same options
+    /// takes it again; while writes are in flight, leaves it to the next
+    /// holder of the flusher lock (`cut_pending`). The failed pages are
+    /// back in the write buffer and are written again whole. Best effort:
+    /// the write's error is what the caller reports.
+    fn cut_back_if_idle(&self, f: &mut Flusher) {
+        let idle = self.generations.lock().iter().all(|g| g.written);
+        if !idle {
+            return;
         }
+        self.cut_pending.store(false, Ordering::Release);
+        let to = self.written_len.load(Ordering::Acquire);
+        if let Ok(len) = self.backend.len()
+            && len > to
+        {
+            let _ = self.backend.set_len(to);
+        }
+        f.os_len = to;
     }
 
     /// With `O_DIRECT`, reserves blocks for the runs that write past the
@@ -292,32 +565,38 @@ impl PagedCachedFile {
     fn preallocate(
         &self,
         f: &mut Flusher,
+        slot: &mut WriteSlot,
         batch: &mut Batch,
         first: &mut Option<(u64, &'static str, std::io::Error)>,
         alone: bool,
     ) {
-        if self.io_mode.direct.is_none() || f.writer.writes_inline(f.runs.len(), alone) {
+        if self.io_mode.direct.is_none() || slot.writer.writes_inline(slot.runs.len(), alone) {
             return;
         }
         let disk = self.disk_len.load(Ordering::Acquire);
-        let Some(start) = f.runs.iter().position(|r| r.offset + r.len as u64 > disk) else {
+        let Some(start) = slot
+            .runs
+            .iter()
+            .position(|r| r.offset + r.len as u64 > disk)
+        else {
             return;
         };
-        f.alloc_failed.clear();
-        f.alloc_failed.resize(f.runs.len(), false);
+        slot.alloc_failed.clear();
+        slot.alloc_failed.resize(slot.runs.len(), false);
         let mut i = start;
-        while i < f.runs.len() {
+        while i < slot.runs.len() {
             // One group: runs i..j, each within PREALLOC_MAX_GAP of the last.
-            let from = f.runs[i].offset;
-            let mut to = from + f.runs[i].len as u64;
+            let from = slot.runs[i].offset;
+            let mut to = from + slot.runs[i].len as u64;
             let mut j = i + 1;
-            while j < f.runs.len() && f.runs[j].offset - to <= PREALLOC_MAX_GAP {
-                to = f.runs[j].offset + f.runs[j].len as u64;
+            while j < slot.runs.len() && slot.runs[j].offset - to <= PREALLOC_MAX_GAP {
+                to = slot.runs[j].offset + slot.runs[j].len as u64;
                 j += 1;
             }
             match self.backend.allocate(from, to - from) {
                 Ok(()) => {
                     self.disk_len.fetch_max(to, Ordering::AcqRel);
+                    self.written_len.fetch_max(to, Ordering::AcqRel);
                     f.os_len = f.os_len.max(to);
                 }
                 Err(e)
@@ -327,8 +606,8 @@ impl PagedCachedFile {
                     return;
                 }
                 Err(e) => {
-                    f.alloc_failed[i..j].fill(true);
-                    for run in &f.runs[i..j] {
+                    slot.alloc_failed[i..j].fill(true);
+                    for run in &slot.runs[i..j] {
                         batch.failed.push(run.entries());
                     }
                     if first.as_ref().is_none_or(|(at, ..)| from < *at) {
@@ -339,8 +618,8 @@ impl PagedCachedFile {
             i = j;
         }
         let mut k = 0;
-        let failed = &f.alloc_failed;
-        f.runs.retain(|_| {
+        let failed = &slot.alloc_failed;
+        slot.runs.retain(|_| {
             k += 1;
             !failed[k - 1]
         });
@@ -349,11 +628,14 @@ impl PagedCachedFile {
     /// Moves every stripe's dirty pages to a new in-flight generation (one
     /// swap per stripe under its lock) and collects them. Caller holds the
     /// flusher lock.
-    fn drain(&self) -> Option<Batch> {
+    fn drain(&self, drain_no: u64) -> Option<Batch> {
         let BatchVecs {
             mut entries,
             mut drained,
         } = self.spare_batches.lock().pop().unwrap_or_default();
+        // Called under the flusher lock: ids follow drain order.
+        let id = self.next_generation.load(Ordering::Acquire);
+        let mut after: Option<u64> = None;
         for (i, stripe) in self.stripes.iter().enumerate() {
             let mut s = stripe.lock();
             if s.dirty.is_empty() {
@@ -364,7 +646,19 @@ impl PagedCachedFile {
                 unreachable!("spare maps are unique: kept only after Arc::get_mut, never cloned")
             };
             std::mem::swap(empty, &mut s.dirty);
-            s.flushing.push(Arc::clone(&map));
+            // The write latch: an older version of one of these pages still
+            // in flight must reach the OS before this one is written.
+            for older in &s.flushing {
+                if after.is_none_or(|a| older.generation > a)
+                    && map.keys().any(|p| older.contains_key(p))
+                {
+                    after = Some(older.generation);
+                }
+            }
+            s.flushing.push(InFlight {
+                generation: id,
+                pages: Arc::clone(&map),
+            });
             drop(s);
             drained.push((i, map));
         }
@@ -372,11 +666,12 @@ impl PagedCachedFile {
             self.keep_batch_vecs(BatchVecs { entries, drained });
             return None;
         }
-        // Called under the flusher lock: ids follow drain order.
-        let id = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        self.generations
-            .lock()
-            .push_back(Generation { id, done: None });
+        self.next_generation.store(id + 1, Ordering::Release);
+        self.generations.lock().push_back(Generation {
+            id,
+            written: false,
+            done: None,
+        });
         let shift = self.page_shift;
         let n = drained.iter().map(|(_, m)| m.len()).sum();
         entries.reserve(n);
@@ -385,6 +680,8 @@ impl PagedCachedFile {
         }
         Some(Batch {
             id,
+            drain_no,
+            after,
             entries,
             drained,
             failed: Vec::new(),
@@ -398,11 +695,13 @@ impl PagedCachedFile {
     /// newer version exists (dirty, or in a younger in-flight generation),
     /// and empties `batch.failed`.
     ///
-    /// `write_batch` calls it before the flusher lock is released, so the
-    /// next drain finds them: a commit round settles only after its
-    /// `fdatasync`, and a round that drained in between without them
-    /// could tell a caller who wrote them Ok (found by the shuttle model
-    /// check, `an_ok_sync_covers_pages_an_earlier_round_failed_to_write`).
+    /// `write_batch` calls it, and records it (`log_requeue`), before the
+    /// generation counts as written: a flush that drained after this batch,
+    /// without these pages, finds the record once it waited for this
+    /// generation and drains again, so it never tells a caller who wrote
+    /// them Ok (a round that trusted its first drain could: found by the
+    /// shuttle model check,
+    /// `an_ok_sync_covers_pages_an_earlier_round_failed_to_write`).
     fn requeue(&self, batch: &mut Batch) {
         if batch.failed.is_empty() {
             return;
@@ -432,7 +731,7 @@ impl PagedCachedFile {
             let pos = s
                 .flushing
                 .iter()
-                .position(|g| Arc::ptr_eq(g, map))
+                .position(|g| Arc::ptr_eq(&g.pages, map))
                 .expect("generation still in flight");
             let newer = s.dirty.contains_key(&n)
                 || s.flushing[pos + 1..].iter().any(|g| g.contains_key(&n));
@@ -521,7 +820,7 @@ impl PagedCachedFile {
         for (i, mut map) in drained.drain(..) {
             total += map.values().map(|p| p.len()).sum::<usize>();
             let mut s = self.stripes[i].lock();
-            s.flushing.retain(|g| !Arc::ptr_eq(g, &map));
+            s.flushing.retain(|g| !Arc::ptr_eq(&g.pages, &map));
             if s.flushing.is_empty() {
                 s.discarded.clear();
             }
@@ -574,11 +873,59 @@ impl PagedCachedFile {
     }
 }
 
-/// An in-flight generation, in drain order; `done` once its batch settled.
+/// The in-flight generations (in drain order; derefs to them) and what a
+/// flush needs to learn that an older generation's failed pages went back
+/// to the write buffer after its drain (see `flush_pass`).
+#[derive(Default)]
+pub(crate) struct Generations {
+    queue: std::collections::VecDeque<Generation>,
+    /// Drains made so far (empty ones included): a flush's drain number
+    /// orders it against the generations' drains and requeues.
+    drains: u64,
+    /// Drain numbers of the flushes that drained and have not yet checked
+    /// `requeues` (`flush_pass`).
+    checking: Vec<u64>,
+    /// Per failed write whose pages went back to the write buffer: the
+    /// generation's drain number and the drain count when they went back.
+    /// A flush whose drain number lies in `(drained, requeued]` drained
+    /// without them. Kept until no flush that could be in that range is
+    /// still checking.
+    requeues: Vec<(u64, u64)>,
+}
+
+impl std::ops::Deref for Generations {
+    type Target = std::collections::VecDeque<Generation>;
+    fn deref(&self) -> &Self::Target {
+        &self.queue
+    }
+}
+
+impl std::ops::DerefMut for Generations {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.queue
+    }
+}
+
+/// An in-flight generation, in drain order; `written` once its writes
+/// completed (successfully or not), `done` once its batch settled.
 pub(crate) struct Generation {
     id: u64,
+    written: bool,
     /// The batch, which of its entries failed, and the bytes kept dirty.
     done: Option<(Batch, Vec<bool>, usize)>,
+}
+
+/// Every run failed: the backend panicked while writing them (some may
+/// have reached the OS, so `some_written`: the next sync must not be
+/// skipped).
+fn panicked(runs: &[Run]) -> super::writer::WriteFailure {
+    super::writer::WriteFailure {
+        failed: runs.iter().map(Run::entries).collect(),
+        some_written: true,
+        offset: runs.first().map_or(0, |r| r.offset),
+        op: "write",
+        error: std::io::Error::other("the backend panicked while writing"),
+    }
 }
 
 /// The highest byte offset a batch wrote, if it wrote anything.

@@ -19,15 +19,42 @@
 //! misses 1 and 2 finds it in 3 or 4. Generations retire in drain order, so
 //! a younger version of a page in flight always shadows an older one.
 //!
+//! # Writes in flight
+//!
+//! Drains are serialized by `flusher` and number the generations in drain
+//! order; the writes are not: up to [`Config::rounds_in_flight`]
+//! generations write at once, each from its own write slot (runs and
+//! writer), so a round writes while earlier rounds' writes are still in
+//! flight. Three rules keep that safe:
+//!
+//! 1. **Newest wins (write latch).** A generation that drained a page some
+//!    older generation still in flight also holds waits, before it writes,
+//!    until every generation up to that one has written. Two versions of a
+//!    page are never in flight at once, and the younger reaches the OS
+//!    last.
+//! 2. **A sync covers what was drained before it.** A commit round (and a
+//!    flush) returns only after every generation drained before or with
+//!    its own has written (`wait_written`), so its `fdatasync` starts after
+//!    those writes completed. `write_seq` is bumped after each write
+//!    completes; an `fdatasync` covers the value read before it began.
+//! 3. **Failed pages are not skipped.** A failed write puts its pages back
+//!    in the write buffer, and records that it did, before its generation
+//!    counts as written; a flush that drained after that generation and
+//!    before the pages went back finds the record once it waited, and
+//!    drains and writes again, so it never reports a page durable that an
+//!    older generation failed to write.
+//!
+//! The file's length changes (`ftruncate`, `fallocate`) happen under
+//! `flusher`, before the writes they precede; one that must see no write in
+//! flight (cutting back after a failed write, or an unaligned tail) waits
+//! for every older generation under `flusher`, and the writes never take
+//! `flusher` after they left it except with `try_lock`.
+//!
 //! # Lock order
 //!
-//! `flusher` -> `generations` -> stripe -> cache stripe; `commit` and
-//! `room` are never held with another, and nothing is taken under
-//! `spare_batches`. No I/O happens under a stripe or cache lock. Writes are
-//! serialized by `flusher`: a younger generation is always written after an
-//! older one, so the newest version of a page is the last to reach the OS
-//! (newest wins), even while older generations still wait for their
-//! `fdatasync`.
+//! `flusher` -> `slots` -> `generations` -> stripe -> cache stripe;
+//! `commit` and `room` are never held with another, and nothing is taken
+//! under `spare_batches`. No I/O happens under a stripe or cache lock.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -56,7 +83,8 @@ mod writer_pool;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
 pub use config::{
-    Config, MAX_PAGE_SIZE, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
+    Config, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES,
+    MAX_WRITE_THREADS,
 };
 pub use stats::Stats;
 
@@ -110,9 +138,9 @@ pub(crate) struct Stripe {
     discarded: Vec<u64>,
     /// What each flush in progress drained from this stripe, oldest first,
     /// until its writes (and for a commit round, its fdatasync) completed.
-    /// At most a few: the generation being written, one waiting to sync and
-    /// one syncing.
-    flushing: Vec<Arc<PageMap>>,
+    /// At most a few: the generations being written
+    /// ([`Config::rounds_in_flight`]), a few waiting to sync or syncing.
+    flushing: Vec<flush::InFlight>,
     /// Emptied maps of retired generations, each with its one `Arc` and
     /// its capacity: the next drain swaps one in for `dirty`, so a steady
     /// load allocates no map per drain (at most [`flush::SPARE_MAPS`]).
@@ -154,12 +182,27 @@ pub struct PagedCachedFile {
     /// write). Pages past it that are in no buffer read as zeros.
     disk_len: AtomicU64,
     flusher: Mutex<Flusher>,
-    /// Bumped after every batch that reached the OS (under `flusher`); a
-    /// commit round needs an `fdatasync` only if this moved past what the
-    /// last one covered.
+    /// Write slots not in use: a flush takes one under `flusher` (waiting
+    /// on `slot_free` while all are writing) and gives it back when its
+    /// writes completed. [`Config::rounds_in_flight`] of them.
+    slots: Mutex<Vec<flush::WriteSlot>>,
+    slot_free: Condvar,
+    /// Bumped after every batch that reached the OS, once its writes
+    /// completed, and after every change of the file's length; a commit
+    /// round needs an `fdatasync` only if this moved past what the last one
+    /// covered.
     write_seq: AtomicU64,
+    /// The file's length as completed writes, `fallocate`s and `ftruncate`s
+    /// left it (the highest end of each): what a failed write that grew the
+    /// file partway is cut back to, once no write is in flight.
+    written_len: AtomicU64,
+    /// A failed write left the file to be cut back to `written_len`; done
+    /// by the next holder of `flusher` that finds no write in flight.
+    cut_pending: AtomicBool,
     /// In-flight generations in drain order; they retire in this order.
-    generations: Mutex<std::collections::VecDeque<flush::Generation>>,
+    /// `gens_written` is notified when one has written.
+    generations: Mutex<flush::Generations>,
+    gens_written: Condvar,
     /// Emptied vectors of retired batches, reused by the next drain.
     spare_batches: Mutex<Vec<flush::BatchVecs>>,
     next_generation: AtomicU64,
@@ -300,8 +343,12 @@ impl PagedCachedFile {
         // write buffer holds, and the runs in flight together hold at most
         // the buffer: the io_uring writer's buffers are sized by both, so a
         // 1 GiB write cap at queue depth 32 does not ask for 32 GiB.
-        let (engine, engine_fallback, writer) =
-            open::resolve_writer(&backend, &config, max_run_bytes(&config))?;
+        let (engine, engine_fallback, writer) = open::resolve_writer(
+            &backend,
+            &config,
+            max_run_bytes(&config),
+            config.rounds_in_flight,
+        )?;
         let io_mode = IoMode {
             engine,
             engine_fallback,
@@ -309,16 +356,32 @@ impl PagedCachedFile {
             direct_fallback: None,
         };
         let backend: Arc<dyn StorageBackend> = Arc::new(backend);
-        let mut writer = writer;
-        if let writer::RunWriter::Vectored { pool, .. } = &mut writer
-            && config.write_threads > 1
-        {
-            let helpers =
-                writer_pool::WriterPool::new(Arc::clone(&backend), config.write_threads - 1)
-                    .map_err(|e| Error::io("spawn writer thread", None, e))?;
-            *pool = Some(Box::new(helpers));
+        let mut writers = vec![writer];
+        for _ in 1..config.rounds_in_flight {
+            // Every slot writes with the engine the first resolved to (a
+            // ring refused now is an error, not a silent mix of engines).
+            let fixed = config.clone().engine(engine);
+            let (_, _, w) = open::resolve_writer(
+                &*backend,
+                &fixed,
+                max_run_bytes(&config),
+                config.rounds_in_flight,
+            )?;
+            writers.push(w);
         }
-        let flusher = Flusher::new(writer, len);
+        let mut slots = Vec::with_capacity(writers.len());
+        for mut w in writers {
+            if let writer::RunWriter::Vectored { pool, .. } = &mut w
+                && config.write_threads > 1
+            {
+                let helpers =
+                    writer_pool::WriterPool::new(Arc::clone(&backend), config.write_threads - 1)
+                        .map_err(|e| Error::io("spawn writer thread", None, e))?;
+                *pool = Some(Box::new(helpers));
+            }
+            slots.push(flush::WriteSlot::new(w));
+        }
+        let flusher = Flusher::new(len);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
         let cache_stripes = if config.read_cache_bytes > 0 {
@@ -348,8 +411,13 @@ impl PagedCachedFile {
             logical_len: AtomicU64::new(len),
             disk_len: AtomicU64::new(len),
             flusher: Mutex::new(flusher),
+            slots: Mutex::new(slots),
+            slot_free: Condvar::new(),
             write_seq: AtomicU64::new(0),
-            generations: Mutex::new(std::collections::VecDeque::new()),
+            written_len: AtomicU64::new(len),
+            cut_pending: AtomicBool::new(false),
+            generations: Mutex::new(flush::Generations::default()),
+            gens_written: Condvar::new(),
             spare_batches: Mutex::new(Vec::new()),
             next_generation: AtomicU64::new(0),
             room: Mutex::new(0),

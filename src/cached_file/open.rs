@@ -62,7 +62,8 @@ pub(crate) fn direct_misfit(backend: &dyn StorageBackend, config: &Config) -> Op
 /// is, the reason if that differs from the one asked for, and the writer.
 /// Under `O_DIRECT` the io_uring writer gets `queue_depth` buffers of
 /// `bounce_len` bytes (fewer if the write buffer holds fewer runs), which
-/// runs are copied into.
+/// runs are copied into, shared out over the `slots` writers the file
+/// makes ([`Config::rounds_in_flight`]; each gets at least one).
 ///
 /// Errors: `IoUring` asked for and refused (`Error::Io`), or on a backend
 /// without a file (`InvalidConfig`); [`Error::NoMemory`] for the buffers.
@@ -70,6 +71,7 @@ pub(crate) fn resolve_writer(
     backend: &dyn StorageBackend,
     config: &Config,
     bounce_len: usize,
+    slots: usize,
 ) -> Result<(FlushEngine, Option<String>, RunWriter)> {
     let plain = |engine| match engine {
         FlushEngine::PerPage => RunWriter::PerPage,
@@ -89,6 +91,7 @@ pub(crate) fn resolve_writer(
     let bounce = match backend.dio_align() {
         Some(_) => (queue_depth as usize)
             .min(config.max_write_buffer_bytes.div_ceil(bounce_len))
+            .div_ceil(slots.max(1))
             .max(1),
         None => 0,
     };

@@ -40,6 +40,10 @@ pub struct Stats {
     pub commit_rounds: u64,
     /// Largest number of `sync()` callers served by one round.
     pub max_commit_group: u64,
+    /// Sum over the rounds started of the rounds in flight (writing or
+    /// syncing, not yet published) at each start, that one included: see
+    /// [`mean_rounds_in_flight`](Self::mean_rounds_in_flight).
+    pub rounds_in_flight_sum: u64,
     /// Writers that found the write buffer full and flushed or waited.
     pub backpressure_waits: u64,
     /// Reads served from the write buffer or the in-flight set.
@@ -63,6 +67,16 @@ impl Stats {
             self.commits as f64 / self.commit_rounds as f64
         }
     }
+
+    /// Mean number of commit rounds in flight (writing or syncing) when a
+    /// round started, that round included; 1.0 means no overlap.
+    pub fn mean_rounds_in_flight(&self) -> f64 {
+        if self.commit_rounds == 0 {
+            0.0
+        } else {
+            self.rounds_in_flight_sum as f64 / self.commit_rounds as f64
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +94,7 @@ pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub commit_rounds: AtomicU64,
     pub max_commit_group: AtomicU64,
+    pub rounds_in_flight_sum: AtomicU64,
     pub backpressure_waits: AtomicU64,
     pub buffer_hits: AtomicU64,
     pub cache_hits: AtomicU64,
@@ -103,6 +118,7 @@ impl Counters {
             commits: self.commits.load(Relaxed),
             commit_rounds: self.commit_rounds.load(Relaxed),
             max_commit_group: self.max_commit_group.load(Relaxed),
+            rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),
             backpressure_waits: self.backpressure_waits.load(Relaxed),
             buffer_hits: self.buffer_hits.load(Relaxed),
             cache_hits: self.cache_hits.load(Relaxed),
