@@ -157,6 +157,7 @@ fn model_checker() -> Res<String> {
                 stripes: 1 << rng.below(4),
                 sync_lanes: 1 + rng.below(3) as usize,
                 commit_dsync: rng.below(2) == 0,
+                rounds_in_flight: 1 + rng.below(3) as usize,
                 dir: None,
                 direct: false,
             };

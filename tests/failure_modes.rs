@@ -665,10 +665,20 @@ fn only_writes_in_flight_beside_others_preallocate_under_o_direct() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     // (config, preallocates with two runs per commit, with one)
     let mut cases = vec![
-        (Config::default(), false, false),
+        (
+            Config::default().engine(FlushEngine::Vectored),
+            false,
+            false,
+        ),
         (Config::default().engine(FlushEngine::Concat), false, false),
         (Config::default().engine(FlushEngine::PerPage), false, false),
-        (Config::default().write_threads(2), true, false),
+        (
+            Config::default()
+                .engine(FlushEngine::Vectored)
+                .write_threads(2),
+            true,
+            false,
+        ),
     ];
     if common::uring_available() {
         let ring = Config::default().engine(FlushEngine::IoUring { queue_depth: 8 });

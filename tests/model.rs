@@ -58,9 +58,19 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
         prop::sample::select(vec![1usize, 4, 64]),
         1usize..5,
         any::<bool>(),
+        1usize..4,
     )
         .prop_map(
-            |(engine, page_size, buffer_pages, cache_pages, stripes, sync_lanes, commit_dsync)| {
+            |(
+                engine,
+                page_size,
+                buffer_pages,
+                cache_pages,
+                stripes,
+                sync_lanes,
+                commit_dsync,
+                rounds_in_flight,
+            )| {
                 ModelConfig {
                     engine,
                     page_size,
@@ -69,6 +79,7 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                     stripes,
                     sync_lanes,
                     commit_dsync,
+                    rounds_in_flight,
                     dir: None,
                     direct: false,
                 }
@@ -147,6 +158,7 @@ fn checker_reports_disagreements() {
         stripes: 4,
         sync_lanes: 1,
         commit_dsync: false,
+        rounds_in_flight: 1,
         dir: None,
         direct: false,
     };

@@ -34,14 +34,16 @@ fn tag(page: u64, version: u64) -> u8 {
     (page * 16 + version) as u8
 }
 
-/// Small pages, 2 stripes, 2 sync lanes, and a write buffer of `pages`
-/// pages, so that rounds pipeline and writers hit backpressure.
+/// Small pages, 2 stripes, 2 sync lanes, 2 rounds in flight, and a write
+/// buffer of `pages` pages, so that rounds pipeline and overlap and writers
+/// hit backpressure.
 fn config(pages: usize) -> Config {
     Config::default()
         .page_size(PS)
         .page_align(PS)
         .stripes(2)
         .sync_lanes(2)
+        .rounds_in_flight(2)
         .max_write_buffer_bytes(pages * PS)
 }
 

@@ -23,6 +23,7 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
         stripes: [1, 4, 64][u.int_in_range(0..=2usize)?],
         sync_lanes: u.int_in_range(1..=4usize)?,
         commit_dsync: u.arbitrary()?,
+        rounds_in_flight: u.int_in_range(1..=3usize)?,
         dir: None,
         direct: false,
     })

@@ -67,6 +67,8 @@ pub(crate) struct CommitState {
     rounds: u64,
     /// Rounds in the write stage (at most `Config::rounds_in_flight`).
     writing: usize,
+    /// Tickets the latest round started covers.
+    last_group: u64,
     /// Sync lanes not in use.
     free_lanes: Vec<usize>,
     /// Rounds started and not yet published, in round order (writing,
@@ -163,10 +165,19 @@ impl PagedCachedFile {
                 self.round_slot(no).wait(&mut st);
                 continue;
             }
-            if st.writing >= self.config.rounds_in_flight {
-                // Not covered yet, and the write stage is full: the next
-                // round covers us. Its callers are woken when a place in
-                // the stage frees (one leads) and when it is published.
+            let waiting = st.next_ticket - st.started;
+            if st.writing >= self.config.rounds_in_flight
+                || (st.writing > 0 && waiting < st.last_group)
+            {
+                // Not covered yet, and the write stage is full, or a round
+                // is writing and fewer callers wait than it covers: the
+                // next round covers us. A round started beside a writing
+                // one only once as many callers wait as that one covered,
+                // so overlapping never splits the load into more, smaller
+                // rounds (each with its own fdatasync) than one round at a
+                // time would form. Its callers are woken when a place in
+                // the stage frees (one leads) and when it is published;
+                // the caller that makes the count leads at once.
                 let no = st.rounds + 1;
                 self.round_slot(no).wait(&mut st);
                 continue;
@@ -184,6 +195,7 @@ impl PagedCachedFile {
         let no = st.rounds;
         let (lo, hi) = (st.started, st.next_ticket);
         st.started = hi;
+        st.last_group = hi - lo;
         // Queued from the start, so a caller finds the round that covers
         // it whichever stage the round is in; published in this order.
         st.syncing.push_back(SyncingRound {

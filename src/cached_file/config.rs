@@ -1,7 +1,7 @@
 //! Configuration of a [`PagedCachedFile`](super::PagedCachedFile).
 
 use crate::backend::{DEFAULT_MAX_WRITE_BYTES, IOV_MAX};
-use crate::backend::{DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
+use crate::backend::{DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
 use crate::buffer::DEFAULT_ALIGN;
 use crate::error::{Error, Result};
 
@@ -43,7 +43,14 @@ pub struct Config {
     /// Byte budget of the read cache of clean pages; 0 turns it off.
     /// Default 0.
     pub read_cache_bytes: usize,
-    /// How runs are written. Default [`FlushEngine::Vectored`].
+    /// How runs are written. Default [`FlushEngine::Auto`] at queue depth
+    /// 32:
+    /// io_uring where a ring can be set up on the file, else `pwritev`
+    /// ([`PagedCachedFile::io_mode`](super::PagedCachedFile::io_mode) says
+    /// which, and why). io_uring measured best at 8 committing threads
+    /// (commit suite against fio on this crate's test machine: io_uring
+    /// 1.00x fio, pwritev 0.86x, same run; `.project/commit-suite.md`), and
+    /// level at 1 thread, where a one-run round is written inline either way.
     pub engine: FlushEngine,
     /// Most bytes one write call carries (a run is cut there),
     /// 1..=[`MAX_WRITE_BYTES`]. Default 1 MiB.
@@ -90,8 +97,18 @@ pub struct Config {
     /// earlier rounds' writes are still in flight, each from its own write
     /// slot (with the io_uring engine, its own ring, the bounce buffers
     /// shared out over the rings); a page whose older version is in flight
-    /// waits for that write before its own goes out. 1 writes one round at
-    /// a time (the round after waits for the write stage). Default 2.
+    /// waits for that write before its own goes out. A round starts beside
+    /// a writing one only once as many callers wait as that one covered.
+    /// 1 writes one round at a time (the round after waits for the write
+    /// stage).
+    ///
+    /// Default 1: on this crate's test machine (ext4, virtual disk) more
+    /// rounds in flight formed smaller rounds, each with its own
+    /// `fdatasync`, and lost at 8 committing threads: 2 rounds made
+    /// 0.85-0.90x the commits/s of 1 with a growing file and 0.97-0.99x
+    /// with a preallocated one, at 1.2-1.4x the CPU per GB
+    /// (`scripts/ab-scale.sh`, `.project/overlap.md`). Measure on your
+    /// device before raising it.
     pub rounds_in_flight: usize,
 }
 
@@ -101,7 +118,9 @@ impl Default for Config {
             page_size: 4096,
             max_write_buffer_bytes: 64 << 20,
             read_cache_bytes: 0,
-            engine: FlushEngine::Vectored,
+            engine: FlushEngine::Auto {
+                queue_depth: DEFAULT_QUEUE_DEPTH,
+            },
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             max_run_pages: IOV_MAX,
             stripes: 64,
@@ -110,7 +129,7 @@ impl Default for Config {
             direct: DirectIo::Off,
             commit_dsync: false,
             write_threads: 1,
-            rounds_in_flight: 2,
+            rounds_in_flight: 1,
         }
     }
 }

@@ -90,6 +90,10 @@ pub struct ModelConfig {
     pub sync_lanes: usize,
     /// [`Config::commit_dsync`].
     pub commit_dsync: bool,
+    /// [`Config::rounds_in_flight`] (the sequences are one thread's, so
+    /// this exercises the write slots; the shuttle model check and the
+    /// hot-page test run rounds that overlap).
+    pub rounds_in_flight: usize,
     /// `None`: the file lives in a [`CrashBackend`] (crashes simulated;
     /// io_uring runs as its reported fallback, having no descriptor).
     /// `Some(dir)`: a real file in `dir` (io_uring runs for real; `Crash`
@@ -112,6 +116,7 @@ impl ModelConfig {
             .stripes(self.stripes)
             .sync_lanes(self.sync_lanes)
             .commit_dsync(self.commit_dsync)
+            .rounds_in_flight(self.rounds_in_flight)
             .max_run_pages(5)
     }
 }

@@ -133,6 +133,9 @@ pub struct ScaleConfig {
     /// Commit rounds in `fdatasync` at once ([`Config::sync_lanes`]).
     /// Default 4.
     pub sync_lanes: usize,
+    /// Commit rounds writing at once ([`Config::rounds_in_flight`]).
+    /// Default 1.
+    pub rounds_in_flight: usize,
     /// One-run commit rounds write with `RWF_DSYNC`
     /// ([`Config::commit_dsync`]). Default off.
     pub commit_dsync: bool,
@@ -188,6 +191,7 @@ impl Default for ScaleConfig {
             seed: 0x5eed,
             max_write_buffer_bytes: 64 << 20,
             sync_lanes: Config::default().sync_lanes,
+            rounds_in_flight: Config::default().rounds_in_flight,
             commit_dsync: Config::default().commit_dsync,
             write_threads: Config::default().write_threads,
             max_write_bytes: Config::default().max_write_bytes,
@@ -312,6 +316,7 @@ impl ScaleConfig {
                 .page_size(self.page_size)
                 .max_write_buffer_bytes(self.max_write_buffer_bytes)
                 .sync_lanes(self.sync_lanes)
+                .rounds_in_flight(self.rounds_in_flight)
                 .write_threads(self.write_threads)
                 .max_write_bytes(self.max_write_bytes)
                 .engine(engine)
@@ -386,6 +391,12 @@ pub struct Row {
     /// Median CPU seconds (user + system, whole process: page fill,
     /// commits, I/O) per 10^9 bytes of pages written by transactions.
     pub cpu_s_per_gb: f64,
+    /// Median CPU µs (user + system, whole process) per commit.
+    pub cpu_us_per_commit: f64,
+    /// Median of the mean commit rounds in flight (writing or syncing)
+    /// when a round started, that round included
+    /// ([`Stats::mean_rounds_in_flight`]); 1.0 = no overlap.
+    pub rounds_in_flight: f64,
     /// Commit latency over all repeats, µs.
     pub p50_us: u64,
     /// See `p50_us`.
@@ -492,6 +503,7 @@ fn open_cached(
         .page_size(config.page_size)
         .max_write_buffer_bytes(config.max_write_buffer_bytes)
         .sync_lanes(config.sync_lanes)
+        .rounds_in_flight(config.rounds_in_flight)
         .commit_dsync(config.commit_dsync)
         .write_threads(config.write_threads)
         .max_write_bytes(config.max_write_bytes)
@@ -600,6 +612,7 @@ pub fn run_cell(
         stats.sync_us += s.sync_us;
         stats.commits += s.commits;
         stats.commit_rounds += s.commit_rounds;
+        stats.rounds_in_flight_sum += s.rounds_in_flight_sum;
         stats.flushes += s.flushes;
         stats.max_commit_group = stats.max_commit_group.max(s.max_commit_group);
         stats.backpressure_waits += s.backpressure_waits;
@@ -774,6 +787,8 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                 cpu_s_per_gb: per(&|c| {
                     c.cpu_s / (c.page_writes.max(1) as f64 * config.page_size as f64 / 1e9)
                 }),
+                cpu_us_per_commit: per(&|c| c.cpu_s * 1e6 / c.commits.max(1) as f64),
+                rounds_in_flight: per(&|c| c.stats.mean_rounds_in_flight()),
                 p50_us: latency.value_at_quantile(0.50),
                 p99_us: latency.value_at_quantile(0.99),
                 vs_per_page: None,

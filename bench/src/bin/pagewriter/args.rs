@@ -339,6 +339,10 @@ pub(crate) struct ScaleArgs {
     /// Commit rounds allowed in fdatasync at once (1 = strictly serial).
     #[arg(long, default_value_t = 4)]
     pub(crate) sync_lanes: usize,
+    /// Commit rounds writing at once: a round drains and writes while
+    /// earlier rounds' writes are in flight (1 = one round writes at a time)
+    #[arg(long, default_value_t = pagewriter::Config::default().rounds_in_flight)]
+    pub(crate) rounds_in_flight: usize,
     /// io_uring queue depth (SQEs in flight) of the io-uring mode.
     #[arg(long, default_value_t = 32)]
     pub(crate) queue_depth: u32,

@@ -72,6 +72,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
             .checked_mul(1 << 20)
             .ok_or("--buffer-mib too large")?,
         sync_lanes: a.sync_lanes,
+        rounds_in_flight: a.rounds_in_flight,
         commit_dsync: a.commit_dsync,
         write_threads: a.write_threads,
         max_write_bytes: usize::try_from(a.max_write_bytes)

@@ -24,7 +24,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         c.repeats
     );
     println!(
-        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>8} {:>8} {:>11}",
+        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>8} {:>8} {:>13} {:>6} {:>11}",
         "threads",
         "mode",
         "pages/s",
@@ -34,11 +34,13 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         "syncs/commit",
         "p50 us",
         "p99 us",
+        "CPU us/commit",
+        "rounds",
         "vs per-page"
     );
     for row in &r.rows {
         println!(
-            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>8} {:>8} {:>11}",
+            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>8} {:>8} {:>13.1} {:>6.2} {:>11}",
             row.threads,
             row.mode.name(),
             row.page_writes_per_s,
@@ -48,6 +50,8 @@ pub(crate) fn print_scale(r: &ScaleReport) {
             row.syncs_per_commit,
             row.p50_us,
             row.p99_us,
+            row.cpu_us_per_commit,
+            row.rounds_in_flight,
             row.vs_per_page
                 .map_or("-".to_string(), |v| format!("{v:.2}x")),
         );
