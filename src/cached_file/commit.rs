@@ -5,12 +5,17 @@
 //! before that moment is in the write buffer, in flight, or on the OS. A
 //! round covers every ticket taken before it started: its drain begins
 //! after those tickets, so it writes their pages, and its `fdatasync` starts
-//! after every earlier flush's writes completed, so it covers those too.
+//! after every write drained before its own completed (`flush_pass`), so it
+//! covers those too.
 //!
 //! Stages (as in a binlog group commit):
 //!
-//! 1. **write**: drain, coalesce, write. One round at a time; a round
-//!    leaves this stage only when it has a sync lane.
+//! 1. **write**: drain, coalesce, write, and wait for every older write.
+//!    Up to `Config::rounds_in_flight` rounds at once (each writes from its
+//!    own write slot; a page whose older version is in flight waits for it,
+//!    see the module docs of `cached_file`); a round starts beside a
+//!    writing one only once as many callers wait as that one covered. A
+//!    round leaves this stage only when it has a sync lane.
 //! 2. **sync**: `fdatasync` on the round's own lane. Up to `sync_lanes`
 //!    rounds at once, which lets the file system batch their journal
 //!    commits; each lane is its own open file description, so every round
@@ -18,7 +23,9 @@
 //!    sync (Linux reports such an error once per description).
 //! 3. **publish**: in round order. `durable` moves to a round's last ticket
 //!    only when every earlier round succeeded; a failed `fdatasync` poisons
-//!    the file, and every round published after it fails too.
+//!    the file, and every round published after it fails too. A round that
+//!    failed to write some pages gives exactly its own tickets the error
+//!    (once each); a later round's success never reads as theirs.
 //!
 //! While round N waits in `fdatasync`, round N+1 drains and writes what
 //! arrived meanwhile.
@@ -46,8 +53,8 @@ use super::stats::{add, add_elapsed};
 use crate::error::{Error, Result};
 
 /// Condvars for the rounds' callers (round number modulo this). Above the
-/// rounds usually in flight: one writing, up to `sync_lanes` (4 by
-/// default) syncing, a few synced but waiting to publish in order.
+/// rounds usually in flight: one or a few writing, up to `sync_lanes` (4
+/// by default) syncing, a few synced but waiting to publish in order.
 #[cfg(not(feature = "shuttle"))]
 pub(crate) const ROUND_SLOTS: usize = 16;
 /// Two in the model check, so its few threads do share condvars between
