@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use pagewriter::{Config, Error, PagedCachedFile};
+use pagewriter::{Config, Error, OpenOptions, PagedCachedFile};
 
 const PAGE: usize = 4096;
 const MAGIC: u32 = 0x4B56_4C47; // "KVLG"
@@ -52,9 +52,16 @@ struct Recovery {
 }
 
 impl KvLog {
-    /// Opens (or creates) the log at `path` and rebuilds the index.
+    /// Opens (or creates) the log at `path` and rebuilds the index. Waits
+    /// up to 2 s for the lock: right after a `kill -9`, the dead writer's
+    /// io_uring ring (the default engine) holds the file, and its lock,
+    /// until the kernel has torn the ring down.
     fn open(path: &Path) -> Res<(KvLog, Recovery)> {
-        let file = PagedCachedFile::open(path, Config::default().page_size(PAGE))?;
+        let file = PagedCachedFile::open_with(
+            path,
+            &OpenOptions::new().lock_wait(std::time::Duration::from_secs(2)),
+            Config::default().page_size(PAGE),
+        )?;
         let pages = file.len().div_ceil(PAGE as u64);
         let mut index = HashMap::new();
         let mut rec = Recovery::default();

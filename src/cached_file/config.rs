@@ -51,6 +51,10 @@ pub struct Config {
     /// (commit suite against fio on this crate's test machine: io_uring
     /// 1.00x fio, pwritev 0.86x, same run; `.project/commit-suite.md`), and
     /// level at 1 thread, where a one-run round is written inline either way.
+    /// A process restarting right after its predecessor was killed may find
+    /// the file still locked by the dead process's ring for a few
+    /// milliseconds: open it with
+    /// [`OpenOptions::lock_wait`](crate::OpenOptions::lock_wait).
     pub engine: FlushEngine,
     /// Most bytes one write call carries (a run is cut there),
     /// 1..=[`MAX_WRITE_BYTES`]. Default 1 MiB.
