@@ -408,6 +408,42 @@ impl pagewriter::StorageBackend for LatchCheck {
     }
 }
 
+/// Three committers, two commits each: every commit rewrites the hot page
+/// 0 (versions taken in write order under a lock) and writes a page of the
+/// committer's own (`1 + t * 2 + i`), then syncs; `after_sync(t, i, p, v)`
+/// checks what must hold once that sync returned Ok (`p` its own page, `v`
+/// its version of page 0). Returns the last version of page 0 written.
+fn hot_page_committers(
+    f: &Arc<PagedCachedFile>,
+    after_sync: impl Fn(u64, u64, u64, u64) + Send + Sync + 'static,
+) -> u64 {
+    let last = Arc::new(shuttle::sync::Mutex::new(0u64));
+    let after_sync = Arc::new(after_sync);
+    let committers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (f, last, after_sync) = (Arc::clone(f), Arc::clone(&last), Arc::clone(&after_sync));
+            shuttle::thread::spawn(move || {
+                for i in 0..2u64 {
+                    let v = {
+                        let mut v = last.lock().unwrap();
+                        *v += 1;
+                        f.write_page(0, &[tag(0, *v); PS]).unwrap();
+                        *v
+                    };
+                    let p = 1 + t * 2 + i;
+                    f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+                    f.sync().unwrap();
+                    after_sync(t, i, p, v);
+                }
+            })
+        })
+        .collect();
+    for c in committers {
+        c.join().unwrap();
+    }
+    *last.lock().unwrap()
+}
+
 /// Three committers rewrite one hot page (and write pages of their own)
 /// with three rounds in flight, so a round drains the page while an older
 /// version of it is still being written: the newer write waits for the
@@ -423,41 +459,17 @@ fn rounds_in_flight_never_write_one_page_twice_at_once() {
         });
         let f =
             Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8).rounds_in_flight(3)).unwrap());
-        let last = Arc::new(shuttle::sync::Mutex::new(0u64));
-        let committers: Vec<_> = (0..3u64)
-            .map(|t| {
-                let (f, be, last) = (Arc::clone(&f), Arc::clone(&be), Arc::clone(&last));
-                shuttle::thread::spawn(move || {
-                    for i in 0..2u64 {
-                        let v = {
-                            let mut v = last.lock().unwrap();
-                            *v += 1;
-                            f.write_page(0, &[tag(0, *v); PS]).unwrap();
-                            *v
-                        };
-                        let p = 1 + t * 2 + i;
-                        f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
-                        f.sync().unwrap();
-                        let img = be.inner.durable_image();
-                        assert_page(&img, p, 1, "after sync");
-                        assert!(
-                            img[..PS].iter().all(|&b| b >= tag(0, v)),
-                            "page 0 older than acknowledged version {v}"
-                        );
-                    }
-                })
-            })
-            .collect();
-        for c in committers {
-            c.join().unwrap();
-        }
+        let seen = Arc::clone(&be);
+        let last = hot_page_committers(&f, move |_, _, p, v| {
+            let img = seen.inner.durable_image();
+            assert_page(&img, p, 1, "after sync");
+            assert!(
+                img[..PS].iter().all(|&b| b >= tag(0, v)),
+                "page 0 older than acknowledged version {v}"
+            );
+        });
         f.close().unwrap();
-        assert_page(
-            &be.inner.durable_image(),
-            0,
-            *last.lock().unwrap(),
-            "newest wins",
-        );
+        assert_page(&be.inner.durable_image(), 0, last, "newest wins");
     });
 }
 
@@ -471,38 +483,19 @@ fn rounds_in_flight_never_write_one_page_twice_at_once() {
 fn no_crash_image_loses_an_acknowledged_commit_while_rounds_overlap() {
     check(|| {
         let (be, f) = file_with(config(8).rounds_in_flight(3));
-        let last = Arc::new(shuttle::sync::Mutex::new(0u64));
-        let committers: Vec<_> = (0..3u64)
-            .map(|t| {
-                let (f, be, last) = (Arc::clone(&f), Arc::clone(&be), Arc::clone(&last));
-                shuttle::thread::spawn(move || {
-                    for i in 0..2u64 {
-                        let v = {
-                            let mut v = last.lock().unwrap();
-                            *v += 1;
-                            f.write_page(0, &[tag(0, *v); PS]).unwrap();
-                            *v
-                        };
-                        let p = 1 + t * 2 + i;
-                        f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
-                        f.sync().unwrap();
-                        for seed in 0..4 {
-                            let img = be.crash_image(t * 100 + i * 10 + seed);
-                            for q in 1 + t * 2..=p {
-                                assert_page(&img, q, 1, "crash image after sync");
-                            }
-                            assert!(
-                                img[..PS].iter().all(|&b| b >= tag(0, v)),
-                                "a crash image holds page 0 older than acknowledged version {v}"
-                            );
-                        }
-                    }
-                })
-            })
-            .collect();
-        for c in committers {
-            c.join().unwrap();
-        }
+        let seen = Arc::clone(&be);
+        hot_page_committers(&f, move |t, i, p, v| {
+            for seed in 0..4 {
+                let img = seen.crash_image(t * 100 + i * 10 + seed);
+                for q in 1 + t * 2..=p {
+                    assert_page(&img, q, 1, "crash image after sync");
+                }
+                assert!(
+                    img[..PS].iter().all(|&b| b >= tag(0, v)),
+                    "a crash image holds page 0 older than acknowledged version {v}"
+                );
+            }
+        });
         f.close().unwrap();
     });
 }

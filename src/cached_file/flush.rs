@@ -252,9 +252,9 @@ impl PagedCachedFile {
                     pass.batch = Some(w.batch);
                 }
             }
-            self.wait_written(mark);
+            let missed = self.wait_written_then_check(mark, drain_no);
             pass.seq = self.write_seq.load(Ordering::Acquire);
-            if !self.missed_requeue(drain_no) {
+            if !missed {
                 return pass;
             }
             // Pages an older generation failed to write are back in the
@@ -268,7 +268,7 @@ impl PagedCachedFile {
     }
 
     /// Numbers a drain (under the flusher lock) and registers its flush as
-    /// one that will check the requeue records (`missed_requeue`).
+    /// one that will check the requeue records (`wait_written_then_check`).
     fn begin_drain(&self) -> u64 {
         let mut g = self.generations.lock();
         g.drains += 1;
@@ -287,12 +287,17 @@ impl PagedCachedFile {
         }
     }
 
-    /// Whether an older generation's failed pages went back to the write
-    /// buffer after the drain numbered `drain_no` (so it did without them);
-    /// ends that flush's check. Called once every generation drained before
-    /// it has written, so every such requeue is recorded by then.
-    fn missed_requeue(&self, drain_no: u64) -> bool {
+    /// Waits until every generation numbered below `mark` has written
+    /// (`wait_written`), then tells whether an older generation's failed
+    /// pages went back to the write buffer after the drain numbered
+    /// `drain_no` (so it did without them), and ends that flush's check.
+    /// Every such requeue was recorded before its generation counted as
+    /// written, so none is missed.
+    fn wait_written_then_check(&self, mark: u64, drain_no: u64) -> bool {
         let mut g = self.generations.lock();
+        while g.iter().any(|x| x.id < mark && !x.written) {
+            self.gens_written.wait(&mut g);
+        }
         let missed = g
             .requeues
             .iter()
