@@ -10,7 +10,8 @@
 //! the largest file taken and a page past it refused, one bad page among
 //! good ones, backpressure past a bad page, a full disk then retry (every
 //! acknowledged sync intact after the engine gives up and reopens with its
-//! own options), and the 8-thread engine-API stress with close and reopen.
+//! own options), the same with eight committers and overlapping rounds,
+//! and the 8-thread engine-API stress with close and reopen.
 
 mod common;
 #[path = "common/stress.rs"]
@@ -119,6 +120,28 @@ fn fill_leaving(dir: &Path, filler: &Path, keep: u64) -> FileBackend {
     fill.sync_data().unwrap();
     sync_fs(dir);
     fill
+}
+
+/// Removes the filler `fill_leaving` made and waits until at least `need`
+/// bytes are free. A removed file's blocks come back at the journal's (or
+/// the transaction's) next commit: commit it. And only once nothing holds
+/// the file any more: a child another test thread forked holds a copy of
+/// every descriptor until it execs, so the blocks of a file closed and
+/// removed meanwhile come back a moment later (seen on tmpfs, 1 run in 60:
+/// ENOSPC with the space free a moment after).
+fn give_space_back(dir: &Path, fill: FileBackend, filler: &Path, need: u64, what: &str) {
+    drop(fill);
+    std::fs::remove_file(filler).unwrap();
+    sync_fs(dir);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while free_blocks_for_root(dir) < need {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the filler's blocks never came back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        sync_fs(dir);
+    }
 }
 
 /// The largest file of the file system holding `dir`, as the backend probes
@@ -516,25 +539,7 @@ fn a_full_disk_keeps_pages_dirty_until_space_returns(kind: FsKind) {
             );
         }
         // Space returns; the engine writes the lost pages again.
-        drop(fill);
-        std::fs::remove_file(&filler).unwrap();
-        // A removed file's blocks come back at the journal's (or the
-        // transaction's) next commit: commit it. And only once nothing
-        // holds the file any more: a child another test thread forked
-        // holds a copy of every descriptor until it execs, so the blocks
-        // of a file closed and removed meanwhile come back a moment later
-        // (seen on tmpfs, 1 run in 60: ENOSPC with the space free a
-        // moment after). Wait until they are free.
-        sync_fs(fs.path());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while free_blocks_for_root(fs.path()) < 2 * (mib << 20) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{what}: the filler's blocks never came back"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            sync_fs(fs.path());
-        }
+        give_space_back(fs.path(), fill, &filler, 2 * (mib << 20), &what);
         for p in acked..acked + pages {
             f.write_page(p * PS as u64, &page(PS, p, 2)).unwrap();
         }
@@ -568,6 +573,109 @@ fn a_full_disk_keeps_pages_dirty_until_space_returns(kind: FsKind) {
                 "{what}: page {p}"
             );
         }
+    }
+}
+
+/// Eight committers with three rounds in flight run into a full disk, so
+/// the writes of several rounds fail while others are in flight: every
+/// commit acknowledged before stays intact, the file stays a whole number
+/// of pages (the cut back after a failed write waits until no write is in
+/// flight) and reopens with the same options, and once space returns
+/// everything syncs.
+fn overlapping_rounds_on_a_full_disk(kind: FsKind) {
+    for engine in engines() {
+        // A file system per engine: the case before leaves it full.
+        let Some(fs) = scratch(kind, 64) else { return };
+        full_disk_under_overlap(kind, engine, &fs);
+    }
+}
+
+fn full_disk_under_overlap(kind: FsKind, engine: FlushEngine, fs: &ScratchFs) {
+    const THREADS: u64 = 8;
+    const TXN: u64 = 16; // pages per commit (64 KiB)
+    const REGION: u64 = 1024; // pages per thread (4 MiB): 32 MiB in all
+    let direct = direct_mode(fs.path());
+    let what = format!(
+        "{}, {}, {direct:?}, 3 rounds in flight",
+        kind.name(),
+        engine.name()
+    );
+    let filler = fs.path().join("filler");
+    // 2 MiB and 3 KiB: where blocks are 1 KiB, a write into it ends inside
+    // a page.
+    let fill = fill_leaving(fs.path(), &filler, (2 << 20) + (3 << 10));
+    let path = fs.path().join("full");
+    let cfg = Config::default()
+        .engine(engine)
+        .direct(direct)
+        .rounds_in_flight(3);
+    let f = PagedCachedFile::open(&path, cfg.clone()).unwrap();
+    // Per thread: commits acknowledged, and the error that stopped it.
+    let outcomes: Vec<(u64, Option<Error>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || {
+                    for k in 0..REGION / TXN {
+                        let first = t * REGION + k * TXN;
+                        for p in first..first + TXN {
+                            f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+                        }
+                        if let Err(e) = f.sync() {
+                            return (k, Some(e));
+                        }
+                    }
+                    (REGION / TXN, None)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let failed = outcomes.iter().filter(|(_, e)| e.is_some()).count();
+    assert!(failed > 0, "{what}: 32 MiB synced into 2 MiB free");
+    let acked: u64 = outcomes.iter().map(|(k, _)| k).sum();
+    let rounds = f.stats().mean_rounds_in_flight();
+    eprintln!(
+        "{what}: {acked} commits acknowledged, {failed} threads stopped by the full disk, \
+         {rounds:.2} rounds in flight"
+    );
+    // The engine gives up (drop: a best-effort flush, which fails too).
+    drop(f);
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(
+        len % PS as u64,
+        0,
+        "{what}: {len} bytes after the failed writes"
+    );
+    let f = PagedCachedFile::open(&path, cfg)
+        .unwrap_or_else(|e| panic!("{what}: reopen with the same options: {e}"));
+    let committed = |t: u64, k: u64| t * REGION + k * TXN..t * REGION + (k + 1) * TXN;
+    for (t, &(k, _)) in outcomes.iter().enumerate() {
+        for p in (0..k).flat_map(|k| committed(t as u64, k)) {
+            assert_eq!(
+                tag_of(&f.read(p * PS as u64, PS).unwrap()),
+                (p, 1),
+                "{what}: acknowledged page {p}"
+            );
+        }
+    }
+    // Space returns: every page is written again and synced.
+    give_space_back(fs.path(), fill, &filler, 40 << 20, &what);
+    for p in 0..THREADS * REGION {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync()
+        .unwrap_or_else(|e| panic!("{what}: sync once space returned: {e}"));
+    f.close().unwrap();
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len() as u64, THREADS * REGION * PS as u64, "{what}");
+    for p in 0..(THREADS * REGION) as usize {
+        assert_eq!(
+            tag_of(&on_disk[p * PS..]),
+            (p as u64, 1),
+            "{what}: page {p}"
+        );
     }
 }
 
@@ -638,6 +746,10 @@ macro_rules! on_fs {
             #[test]
             fn a_full_disk_keeps_pages_dirty_until_space_returns() {
                 super::a_full_disk_keeps_pages_dirty_until_space_returns(KIND)
+            }
+            #[test]
+            fn overlapping_rounds_on_a_full_disk() {
+                super::overlapping_rounds_on_a_full_disk(KIND)
             }
             #[test]
             fn eight_threads_with_close_and_reopen() {
