@@ -499,3 +499,31 @@ fn no_crash_image_loses_an_acknowledged_commit_while_rounds_overlap() {
         f.close().unwrap();
     });
 }
+
+/// `flush` hands every page buffered before it to the OS, even one that a
+/// commit round running beside it drained first and is still writing: the
+/// flush waits for that write instead of returning because it found
+/// nothing dirty. (The backend yields halfway through each write, so the
+/// flush can run while the round's write is in flight.)
+#[test]
+fn a_flush_returns_after_pages_another_round_drained_reach_the_os() {
+    check(|| {
+        let be = Arc::new(LatchCheck {
+            inner: CrashBackend::new(),
+            in_flight: std::sync::Mutex::new(Vec::new()),
+        });
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
+        let committer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                f.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
+                f.sync().unwrap();
+            })
+        };
+        f.write_page(2 * PS as u64, &[tag(2, 1); PS]).unwrap();
+        f.flush().unwrap();
+        assert_page(&be.inner.live_image(), 2, 1, "after flush");
+        committer.join().unwrap();
+        f.close().unwrap();
+    });
+}
