@@ -160,6 +160,7 @@ fn model_checker() -> Res<String> {
                 rounds_in_flight: 1 + rng.below(3) as usize,
                 dir: None,
                 direct: false,
+                torn_writes: pagewriter::TornWrites::Allow,
             };
             let ops: Vec<Op> = (0..40).map(|_| random_op(&mut rng)).collect();
             model::check(&cfg, &ops).map_err(|e| format!("{cfg:?}: {e}"))?;

@@ -111,6 +111,57 @@ where
     Ok(())
 }
 
+/// Splits each run of pages of `page_size` bytes (a power of two) into
+/// pieces that an atomic write takes ([`AtomicUnit`](crate::backend::AtomicUnit)):
+/// each piece a power-of-two number of pages, at most `max_bytes` long
+/// (rounded down to a power of two, at least one page), starting at a file
+/// offset that is a multiple of its length. Greedy from the front: at each
+/// offset the largest piece that is aligned there and fits what is left
+/// (the natural alignment of a buddy allocator), so a run of 2^k aligned
+/// pages stays one piece. `runs` is rewritten in place (order and
+/// coverage kept); `scratch` is emptied and kept for reuse.
+pub fn split_for_atomic(
+    runs: &mut Vec<Run>,
+    page_size: usize,
+    max_bytes: usize,
+    scratch: &mut Vec<Run>,
+) {
+    debug_assert!(page_size.is_power_of_two());
+    let cap = if max_bytes <= page_size {
+        page_size
+    } else {
+        1usize << (usize::BITS - 1 - max_bytes.leading_zeros())
+    };
+    scratch.clear();
+    for run in runs.iter() {
+        let (mut offset, mut left, mut start) = (run.offset, run.len, run.start);
+        while left > 0 {
+            // Largest power of two dividing the offset (any, at 0).
+            let align = if offset == 0 {
+                usize::MAX
+            } else {
+                1usize
+                    .checked_shl(offset.trailing_zeros())
+                    .unwrap_or(usize::MAX)
+            };
+            let fit = 1usize << (usize::BITS - 1 - left.leading_zeros());
+            let len = cap.min(align).min(fit).max(page_size);
+            let count = len / page_size;
+            scratch.push(Run {
+                offset,
+                len,
+                start,
+                count,
+            });
+            offset += len as u64;
+            left -= len;
+            start += count;
+        }
+    }
+    std::mem::swap(runs, scratch);
+    scratch.clear();
+}
+
 /// What `coalesce` promises (checked in debug builds): runs in order, each
 /// covering the next entries exactly, contiguous inside, within the caps
 /// (a single page may exceed `max_bytes`), and together covering the input.
@@ -206,6 +257,46 @@ mod tests {
             coalesce(&mut e, limits(8, 1 << 20), &mut runs),
             Err(Error::Overflow { .. })
         ));
+    }
+
+    #[test]
+    fn atomic_pieces_are_aligned_powers_of_two() {
+        let ps = 4096usize;
+        // Pages 3..=13 (11 pages) and 16..=47 (32 pages).
+        let mut runs = vec![
+            Run {
+                offset: 3 * 4096,
+                len: 11 * ps,
+                start: 0,
+                count: 11,
+            },
+            Run {
+                offset: 16 * 4096,
+                len: 32 * ps,
+                start: 11,
+                count: 32,
+            },
+        ];
+        let mut scratch = Vec::new();
+        split_for_atomic(&mut runs, ps, 64 * 1024, &mut scratch);
+        let shape: Vec<(u64, usize)> = runs.iter().map(|r| (r.offset / 4096, r.count)).collect();
+        // 3 | 4..8 | 8..12 | 12..14 | 16..32 | 32..48
+        assert_eq!(
+            shape,
+            vec![(3, 1), (4, 4), (8, 4), (12, 2), (16, 16), (32, 16)]
+        );
+        let mut next = 0;
+        for r in &runs {
+            assert_eq!(r.start, next);
+            assert!(r.len.is_power_of_two() && r.offset % r.len as u64 == 0);
+            assert_eq!(r.len, r.count * ps);
+            next += r.count;
+        }
+        assert_eq!(next, 43);
+        // A cap below a page still writes whole pages.
+        split_for_atomic(&mut runs, ps, 100, &mut scratch);
+        assert!(runs.iter().all(|r| r.count == 1));
+        assert_eq!(runs.len(), 43);
     }
 
     #[test]

@@ -122,6 +122,16 @@ pub enum Error {
         /// What is wrong with it.
         why: String,
     },
+    /// The torn-write protection asked for
+    /// ([`Config::torn_writes`](crate::Config::torn_writes)) cannot be
+    /// given on this file; checked at open, before anything is written.
+    TornWrites {
+        /// The mode asked for: "Atomic", "DoubleWrite" or "Auto".
+        mode: &'static str,
+        /// Why not: no `O_DIRECT`, no atomic unit reported by `statx`, a
+        /// page size outside the unit, no doublewrite area.
+        why: String,
+    },
     /// An I/O call failed.
     Io {
         /// What was being done: "pwritev", "pwrite", "pread", "fdatasync", ...
@@ -199,6 +209,10 @@ impl Error {
                 failed: failed.clone(),
                 op,
                 source: duplicate_io(source),
+            },
+            Error::TornWrites { mode, why } => Error::TornWrites {
+                mode,
+                why: why.clone(),
             },
             Error::Io { op, offset, source } => Error::Io {
                 op,
@@ -288,6 +302,9 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
+            Error::TornWrites { mode, why } => {
+                write!(f, "torn-write protection {mode} is not available: {why}")
+            }
             Error::Io {
                 op,
                 offset: Some(off),
@@ -326,6 +343,7 @@ impl From<Error> for io::Error {
                     Error::Cancelled => io::ErrorKind::Interrupted,
                     Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
                     Error::PagesFailed { ref source, .. } => source.kind(),
+                    Error::TornWrites { .. } => io::ErrorKind::Unsupported,
                     _ => io::ErrorKind::InvalidInput,
                 };
                 io::Error::new(kind, other)

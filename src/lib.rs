@@ -68,7 +68,7 @@ pub mod testing;
 pub use backend::{FileBackend, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
     Config, DirectIo, FlushEngine, IoMode, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
-    MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef, PagedCachedFile, Stats,
-    WritablePage,
+    MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef, PagedCachedFile, Recovery, Stats,
+    TornWrites, WritablePage,
 };
 pub use error::{Error, Result};

@@ -26,6 +26,7 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
         rounds_in_flight: u.int_in_range(1..=3usize)?,
         dir: None,
         direct: false,
+        torn_writes: pagewriter::TornWrites::Allow,
     })
 }
 

@@ -171,6 +171,9 @@ pub struct FileBackend {
     file: File,
     /// Set when opened with `O_DIRECT`: the alignment every I/O must meet.
     direct: Option<DioAlign>,
+    /// Set when opened with `O_DIRECT` on a file system that takes
+    /// `RWF_ATOMIC` writes (`statx(STATX_WRITE_ATOMIC)`).
+    atomic: Option<super::AtomicUnit>,
     /// Extra open file descriptions of the same file, one per sync lane
     /// past the first (lane 0 is `file`).
     lanes: Vec<File>,
@@ -209,6 +212,7 @@ impl FileBackend {
         backend.read_only = options.read_only;
         if direct {
             backend.direct = Some(dio_align_of(&backend.file)?);
+            backend.atomic = statx_atomic_unit(&backend.file);
         }
         Ok(backend)
     }
@@ -231,6 +235,7 @@ impl FileBackend {
         Self {
             file,
             direct: None,
+            atomic: None,
             lanes: Vec::new(),
             read_only: false,
             max_file_size,
@@ -530,6 +535,41 @@ fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
     }))
 }
 
+/// `statx(fd, "", AT_EMPTY_PATH, STATX_WRITE_ATOMIC)`: the file's atomic
+/// write unit for direct I/O where the kernel (6.11+) and file system
+/// report one, else `None` (also on any statx error: atomic writes are an
+/// option, never a reason to fail an open).
+#[cfg(target_os = "linux")]
+fn statx_atomic_unit(file: &File) -> Option<super::AtomicUnit> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a valid NUL-terminated empty string, `buf` is a
+    // live, writable statx struct, and the fd is open for the call.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_WRITE_ATOMIC,
+            &mut buf,
+        )
+    };
+    let reported = rc == 0 && buf.stx_mask & libc::STATX_WRITE_ATOMIC != 0;
+    let (min, max) = (buf.stx_atomic_write_unit_min, buf.stx_atomic_write_unit_max);
+    (reported && min > 0 && max >= min && min.is_power_of_two() && max.is_power_of_two()).then(
+        || super::AtomicUnit {
+            min,
+            max,
+            segments_max: buf.stx_atomic_write_segments_max.max(1),
+        },
+    )
+}
+
+#[cfg(not(target_os = "linux"))]
+fn statx_atomic_unit(_file: &File) -> Option<super::AtomicUnit> {
+    None
+}
+
 /// The logical block size of the device holding `file`, from sysfs
 /// (`/sys/dev/block/MAJ:MIN/queue/logical_block_size`, or the parent's for
 /// a partition).
@@ -681,6 +721,41 @@ impl StorageBackend for FileBackend {
 
     fn dio_align(&self) -> Option<DioAlign> {
         self.direct
+    }
+
+    fn atomic_write_unit(&self) -> Option<super::AtomicUnit> {
+        self.atomic
+    }
+
+    #[cfg(target_os = "linux")]
+    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
+        if self.atomic.is_none() {
+            return Err(io::ErrorKind::Unsupported.into());
+        }
+        let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let iov = [libc::iovec {
+            iov_base: buf.as_ptr().cast_mut().cast(),
+            iov_len: buf.len(),
+        }];
+        let flags = libc::RWF_ATOMIC | if dsync { libc::RWF_DSYNC } else { 0 };
+        loop {
+            self.write_calls.fetch_add(1, Ordering::Relaxed);
+            let rc = pwritev2(self.file.as_raw_fd(), &iov, off, flags);
+            if rc >= 0 {
+                return if rc as usize == buf.len() {
+                    Ok(())
+                } else {
+                    Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("atomic write of {} B wrote {rc} B", buf.len()),
+                    ))
+                };
+            }
+            let err = io::Error::last_os_error();
+            if err.kind() != io::ErrorKind::Interrupted {
+                return Err(err);
+            }
+        }
     }
 }
 

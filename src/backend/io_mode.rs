@@ -28,6 +28,11 @@ pub struct IoMode {
     pub direct: Option<DioAlign>,
     /// Why the file is buffered although `O_DIRECT` was asked for (`Auto`).
     pub direct_fallback: Option<String>,
+    /// The torn-page protection in force (never `Auto`).
+    pub torn_writes: crate::TornWrites,
+    /// Why `Auto` chose what it did (or why the streaming tools write
+    /// without protection), where there is something to say.
+    pub torn_writes_why: Option<String>,
 }
 
 impl fmt::Display for IoMode {
@@ -50,7 +55,16 @@ impl fmt::Display for IoMode {
             ),
             (None, Some(why)) => write!(f, ", buffered ({why})"),
             (None, None) => write!(f, ", buffered"),
+        }?;
+        match self.torn_writes {
+            crate::TornWrites::Allow => {}
+            crate::TornWrites::Atomic => write!(f, ", atomic page writes")?,
+            _ => write!(f, ", doublewrite")?,
         }
+        if let Some(why) = &self.torn_writes_why {
+            write!(f, " ({why})")?;
+        }
+        Ok(())
     }
 }
 

@@ -271,6 +271,8 @@ pub struct SlotRing {
     /// SQEs pushed since the last submit.
     unsubmitted: u32,
     enter_calls: u64,
+    /// `rw_flags` of every write SQE (`RWF_ATOMIC`, ...); 0 by default.
+    write_flags: i32,
     /// CQEs copied out of the CQ before they are handled (reused).
     cqes: Vec<(u64, i32)>,
     /// Completions `drive` reaped and has not yet handled (reused).
@@ -401,6 +403,7 @@ impl SlotRing {
             in_flight: 0,
             unsubmitted: 0,
             enter_calls: 0,
+            write_flags: 0,
             cqes: Vec::with_capacity(qd),
             done: Vec::new(),
         })
@@ -576,7 +579,11 @@ impl SlotRing {
     fn next_sqe(&mut self, id: u64, fault: FaultHook<'_>) -> squeue::Entry {
         let raw_fd = self.fd.as_raw_fd();
         let register_file = self.opts.register_file;
-        let fixed = self.buffers_registered;
+        let flags = self.write_flags;
+        // With flags (RWF_ATOMIC), a plain WRITE: the kernel takes an
+        // atomic write only from one user buffer (`iter_is_ubuf`), and a
+        // registered buffer is a bvec (EINVAL, measured on XFS, 6.18).
+        let fixed = self.buffers_registered && flags == 0;
         // `types::Fixed` and `types::Fd` are different types: the opcode
         // choice is written once and expanded for each.
         macro_rules! with_fd {
@@ -625,7 +632,10 @@ impl SlotRing {
             let (ptr, n) = (v.sqe_iov.as_ptr(), v.sqe_iov.len() as u32);
             macro_rules! writev {
                 ($fd:expr) => {
-                    opcode::Writev::new($fd, ptr, n).offset(at).build()
+                    opcode::Writev::new($fd, ptr, n)
+                        .offset(at)
+                        .rw_flags(flags)
+                        .build()
                 };
             }
             return with_fd!(writev).user_data(id);
@@ -647,8 +657,12 @@ impl SlotRing {
                 match (op, fixed) {
                     (RingOp::Write, true) => opcode::WriteFixed::new($fd, ptr, len, buf_index)
                         .offset(at)
+                        .rw_flags(flags)
                         .build(),
-                    (RingOp::Write, false) => opcode::Write::new($fd, ptr, len).offset(at).build(),
+                    (RingOp::Write, false) => opcode::Write::new($fd, ptr, len)
+                        .offset(at)
+                        .rw_flags(flags)
+                        .build(),
                     (RingOp::Read, true) => opcode::ReadFixed::new($fd, ptr, len, buf_index)
                         .offset(at)
                         .build(),
@@ -679,6 +693,15 @@ impl SlotRing {
         }
         self.unsubmitted += 1;
         Ok(())
+    }
+
+    /// Sets the `rw_flags` of the write SQEs queued from now on (for
+    /// example `RWF_ATOMIC`, which takes one segment of a power-of-two
+    /// length aligned to it: write with [`write_copied`](Self::write_copied)
+    /// then). 0 for plain writes. While set, slot writes go out as plain
+    /// `WRITE`, not `WRITE_FIXED`.
+    pub fn set_write_flags(&mut self, flags: i32) {
+        self.write_flags = flags;
     }
 
     /// Submits what is queued without waiting. Returns SQEs submitted.

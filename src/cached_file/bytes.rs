@@ -266,6 +266,17 @@ impl PagedCachedFile {
                 self.all_settled.wait(&mut g);
             }
         }
+        if let Some(area) = &self.doublewrite {
+            // A record may hold pages past the cut, which recovery would
+            // write back after a later sync made the cut durable: make
+            // every page written in place durable, then empty the area.
+            if let Err(e) = self.backend.sync_data() {
+                self.poisoned.store(true, Ordering::Release);
+                return Err(Error::io("fdatasync", None, e));
+            }
+            area.clear()
+                .map_err(|e| Error::io("doublewrite area: empty", None, e))?;
+        }
         // Readers that meet the new end early read again (`read_disk`).
         self.shrink_seq.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = truncate(len) {

@@ -290,6 +290,10 @@ impl PagedCachedFile {
             let outcome = round.outcome.expect("checked");
             if let Some(c) = outcome.covered {
                 st.synced_seq = st.synced_seq.max(c);
+                if let Some(area) = &self.doublewrite {
+                    // The area's records up to `c` are durable in place.
+                    area.data_synced(c);
+                }
             }
             match outcome.error {
                 Some(error) => st.failures.push_back(FailedRound {

@@ -114,6 +114,12 @@ pub struct Config {
     /// (`scripts/ab-scale.sh`, `.project/overlap.md`). Measure on your
     /// device before raising it.
     pub rounds_in_flight: usize,
+    /// Torn-page protection: none, `RWF_ATOMIC` writes, or a doublewrite
+    /// area ([`TornWrites`](super::TornWrites)). Default
+    /// [`TornWrites::Allow`](super::TornWrites::Allow): the others cost
+    /// writes (`.project/torn-writes.md` has the figures), and engines that
+    /// checksum copy-on-write pages do not need them.
+    pub torn_writes: super::TornWrites,
 }
 
 impl Default for Config {
@@ -134,6 +140,7 @@ impl Default for Config {
             commit_dsync: false,
             write_threads: 1,
             rounds_in_flight: 1,
+            torn_writes: super::TornWrites::Allow,
         }
     }
 }
@@ -207,6 +214,12 @@ impl Config {
     /// Sets [`rounds_in_flight`](Self::rounds_in_flight).
     pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
         self.rounds_in_flight = rounds;
+        self
+    }
+
+    /// Sets [`torn_writes`](Self::torn_writes).
+    pub fn torn_writes(mut self, mode: super::TornWrites) -> Self {
+        self.torn_writes = mode;
         self
     }
 

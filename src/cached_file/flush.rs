@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::stats::{add, add_elapsed};
-use super::writer::RunWriter;
+use super::writer::{AtomicScratch, RunWriter};
 use super::{PageMap, PageRef, PagedCachedFile};
-use crate::coalesce::{Run, RunLimits, coalesce};
+use crate::coalesce::{Run, RunLimits, coalesce, split_for_atomic};
 use crate::error::{Error, Result};
 use crate::sync::MutexGuard;
 
@@ -86,15 +86,21 @@ pub(crate) struct WriteSlot {
     alloc_failed: Vec<bool>,
     /// How runs reach the file, resolved at open.
     writer: RunWriter,
+    /// With [`TornWrites::Atomic`](super::TornWrites::Atomic): the copy
+    /// buffer of atomic writes, and the runs before they were cut into
+    /// atomic pieces (reused).
+    atomic: Option<(AtomicScratch, Vec<Run>)>,
 }
 
 impl WriteSlot {
-    /// A slot that writes with `writer`.
-    pub(crate) fn new(writer: RunWriter) -> Self {
+    /// A slot that writes with `writer`; `atomic_align` (the page
+    /// alignment) if it writes atomic pieces.
+    pub(crate) fn new(writer: RunWriter, atomic_align: Option<usize>) -> Self {
         Self {
             runs: Vec::new(),
             alloc_failed: Vec::new(),
             writer,
+            atomic: atomic_align.map(|a| (AtomicScratch::new(a), Vec::new())),
         }
     }
 }
@@ -385,6 +391,9 @@ impl PagedCachedFile {
                 durable_seq: None,
             };
         }
+        if let (Some(max), Some((_, spare))) = (self.atomic_max, slot.atomic.as_mut()) {
+            split_for_atomic(&mut slot.runs, self.config.page_size, max, spare);
+        }
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
         self.preallocate(&mut f, &mut slot, &mut batch, &mut first, alone);
         if let Some(run) = slot.runs.last() {
@@ -415,20 +424,34 @@ impl PagedCachedFile {
             None
         };
         let started = std::time::Instant::now();
+        // Doublewrite: the pages go to the area, durably, before any goes
+        // in place. After the waits above: a batch that rewrites a page an
+        // older one still writes stages after it, so the area's records
+        // hold each page's versions in order.
+        let staged = match &self.doublewrite {
+            Some(area) if !slot.runs.is_empty() => {
+                area.stage(&batch.entries, &self.counters).map(|()| true)
+            }
+            _ => Ok(false),
+        };
         // A backend that panics fails the write, like one that errs: the
         // generation must still be marked written and the slot given back,
         // or every later flush would wait for them.
-        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            slot.writer.write(
-                &*self.backend,
-                &slot.runs,
-                &batch.entries,
-                &self.counters,
-                dsync,
-                alone,
-            )
-        }))
-        .unwrap_or_else(|_| Err(panicked(&slot.runs)));
+        let written = match &staged {
+            Err(e) => Err(unstaged(&slot.runs, e)),
+            Ok(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                slot.writer.write(
+                    &*self.backend,
+                    &slot.runs,
+                    &batch.entries,
+                    &self.counters,
+                    dsync,
+                    alone,
+                    slot.atomic.as_mut().map(|(a, _)| a),
+                )
+            }))
+            .unwrap_or_else(|_| Err(panicked(&slot.runs))),
+        };
         add_elapsed(&self.counters.write_ns, started);
         let mut durable = dsync && written.is_ok() && first.is_none() && error.is_none();
         let some_written = match written {
@@ -442,9 +465,10 @@ impl PagedCachedFile {
             }
         };
         self.put_slot(slot);
+        let mut seq_after = None;
         if some_written {
             // Those runs reached the OS: a later sync must cover them.
-            self.write_seq.fetch_add(1, Ordering::AcqRel);
+            seq_after = Some(self.write_seq.fetch_add(1, Ordering::AcqRel) + 1);
             add(&self.counters.flushes, 1);
             if let Some(end) = written_end(&batch) {
                 self.written_len.fetch_max(end, Ordering::AcqRel);
@@ -461,6 +485,9 @@ impl PagedCachedFile {
                     }
                 }
             }
+        }
+        if let (Some(area), Ok(true)) = (&self.doublewrite, &staged) {
+            area.written(seq_after);
         }
         if let Some((_, op, source)) = first {
             batch.failed.sort_by_key(|r| r.start);
@@ -923,6 +950,21 @@ pub(crate) struct Generation {
 /// Every run failed: the backend panicked while writing them (some may
 /// have reached the OS, so `some_written`: the next sync must not be
 /// skipped).
+/// The failure of a batch whose doublewrite record could not be staged:
+/// no run was written.
+fn unstaged(runs: &[Run], e: &std::io::Error) -> super::writer::WriteFailure {
+    super::writer::WriteFailure {
+        failed: runs.iter().map(Run::entries).collect(),
+        some_written: false,
+        offset: runs.first().map_or(0, |r| r.offset),
+        op: "doublewrite area",
+        error: match e.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(e.kind(), e.to_string()),
+        },
+    }
+}
+
 fn panicked(runs: &[Run]) -> super::writer::WriteFailure {
     super::writer::WriteFailure {
         failed: runs.iter().map(Run::entries).collect(),

@@ -78,6 +78,7 @@ mod config;
 mod flush;
 mod open;
 mod stats;
+mod torn;
 mod writer;
 mod writer_pool;
 
@@ -87,6 +88,7 @@ pub use config::{
     MAX_WRITE_THREADS,
 };
 pub use stats::Stats;
+pub use torn::{Recovery, TornWrites};
 
 use cache::CacheStripe;
 use commit::CommitState;
@@ -262,6 +264,12 @@ pub struct PagedCachedFile {
     /// Live guards; while 0, `discard` and `set_len` skip the guard scan.
     guards: AtomicUsize,
     counters: Counters,
+    /// [`TornWrites::Atomic`] in force: the largest atomic piece in bytes.
+    atomic_max: Option<usize>,
+    /// [`TornWrites::DoubleWrite`] in force: the area.
+    doublewrite: Option<torn::Area>,
+    /// What the doublewrite recovery at open did.
+    recovery: Recovery,
 }
 
 impl std::fmt::Debug for PagedCachedFile {
@@ -311,11 +319,30 @@ impl PagedCachedFile {
     ) -> Result<Self> {
         config.validate()?;
         let (backend, direct_fallback) = open::open_file(path.as_ref(), options, &config)?;
-        let mut file = Self::new(backend, config)?;
+        let area = open::open_area(path.as_ref(), &backend, options, &config)?;
+        let mut file = Self::build(backend, area, config, options.is_read_only())?;
         file.io_mode.direct_fallback = direct_fallback;
         file.read_only = options.is_read_only();
         file.locked = options.is_locking();
         Ok(file)
+    }
+
+    /// Puts a write buffer over `backend` with `area` as its doublewrite
+    /// area ([`TornWrites::DoubleWrite`], or `Auto` where the backend has
+    /// no atomic writes): the recovery pass runs first, repairing pages of
+    /// `backend` from `area` ([`recovery`](Self::recovery) reports it).
+    /// `area` is a byte file of its own that this file owns from now on
+    /// (it is rewritten from offset 0 and truncated); it is not used with
+    /// `Allow` or `Atomic`.
+    ///
+    /// Errors: as [`new`](Self::new); the recovery's I/O errors
+    /// (`Error::Io`, op "doublewrite recovery: ...").
+    pub fn with_doublewrite(
+        backend: impl StorageBackend + 'static,
+        area: Arc<dyn StorageBackend>,
+        config: Config,
+    ) -> Result<Self> {
+        Self::build(backend, Some(area), config, false)
     }
 
     /// Puts a write buffer over `backend`. The file does `O_DIRECT` if the
@@ -327,6 +354,15 @@ impl PagedCachedFile {
     /// [`open`](Self::open) for io_uring; `Error::Io` with op "fstat" if
     /// the backend's length cannot be read.
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
+        Self::build(backend, None, config, false)
+    }
+
+    fn build(
+        backend: impl StorageBackend + 'static,
+        area: Option<Arc<dyn StorageBackend>>,
+        config: Config,
+        read_only: bool,
+    ) -> Result<Self> {
         config.validate()?;
         let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
         let max_len = backend.max_file_size().unwrap_or(u64::MAX);
@@ -339,6 +375,9 @@ impl PagedCachedFile {
         if let Some(why) = open::direct_misfit(&backend, &config) {
             return Err(Error::InvalidConfig(format!("O_DIRECT: {why}")));
         }
+        // Before the ring is set up: a ring dropped on a refusal would keep
+        // the file (and its lock) until the kernel's deferred teardown.
+        let (torn_writes, torn_writes_why) = open::resolve_torn(&backend, &config, area.is_some())?;
         // A run is at most `max_write_bytes` and never more than what the
         // write buffer holds, and the runs in flight together hold at most
         // the buffer: the io_uring writer's buffers are sized by both, so a
@@ -354,8 +393,37 @@ impl PagedCachedFile {
             engine_fallback,
             direct: backend.dio_align(),
             direct_fallback: None,
+            torn_writes,
+            torn_writes_why,
         };
         let backend: Arc<dyn StorageBackend> = Arc::new(backend);
+        let atomic_max = (torn_writes == TornWrites::Atomic).then(|| {
+            let unit = backend
+                .atomic_write_unit()
+                .expect("checked by resolve_torn");
+            (unit.max as usize).min(max_run_bytes(&config))
+        });
+        let (doublewrite, recovery) = match (torn_writes, area) {
+            (TornWrites::DoubleWrite, Some(area)) => {
+                let (report, next_seq) = torn::recover(
+                    &*backend,
+                    &*area,
+                    config.page_size,
+                    config.page_align,
+                    read_only,
+                )?;
+                let ident = torn::file_identity(&*backend);
+                let a = torn::Area::new(area, config.page_size, ident, next_seq);
+                (Some(a), report)
+            }
+            _ => (None, Recovery::default()),
+        };
+        // Recovery may have grown the file (a page staged past the end).
+        let len = if recovery.repaired.is_empty() {
+            len
+        } else {
+            backend.len().map_err(|e| Error::io("fstat", None, e))?
+        };
         let mut writers = vec![writer];
         for _ in 1..config.rounds_in_flight {
             // Every slot writes with the engine the first resolved to (a
@@ -379,7 +447,8 @@ impl PagedCachedFile {
                         .map_err(|e| Error::io("spawn writer thread", None, e))?;
                 *pool = Some(Box::new(helpers));
             }
-            slots.push(flush::WriteSlot::new(w));
+            let atomic_align = atomic_max.map(|_| config.page_align);
+            slots.push(flush::WriteSlot::new(w, atomic_align));
         }
         let flusher = Flusher::new(len);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
@@ -441,8 +510,18 @@ impl PagedCachedFile {
             writers: AtomicUsize::new(0),
             guards: AtomicUsize::new(0),
             counters: Counters::default(),
+            atomic_max,
+            doublewrite,
+            recovery,
             config,
         })
+    }
+
+    /// What the doublewrite recovery pass did at open: records read, pages
+    /// repaired, warnings (see [`TornWrites::DoubleWrite`]). Empty when no
+    /// doublewrite area is in use or the area was empty.
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
     }
 
     /// The I/O actually done: engine and `O_DIRECT`, with the reason for any
@@ -777,6 +856,13 @@ impl PagedCachedFile {
         {
             self.set_closing(false);
             return Err(e);
+        }
+        if !self.read_only
+            && let Some(area) = &self.doublewrite
+        {
+            // Everything is durable in place: no page needs the area.
+            // Best effort: records left behind hold only synced pages.
+            let _ = area.clear();
         }
         self.closed.store(true, Ordering::SeqCst);
         self.set_closing(false);

@@ -1,6 +1,7 @@
 //! Opening a cached file's backend: `O_DIRECT` fit, the flush engine and
 //! its ring, decided once at open from the [`Config`].
 
+use super::TornWrites;
 use super::config::Config;
 use super::writer::RunWriter;
 use crate::backend::{
@@ -30,6 +31,106 @@ pub(crate) fn open_file(
         .with_sync_lanes(lanes)
         .map_err(|e| Error::io("reopen for sync lanes", None, e))?;
     Ok((backend, why))
+}
+
+/// Whether `backend` takes atomic writes of one page of `config`, and if
+/// not, why.
+fn atomic_fit(backend: &dyn StorageBackend, config: &Config) -> std::result::Result<(), String> {
+    let Some(unit) = backend.atomic_write_unit() else {
+        return Err(if backend.dio_align().is_none() {
+            "atomic writes need O_DIRECT (DirectIo::On), and the file is buffered".into()
+        } else {
+            "statx reports no atomic write unit for this file (file system or device without RWF_ATOMIC)".into()
+        });
+    };
+    let ps = config.page_size;
+    if !unit.fits(0, ps) {
+        return Err(format!(
+            "the page size {ps} is outside the atomic write unit {}..={} B",
+            unit.min, unit.max
+        ));
+    }
+    Ok(())
+}
+
+/// The torn-page protection in force for `config.torn_writes` on
+/// `backend`, and why where `Auto` chose (never `Auto`).
+///
+/// Errors: [`Error::TornWrites`] for `Atomic` where the file takes no
+/// atomic write of a page, for `DoubleWrite` (or `Auto` there) without an
+/// area.
+pub(crate) fn resolve_torn(
+    backend: &dyn StorageBackend,
+    config: &Config,
+    has_area: bool,
+) -> Result<(TornWrites, Option<String>)> {
+    let mode = config.torn_writes;
+    let refuse = |why: String| Error::TornWrites {
+        mode: mode.name(),
+        why,
+    };
+    let no_area = || {
+        refuse(
+            "no doublewrite area: open the file by path, or give one with PagedCachedFile::with_doublewrite"
+                .into(),
+        )
+    };
+    match mode {
+        TornWrites::Allow => Ok((TornWrites::Allow, None)),
+        TornWrites::Atomic => atomic_fit(backend, config)
+            .map(|()| (TornWrites::Atomic, None))
+            .map_err(refuse),
+        TornWrites::DoubleWrite if has_area => Ok((TornWrites::DoubleWrite, None)),
+        TornWrites::DoubleWrite => Err(no_area()),
+        TornWrites::Auto => match atomic_fit(backend, config) {
+            Ok(()) => Ok((TornWrites::Atomic, None)),
+            Err(why) if has_area => Ok((TornWrites::DoubleWrite, Some(why))),
+            Err(_) => Err(no_area()),
+        },
+    }
+}
+
+/// The doublewrite area's path for a file at `path`: `<path>.dblwr`.
+pub(crate) fn area_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".dblwr");
+    p.into()
+}
+
+/// Opens the doublewrite area beside `path` if `config.torn_writes` may
+/// need one (`DoubleWrite`, or `Auto` where `backend` has no atomic
+/// writes): buffered, created if missing, not locked (the data file's lock
+/// covers it). A read-only open reads an existing area and writes none
+/// (a missing one is an empty area).
+///
+/// Errors: `Error::Io` with op "open doublewrite area".
+pub(crate) fn open_area(
+    path: &std::path::Path,
+    backend: &dyn StorageBackend,
+    options: &OpenOptions,
+    config: &Config,
+) -> Result<Option<std::sync::Arc<dyn StorageBackend>>> {
+    let needed = match config.torn_writes {
+        TornWrites::DoubleWrite => true,
+        TornWrites::Auto => atomic_fit(backend, config).is_err(),
+        _ => false,
+    };
+    if !needed {
+        return Ok(None);
+    }
+    let area_path = area_path(path);
+    let read_only = options.is_read_only();
+    let opts = OpenOptions::new()
+        .lock(false)
+        .read_only(read_only)
+        .create(!read_only);
+    match FileBackend::open_with(&area_path, &opts, false) {
+        Ok(b) => Ok(Some(std::sync::Arc::new(b))),
+        Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => Ok(Some(
+            std::sync::Arc::new(crate::backend::MemoryBackend::new()),
+        )),
+        Err(e) => Err(Error::io("open doublewrite area", None, e)),
+    }
 }
 
 /// Why `O_DIRECT` cannot serve this configuration on this backend, if so:

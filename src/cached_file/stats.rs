@@ -28,6 +28,18 @@ pub struct Stats {
     /// Commit rounds whose one run was written with `RWF_DSYNC` instead of
     /// a write and an `fdatasync` ([`Config::commit_dsync`](crate::Config::commit_dsync)).
     pub dsync_writes: u64,
+    /// Writes made with `RWF_ATOMIC` ([`TornWrites::Atomic`](crate::TornWrites::Atomic)):
+    /// each a power-of-two piece of a run (`write_calls` counts them too).
+    pub atomic_writes: u64,
+    /// Records written to the doublewrite area
+    /// ([`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite)): one
+    /// per flush, one sequential write each.
+    pub doublewrite_records: u64,
+    /// Bytes written to the doublewrite area (headers and page images; not
+    /// in `bytes_written`).
+    pub doublewrite_bytes: u64,
+    /// `fdatasync`s of the doublewrite area (not in `syncs`).
+    pub doublewrite_syncs: u64,
     /// Time spent in backend write calls by flushes, µs.
     pub write_us: u64,
     /// Time spent in `fdatasync`, µs.
@@ -89,6 +101,10 @@ pub(crate) struct Counters {
     pub flushes: AtomicU64,
     pub syncs: AtomicU64,
     pub dsync_writes: AtomicU64,
+    pub atomic_writes: AtomicU64,
+    pub doublewrite_records: AtomicU64,
+    pub doublewrite_bytes: AtomicU64,
+    pub doublewrite_syncs: AtomicU64,
     pub write_ns: AtomicU64,
     pub sync_ns: AtomicU64,
     pub commits: AtomicU64,
@@ -113,6 +129,10 @@ impl Counters {
             flushes: self.flushes.load(Relaxed),
             syncs: self.syncs.load(Relaxed),
             dsync_writes: self.dsync_writes.load(Relaxed),
+            atomic_writes: self.atomic_writes.load(Relaxed),
+            doublewrite_records: self.doublewrite_records.load(Relaxed),
+            doublewrite_bytes: self.doublewrite_bytes.load(Relaxed),
+            doublewrite_syncs: self.doublewrite_syncs.load(Relaxed),
             write_us: self.write_ns.load(Relaxed) / 1000,
             sync_us: self.sync_ns.load(Relaxed) / 1000,
             commits: self.commits.load(Relaxed),

@@ -105,6 +105,15 @@ impl RunWriter {
     /// written with [`StorageBackend::write_vectored_all_at_dsync`], so a
     /// run that did not fail is durable. `alone`: no commit round is
     /// syncing meanwhile ([`writes_inline`](Self::writes_inline)).
+    ///
+    /// With `atomic` ([`TornWrites::Atomic`](crate::TornWrites::Atomic)),
+    /// `runs` are pieces an atomic write takes
+    /// ([`split_for_atomic`](crate::coalesce::split_for_atomic)) and each
+    /// goes out as one `RWF_ATOMIC` write from one memory segment: an SQE
+    /// on the ring (copied into its buffers) where the ring would write,
+    /// else `pwritev2` on this thread, from the page itself or from a copy
+    /// of a piece's pages in `atomic`'s buffer.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write(
         &mut self,
         backend: &dyn StorageBackend,
@@ -113,10 +122,37 @@ impl RunWriter {
         counters: &Counters,
         dsync: bool,
         alone: bool,
+        atomic: Option<&mut AtomicScratch>,
     ) -> Result<(), WriteFailure> {
         let mut results = Results::new(runs.len());
         debug_assert!(!dsync || self.can_dsync());
         let from_pages = dsync || self.writes_inline(runs.len(), alone);
+        if let Some(scratch) = atomic {
+            add(&counters.atomic_writes, runs.len() as u64);
+            match self {
+                #[cfg(all(target_os = "linux", feature = "io-uring"))]
+                RunWriter::Uring {
+                    ring,
+                    copy: true,
+                    scratch: uring,
+                } if !from_pages => {
+                    ring.set_write_flags(libc::RWF_ATOMIC);
+                    write_uring(ring, true, uring, backend, runs, entries, &mut results);
+                    ring.set_write_flags(0);
+                    add(&counters.write_calls, results.enter_calls);
+                }
+                _ => write_atomic_runs(
+                    backend,
+                    runs,
+                    entries,
+                    scratch,
+                    counters,
+                    dsync,
+                    &mut results,
+                ),
+            }
+            return results.finish(runs, counters);
+        }
         if let Some(iovecs) = self.page_iovecs(from_pages) {
             pwritev_runs(
                 iovecs,
@@ -199,10 +235,68 @@ impl RunWriter {
                 copy,
                 scratch,
             } => {
-                write_uring(ring, *copy, scratch, backend, runs, entries, results);
+                let copy = *copy && !mostly_contiguous(runs, entries);
+                write_uring(ring, copy, scratch, backend, runs, entries, results);
                 add(&counters.write_calls, results.enter_calls);
             }
         }
+    }
+}
+
+/// The copy buffer of atomic writes ([`RunWriter::write`] with `atomic`):
+/// a piece of several pages is gathered into it, since an atomic write
+/// takes one memory segment. Aligned for `O_DIRECT`, grown to the largest
+/// piece, kept between flushes.
+pub(crate) struct AtomicScratch {
+    buf: Option<AlignedBuf>,
+    align: usize,
+}
+
+impl AtomicScratch {
+    /// An empty scratch whose buffer will be aligned to `align` bytes.
+    pub(crate) fn new(align: usize) -> Self {
+        Self { buf: None, align }
+    }
+}
+
+/// One `pwritev2(RWF_ATOMIC)` per piece, on this thread, durable with
+/// `dsync`: a one-page piece from the page's own memory, a larger one
+/// from a copy in `scratch`.
+fn write_atomic_runs(
+    backend: &dyn StorageBackend,
+    runs: &[Run],
+    entries: &[(u64, PageRef)],
+    scratch: &mut AtomicScratch,
+    counters: &Counters,
+    dsync: bool,
+    results: &mut Results,
+) {
+    let op = if dsync {
+        "pwritev2 (RWF_ATOMIC | RWF_DSYNC)"
+    } else {
+        "pwritev2 (RWF_ATOMIC)"
+    };
+    for (i, run) in runs.iter().enumerate() {
+        add(&counters.write_calls, 1);
+        if dsync {
+            add(&counters.dsync_writes, 1);
+        }
+        let pages = &entries[run.entries()];
+        let r = if let [(_, page)] = pages {
+            backend.write_atomic_at(run.offset, page, dsync)
+        } else {
+            if scratch.buf.as_ref().is_none_or(|b| b.len() < run.len) {
+                scratch.buf = AlignedBuf::zeroed(run.len, scratch.align);
+            }
+            match scratch.buf.as_mut() {
+                Some(buf) => {
+                    gather(pages, buf);
+                    backend.write_atomic_at(run.offset, &buf[..run.len], dsync)
+                }
+                None => Err(std::io::ErrorKind::OutOfMemory.into()),
+            }
+        };
+        results.set(i, run.offset, op, r.err());
     }
 }
 
@@ -356,7 +450,10 @@ impl Results {
 
 /// The io_uring engine: runs complete out of order, so failures can be any
 /// subset. An `io_uring_enter` failure fails every run (each is written
-/// again at the next flush).
+/// again at the next flush). `copy`: through the ring's own buffers (one
+/// segment per run), else `WRITEV` from page memory; the caller picks
+/// (runs whose pages are adjacent in memory go out zero-copy: one segment
+/// per run costs less than the copy).
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 fn write_uring(
     ring: &mut crate::backend::ring::SlotRing,
@@ -379,9 +476,6 @@ fn write_uring(
         None
     };
     let before = ring.enter_calls();
-    // Runs whose pages are adjacent in memory go out zero-copy: one WRITEV
-    // segment per run costs less than the copy.
-    let copy = copy && !mostly_contiguous(runs, entries);
     let errors = &mut scratch.errors;
     let outcome = if copy {
         let jobs = &mut scratch.jobs;

@@ -253,6 +253,33 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
         self.inner.dio_align()
     }
 
+    fn atomic_write_unit(&self) -> Option<crate::backend::AtomicUnit> {
+        self.inner.atomic_write_unit()
+    }
+
+    /// Takes a write fault: `Errno` and `TornThenEio` fail with nothing
+    /// written (an atomic write is never torn), `Short` passes whole (an
+    /// atomic write is never short); with `dsync`, a sync fault leaves the
+    /// bytes written but not durable.
+    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
+        match self.next_write_fault() {
+            WriteFault::Errno(code) => return Err(io::Error::from_raw_os_error(code)),
+            WriteFault::TornThenEio(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+            WriteFault::Pass | WriteFault::Short(_) => {}
+        }
+        if !dsync {
+            return self.inner.write_atomic_at(offset, buf, false);
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        match self.sync_faults.lock().pop_front().flatten() {
+            Some(code) => {
+                self.inner.write_atomic_at(offset, buf, false)?;
+                Err(io::Error::from_raw_os_error(code))
+            }
+            None => self.inner.write_atomic_at(offset, buf, true),
+        }
+    }
+
     fn max_file_size(&self) -> Option<u64> {
         self.inner.max_file_size()
     }
@@ -304,8 +331,12 @@ pub struct CrashBackend {
 struct CrashState {
     live: Vec<u8>,
     durable: Vec<u8>,
-    /// Writes since the last sync, in order: (offset, bytes).
-    log: Vec<(u64, Vec<u8>)>,
+    /// Writes since the last sync, in order.
+    log: Vec<Logged>,
+    /// The atomic unit this file reports (`with_atomic_unit`).
+    atomic: Option<crate::backend::AtomicUnit>,
+    /// Atomic writes so far (numbers their log entries).
+    atomic_writes: u64,
     /// Length set by `set_len` since the last sync.
     len_changed: bool,
     sync_faults: VecDeque<bool>,
@@ -317,6 +348,17 @@ struct CrashState {
 
 /// Sync lanes of a [`CrashBackend`].
 const CRASH_LANES: usize = 8;
+
+/// One unsynced write (or what is left of it once later durable writes
+/// covered part of it).
+#[derive(Debug, Clone)]
+struct Logged {
+    offset: u64,
+    bytes: Vec<u8>,
+    /// The atomic write this came from: its pieces survive a crash
+    /// together or not at all, and are never torn.
+    atomic: Option<u64>,
+}
 
 fn apply(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
     let start = offset as usize;
@@ -332,20 +374,29 @@ fn apply(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
 /// one back (the page cache and the device both hold the later bytes, and
 /// writes to one block do not pass each other once completed). Bytes of an
 /// earlier write outside the range stay unsynced.
-fn supersede(log: &mut Vec<(u64, Vec<u8>)>, offset: u64, len: usize) {
+fn supersede(log: &mut Vec<Logged>, offset: u64, len: usize) {
     let (start, end) = (offset, offset + len as u64);
     let mut kept = Vec::with_capacity(log.len());
-    for (at, bytes) in log.drain(..) {
+    for w in log.drain(..) {
+        let (at, bytes) = (w.offset, &w.bytes);
         let w_end = at + bytes.len() as u64;
         if w_end <= start || at >= end {
-            kept.push((at, bytes));
+            kept.push(w);
             continue;
         }
         if at < start {
-            kept.push((at, bytes[..(start - at) as usize].to_vec()));
+            kept.push(Logged {
+                offset: at,
+                bytes: bytes[..(start - at) as usize].to_vec(),
+                atomic: w.atomic,
+            });
         }
         if w_end > end {
-            kept.push((end, bytes[(end - at) as usize..].to_vec()));
+            kept.push(Logged {
+                offset: end,
+                bytes: bytes[(end - at) as usize..].to_vec(),
+                atomic: w.atomic,
+            });
         }
     }
     *log = kept;
@@ -362,6 +413,15 @@ impl CrashBackend {
     /// path.
     pub fn schedule_syncs(&self, failures: impl IntoIterator<Item = bool>) {
         self.state.lock().sync_faults.extend(failures);
+    }
+
+    /// Makes the file report `unit` as its atomic write unit and take
+    /// [`write_atomic_at`](StorageBackend::write_atomic_at) writes that fit
+    /// it: [`crash_image`](Self::crash_image) keeps or drops such a write
+    /// whole, never tears it.
+    pub fn with_atomic_unit(self, unit: crate::backend::AtomicUnit) -> Self {
+        self.state.lock().atomic = Some(unit);
+        self
     }
 
     /// The bytes a crash now would leave.
@@ -382,12 +442,27 @@ impl CrashBackend {
     /// The image a power cut now could leave: the durable image plus an
     /// arbitrary subset, chosen by `seed`, of the writes issued since the
     /// last sync: each write kept, dropped, or torn (a random subset of its
-    /// 512-byte sectors kept), in issue order.
+    /// 512-byte sectors kept), in issue order. An atomic write
+    /// ([`with_atomic_unit`](Self::with_atomic_unit)) is kept or dropped
+    /// whole, never torn.
     pub fn crash_image(&self, seed: u64) -> Vec<u8> {
         let st = self.state.lock();
         let mut image = st.durable.clone();
         let mut rng = Rng::new(seed);
-        for (offset, bytes) in &st.log {
+        let mut atomic_kept: std::collections::HashMap<u64, bool> = Default::default();
+        for Logged {
+            offset,
+            bytes,
+            atomic,
+        } in &st.log
+        {
+            if let Some(id) = atomic {
+                let keep = *atomic_kept.entry(*id).or_insert_with(|| rng.below(2) == 0);
+                if keep {
+                    apply(&mut image, *offset, bytes);
+                }
+                continue;
+            }
             match rng.below(3) {
                 0 => apply(&mut image, *offset, bytes),
                 1 => {}
@@ -447,7 +522,36 @@ impl StorageBackend for CrashBackend {
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let mut st = self.state.lock();
         apply(&mut st.live, offset, buf);
-        st.log.push((offset, buf.to_vec()));
+        st.log.push(Logged {
+            offset,
+            bytes: buf.to_vec(),
+            atomic: None,
+        });
+        Ok(())
+    }
+    fn atomic_write_unit(&self) -> Option<crate::backend::AtomicUnit> {
+        self.state.lock().atomic
+    }
+    /// Refuses what the kernel refuses (`EINVAL`: no unit, or a size or
+    /// offset that does not fit it); a durable one (`dsync`) is made
+    /// durable as in [`write_vectored_all_at_dsync`](Self::write_vectored_all_at_dsync).
+    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
+        let mut st = self.state.lock();
+        if !st.atomic.is_some_and(|u| u.fits(offset, buf.len())) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if dsync {
+            drop(st);
+            return self.write_vectored_all_at_dsync(offset, &mut [IoSlice::new(buf)]);
+        }
+        st.atomic_writes += 1;
+        let id = st.atomic_writes;
+        apply(&mut st.live, offset, buf);
+        st.log.push(Logged {
+            offset,
+            bytes: buf.to_vec(),
+            atomic: Some(id),
+        });
         Ok(())
     }
     /// `O_DSYNC` for this write alone: its bytes, and the length that
@@ -490,8 +594,8 @@ impl StorageBackend for CrashBackend {
             st.seen[lane] = st.errors;
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        for (offset, bytes) in &log {
-            apply(&mut st.durable, *offset, bytes);
+        for w in &log {
+            apply(&mut st.durable, w.offset, &w.bytes);
         }
         if std::mem::take(&mut st.len_changed) {
             let len = st.live.len();

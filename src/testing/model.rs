@@ -12,6 +12,10 @@
 //!   each kept, dropped or torn at 512-byte sectors), every sector of
 //!   every page holds bytes of its synced version or of a version written
 //!   after that sync: nothing synced is lost, nothing never written shows;
+//! - with [`TornWrites::Atomic`] or [`TornWrites::DoubleWrite`], after a
+//!   crash (and the recovery pass at reopen) every page holds one version
+//!   whole: none is torn ([`check_torn`] counts the torn pages found with
+//!   `Allow`, where a crash may tear them);
 //! - a failed write leaves the pages readable and a later sync makes them
 //!   durable; a failed `fdatasync` poisons the file;
 //! - buffered bytes stay within the bound (plus the pages of one write).
@@ -22,8 +26,9 @@ use std::sync::Arc;
 
 use super::Rng;
 use super::{CrashBackend, FaultyBackend, WriteFault};
+use crate::backend::AtomicUnit;
 use crate::backend::{FileBackend, StorageBackend};
-use crate::cached_file::{Config, FlushEngine, PagedCachedFile};
+use crate::cached_file::{Config, FlushEngine, PagedCachedFile, TornWrites};
 use crate::error::Error;
 
 /// Pages the model addresses: 0..MAX_PAGES.
@@ -104,7 +109,20 @@ pub struct ModelConfig {
     /// ([`FileBackend::open_direct`]), so the aligned write paths and the
     /// preallocation of a growing file run too. Ignored without `dir`.
     pub direct: bool,
+    /// [`Config::torn_writes`]. In memory, the file takes atomic writes of
+    /// [`MODEL_ATOMIC_UNIT`] and has a doublewrite area beside it (a
+    /// second [`CrashBackend`], crashed with the file); on a real file
+    /// only `Allow` runs (other modes are skipped: `check` returns `Ok`).
+    pub torn_writes: TornWrites,
 }
+
+/// The atomic write unit of the model's in-memory file: 512 B to 8 KiB,
+/// so runs of the model's pages are cut into several atomic pieces.
+pub const MODEL_ATOMIC_UNIT: AtomicUnit = AtomicUnit {
+    min: 512,
+    max: 8192,
+    segments_max: 1,
+};
 
 impl ModelConfig {
     fn config(&self) -> Config {
@@ -117,6 +135,7 @@ impl ModelConfig {
             .sync_lanes(self.sync_lanes)
             .commit_dsync(self.commit_dsync)
             .rounds_in_flight(self.rounds_in_flight)
+            .torn_writes(self.torn_writes)
             .max_run_pages(5)
     }
 }
@@ -130,7 +149,8 @@ pub fn page_bytes(page_size: usize, page: u64, version: u64) -> Vec<u8> {
 }
 
 enum Store {
-    Memory(Arc<CrashBackend>),
+    /// The file and its doublewrite area.
+    Memory(Arc<CrashBackend>, Arc<CrashBackend>),
     File(PathBuf),
 }
 
@@ -139,7 +159,7 @@ impl Store {
     /// called after a successful fdatasync).
     fn durable_image(&self) -> Result<Vec<u8>, String> {
         match self {
-            Store::Memory(c) => Ok(c.durable_image()),
+            Store::Memory(c, _) => Ok(c.durable_image()),
             Store::File(p) => std::fs::read(p).map_err(|e| format!("read back: {e}")),
         }
     }
@@ -153,7 +173,7 @@ struct World {
 
 fn open(store: Store, cfg: &ModelConfig) -> Result<World, String> {
     let (inner, engine): (Arc<dyn StorageBackend>, FlushEngine) = match &store {
-        Store::Memory(c) => {
+        Store::Memory(c, _) => {
             let engine = match cfg.engine {
                 FlushEngine::IoUring { queue_depth } => FlushEngine::Auto { queue_depth },
                 e => e,
@@ -172,7 +192,13 @@ fn open(store: Store, cfg: &ModelConfig) -> Result<World, String> {
     let faulty = Arc::new(FaultyBackend::new(inner));
     let mut c = cfg.config();
     c.engine = engine;
-    let file = PagedCachedFile::new(Arc::clone(&faulty), c).map_err(|e| format!("open: {e}"))?;
+    let file = match &store {
+        Store::Memory(_, area) => {
+            PagedCachedFile::with_doublewrite(Arc::clone(&faulty), Arc::clone(area) as _, c)
+        }
+        Store::File(_) => PagedCachedFile::new(Arc::clone(&faulty), c),
+    }
+    .map_err(|e| format!("open: {e}"))?;
     Ok(World {
         store,
         faulty,
@@ -188,6 +214,8 @@ struct Model {
     since: BTreeMap<u64, Vec<Vec<u8>>>,
     poisoned: bool,
     version: u64,
+    /// Pages found torn after crashes (`Allow` only; an error otherwise).
+    torn: u64,
 }
 
 impl Model {
@@ -212,9 +240,26 @@ impl Model {
 /// Runs `ops` on a fresh file and checks it against the model. `Err` names
 /// the first operation (by index) whose outcome the model does not allow.
 pub fn check(cfg: &ModelConfig, ops: &[Op]) -> Result<(), String> {
+    check_torn(cfg, ops).map(|_| ())
+}
+
+/// A fresh in-memory file for `cfg` (with its atomic unit where asked).
+fn crash_file(cfg: &ModelConfig, image: &[u8]) -> Arc<CrashBackend> {
+    let be = CrashBackend::from_image(image);
+    Arc::new(match cfg.torn_writes {
+        TornWrites::Atomic | TornWrites::Auto => be.with_atomic_unit(MODEL_ATOMIC_UNIT),
+        _ => be,
+    })
+}
+
+/// As [`check`]; returns how many pages crash images held torn (part one
+/// version, part another) after recovery: 0 unless `cfg.torn_writes` is
+/// `Allow` (in the other modes a torn page is an `Err`).
+pub fn check_torn(cfg: &ModelConfig, ops: &[Op]) -> Result<u64, String> {
     let ps = cfg.page_size;
     let store = match &cfg.dir {
-        None => Store::Memory(Arc::new(CrashBackend::new())),
+        None => Store::Memory(crash_file(cfg, &[]), Arc::new(CrashBackend::new())),
+        Some(_) if cfg.torn_writes != TornWrites::Allow => return Ok(0),
         Some(dir) => {
             let path = dir.join("model.pw");
             let _ = std::fs::remove_file(&path);
@@ -233,7 +278,7 @@ pub fn check(cfg: &ModelConfig, ops: &[Op]) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(m.torn)
 }
 
 fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), String> {
@@ -318,26 +363,31 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
         }
         Op::FailNextWrite(fault) => w.faulty.schedule_writes([fault]),
         Op::FailNextSync => match &w.store {
-            Store::Memory(c) => c.schedule_syncs([true]),
+            Store::Memory(c, _) => c.schedule_syncs([true]),
             Store::File(_) => w.faulty.schedule_syncs([Some(libc::EIO)]),
         },
         Op::Crash { seed } => {
-            let Store::Memory(c) = &w.store else {
+            let Store::Memory(c, area) = &w.store else {
                 // A real file cannot lose power here.
                 return Ok(());
             };
             let image = c.crash_image(seed);
-            let crash = Arc::new(CrashBackend::from_image(&image));
-            let next = open(Store::Memory(crash), cfg)?;
+            let area_image = area.crash_image(seed ^ 0x5EED);
+            let crash = crash_file(cfg, &image);
+            let area = Arc::new(CrashBackend::from_image(&area_image));
+            // The reopen runs the doublewrite recovery, which may rewrite
+            // pages of the image: check what the file holds after it.
+            let next = open(Store::Memory(Arc::clone(&crash), area), cfg)?;
             let old = std::mem::replace(w, next);
             drop(old);
+            let image = crash.live_image();
             after_crash(cfg, w, m, &image)?;
         }
         Op::Close => {
             let r = w.file.close();
             if sync_outcome(cfg, w, m, r)? {
                 let store = match &w.store {
-                    Store::Memory(c) => Store::Memory(Arc::clone(c)),
+                    Store::Memory(c, a) => Store::Memory(Arc::clone(c), Arc::clone(a)),
                     Store::File(p) => Store::File(p.clone()),
                 };
                 let next = open(store, cfg)?;
@@ -421,6 +471,16 @@ fn after_crash(
                     "after crash, page {p} sector {k} holds bytes of no synced or later version"
                 ));
             }
+        }
+        // Whole: one version in every sector.
+        if got != *synced && !later.contains(&got) {
+            if cfg.torn_writes != TornWrites::Allow {
+                return Err(format!(
+                    "after crash, page {p} is torn (sectors of different versions) with {:?}",
+                    cfg.torn_writes
+                ));
+            }
+            m.torn += 1;
         }
         if m.durable.contains_key(&p) || got != zero {
             m.newest.insert(p, got);
