@@ -45,8 +45,22 @@ pub fn remove_stale(dir: &Path) -> usize {
     removed
 }
 
-/// The PID in a scratch file's name, if it is one.
+/// The doublewrite area a cached file opened on scratch file `path` makes
+/// beside it (`<path>.dblwr`, [`pagewriter::TornWrites::DoubleWrite`]):
+/// registered for Ctrl-C; remove it with the file. Stale ones go with
+/// [`remove_stale`] too.
+pub fn sidecar(path: &Path) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".dblwr");
+    let p = std::path::PathBuf::from(p);
+    crate::interrupt::scratch(p.clone());
+    p
+}
+
+/// The PID in a scratch file's name (or its doublewrite area's), if it
+/// is one.
 fn scratch_pid(name: &str) -> Option<u32> {
+    let name = name.strip_suffix(".dblwr").unwrap_or(name);
     let rest = name.strip_prefix(".pagewriter-")?.strip_suffix(SUFFIX)?;
     let mut parts = rest.splitn(3, '-');
     let (_what, pid, _random) = (parts.next()?, parts.next()?, parts.next()?);
@@ -63,13 +77,14 @@ mod tests {
         let mine = create(d.path(), "scale").unwrap();
         // PID 4194304 is past Linux's pid_max limit: never alive.
         let dead = d.path().join(".pagewriter-bulk-4194304-abc.pwtmp");
+        let dead_area = d.path().join(".pagewriter-bulk-4194304-abc.pwtmp.dblwr");
         let users = d.path().join("pagewriter-bulk-4194304-abc.pwtmp");
         let odd = d.path().join(".pagewriter-bulk-notapid-abc.pwtmp");
-        for p in [&dead, &users, &odd] {
+        for p in [&dead, &dead_area, &users, &odd] {
             std::fs::write(p, b"x").unwrap();
         }
-        assert_eq!(remove_stale(d.path()), 1);
-        assert!(!dead.exists());
+        assert_eq!(remove_stale(d.path()), 2);
+        assert!(!dead.exists() && !dead_area.exists());
         assert!(users.exists() && odd.exists() && mine.path().exists());
         assert_eq!(scratch_pid(".pagewriter-scale-12-x.pwtmp"), Some(12));
     }

@@ -561,6 +561,9 @@ fn statx_atomic_unit(file: &File) -> Option<super::AtomicUnit> {
             min,
             max,
             segments_max: buf.stx_atomic_write_segments_max.max(1),
+            device_max: queue_attr(file, "atomic_write_unit_max_bytes")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
         },
     )
 }

@@ -79,8 +79,10 @@ pub enum TornWrites {
     /// backend given to
     /// [`PagedCachedFile::with_doublewrite`](crate::PagedCachedFile::with_doublewrite).
     DoubleWrite,
-    /// `Atomic` where the file takes atomic writes of a page, else
-    /// `DoubleWrite`; [`IoMode::torn_writes`](crate::IoMode::torn_writes)
+    /// `Atomic` where the file takes atomic writes of a page and the
+    /// device does them itself (`AtomicUnit::device_max`), else
+    /// `DoubleWrite` (where the file system would emulate atomic writes,
+    /// the area measured faster: `.project/torn-writes.md`); [`IoMode::torn_writes`](crate::IoMode::torn_writes)
     /// says which is in force and
     /// [`IoMode::torn_writes_why`](crate::IoMode::torn_writes_why) why.
     Auto,

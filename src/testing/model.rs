@@ -122,6 +122,7 @@ pub const MODEL_ATOMIC_UNIT: AtomicUnit = AtomicUnit {
     min: 512,
     max: 8192,
     segments_max: 1,
+    device_max: 8192,
 };
 
 impl ModelConfig {

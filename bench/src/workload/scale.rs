@@ -20,7 +20,7 @@ use crate::datagen::{GenConfig, Generator};
 use crate::rng::WyRand;
 use pagewriter::error::{Error, Result};
 use pagewriter::{
-    Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats, StorageBackend,
+    Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats, StorageBackend, TornWrites,
 };
 
 /// What a cell measures.
@@ -139,6 +139,9 @@ pub struct ScaleConfig {
     /// One-run commit rounds write with `RWF_DSYNC`
     /// ([`Config::commit_dsync`]). Default off.
     pub commit_dsync: bool,
+    /// Torn-page protection ([`Config::torn_writes`]). Default
+    /// [`TornWrites::Allow`]. A doublewrite area is a scratch file too.
+    pub torn_writes: TornWrites,
     /// Threads writing a flush's runs in the vectored modes
     /// ([`Config::write_threads`]). Default 1.
     pub write_threads: usize,
@@ -193,6 +196,7 @@ impl Default for ScaleConfig {
             sync_lanes: Config::default().sync_lanes,
             rounds_in_flight: Config::default().rounds_in_flight,
             commit_dsync: Config::default().commit_dsync,
+            torn_writes: Config::default().torn_writes,
             write_threads: Config::default().write_threads,
             max_write_bytes: Config::default().max_write_bytes,
             direct: DirectIo::Auto,
@@ -380,8 +384,12 @@ pub struct Row {
     pub mb_per_s: f64,
     /// Median write system calls per commit.
     pub write_calls_per_commit: f64,
-    /// Median `fdatasync` calls per commit.
+    /// Median `fdatasync` calls per commit (a doublewrite area's
+    /// included).
     pub syncs_per_commit: f64,
+    /// Median KiB written per commit: in place, and to the doublewrite
+    /// area where there is one ([`Config::torn_writes`]).
+    pub write_kib_per_commit: f64,
     /// Median page reads per second.
     pub reads_per_s: f64,
     /// Reads served by the read cache over reads that missed the write
@@ -505,11 +513,15 @@ fn open_cached(
         .sync_lanes(config.sync_lanes)
         .rounds_in_flight(config.rounds_in_flight)
         .commit_dsync(config.commit_dsync)
+        .torn_writes(config.torn_writes)
         .write_threads(config.write_threads)
         .max_write_bytes(config.max_write_bytes)
         .read_cache_bytes(config.read_cache_bytes)
         .direct(config.direct)
         .engine(engine);
+    if config.torn_writes != TornWrites::Allow {
+        crate::scratch::sidecar(file.path());
+    }
     PagedCachedFile::open(file.path(), cfg)
 }
 
@@ -608,6 +620,10 @@ pub fn run_cell(
         stats.write_calls += s.write_calls;
         stats.bytes_written += s.bytes_written;
         stats.syncs += s.syncs;
+        stats.atomic_writes += s.atomic_writes;
+        stats.doublewrite_records += s.doublewrite_records;
+        stats.doublewrite_bytes += s.doublewrite_bytes;
+        stats.doublewrite_syncs += s.doublewrite_syncs;
         stats.write_us += s.write_us;
         stats.sync_us += s.sync_us;
         stats.commits += s.commits;
@@ -622,6 +638,11 @@ pub fn run_cell(
     }
     let io = files[0].io_mode().to_string();
     drop(files);
+    if config.torn_writes != TornWrites::Allow {
+        for t in &temps {
+            let _ = std::fs::remove_file(crate::scratch::sidecar(t.path()));
+        }
+    }
     drop(temps);
     let cell = Cell {
         mode,
@@ -777,7 +798,12 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                     c.page_writes as f64 * config.page_size as f64 / c.seconds / 1e6
                 }),
                 write_calls_per_commit: per(&|c| per_commit(c.stats.write_calls, c)),
-                syncs_per_commit: per(&|c| per_commit(c.stats.syncs, c)),
+                syncs_per_commit: per(&|c| {
+                    per_commit(c.stats.syncs + c.stats.doublewrite_syncs, c)
+                }),
+                write_kib_per_commit: per(&|c| {
+                    per_commit(c.stats.bytes_written + c.stats.doublewrite_bytes, c) / 1024.0
+                }),
                 reads_per_s: per(&|c| c.reads as f64 / c.seconds),
                 cache_hit_ratio: {
                     let hits: u64 = these.iter().map(|c| c.stats.cache_hits).sum();

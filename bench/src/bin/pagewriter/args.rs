@@ -281,6 +281,30 @@ pub(crate) enum CommitArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum TornArg {
+    /// No protection (a power cut may tear a page).
+    Allow,
+    /// RWF_ATOMIC page writes (O_DIRECT on a file system that takes
+    /// them, e.g. XFS on Linux 6.11+); an error elsewhere.
+    Atomic,
+    /// A doublewrite area written and synced before the pages go in place.
+    Doublewrite,
+    /// Atomic where the file takes it, else doublewrite.
+    Auto,
+}
+
+impl From<TornArg> for pagewriter::TornWrites {
+    fn from(t: TornArg) -> Self {
+        match t {
+            TornArg::Allow => Self::Allow,
+            TornArg::Atomic => Self::Atomic,
+            TornArg::Doublewrite => Self::DoubleWrite,
+            TornArg::Auto => Self::Auto,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum DirectArg {
     /// Buffered I/O (page cache).
     Off,
@@ -343,6 +367,9 @@ pub(crate) struct ScaleArgs {
     /// earlier rounds' writes are in flight (1 = one round writes at a time)
     #[arg(long, default_value_t = pagewriter::Config::default().rounds_in_flight)]
     pub(crate) rounds_in_flight: usize,
+    /// Torn-page protection of the cached file (`Config::torn_writes`).
+    #[arg(long, value_enum, default_value = "allow")]
+    pub(crate) torn_writes: TornArg,
     /// io_uring queue depth (SQEs in flight) of the io-uring mode.
     #[arg(long, default_value_t = 32)]
     pub(crate) queue_depth: u32,

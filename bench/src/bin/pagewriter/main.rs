@@ -73,6 +73,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("--buffer-mib too large")?,
         sync_lanes: a.sync_lanes,
         rounds_in_flight: a.rounds_in_flight,
+        torn_writes: a.torn_writes.into(),
         commit_dsync: a.commit_dsync,
         write_threads: a.write_threads,
         max_write_bytes: usize::try_from(a.max_write_bytes)

@@ -24,7 +24,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         c.repeats
     );
     println!(
-        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>8} {:>8} {:>13} {:>6} {:>11}",
+        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>11} {:>8} {:>8} {:>13} {:>6} {:>11}",
         "threads",
         "mode",
         "pages/s",
@@ -32,6 +32,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         "MB/s",
         "writes/commit",
         "syncs/commit",
+        "KiB/commit",
         "p50 us",
         "p99 us",
         "CPU us/commit",
@@ -40,7 +41,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
     );
     for row in &r.rows {
         println!(
-            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>8} {:>8} {:>13.1} {:>6.2} {:>11}",
+            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>11.1} {:>8} {:>8} {:>13.1} {:>6.2} {:>11}",
             row.threads,
             row.mode.name(),
             row.page_writes_per_s,
@@ -48,6 +49,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
             row.mb_per_s,
             row.write_calls_per_commit,
             row.syncs_per_commit,
+            row.write_kib_per_commit,
             row.p50_us,
             row.p99_us,
             row.cpu_us_per_commit,
