@@ -137,8 +137,16 @@ impl PagewriterBackend {
     /// to write back; on this project's test machine (ext4, virtio disk)
     /// that made 1.08x the durable commits/s of redb's own backend, where
     /// buffered `pwritev` made 0.9x (`.project/redb.md`).
+    ///
+    /// Torn pages: [`TornWrites::Allow`](pagewriter::TornWrites::Allow).
+    /// redb never overwrites a live page in place (copy-on-write B-trees,
+    /// two commit slots in its header) and checksums its pages, so a page
+    /// torn by a power cut belongs to a commit that never completed and is
+    /// found by its checksum; atomic writes or a doublewrite area would
+    /// cost commits/s for nothing.
     pub fn default_config() -> Config {
         Config::default()
+            .torn_writes(pagewriter::TornWrites::Allow)
             .read_cache_bytes(DEFAULT_READ_CACHE_BYTES)
             .direct(pagewriter::DirectIo::Auto)
             .engine(pagewriter::FlushEngine::Auto { queue_depth: 32 })
