@@ -175,7 +175,7 @@ fn model_checker() -> Res<String> {
 
 fn random_op(rng: &mut Rng) -> Op {
     let page = rng.below(model::MAX_PAGES);
-    match rng.below(20) {
+    match rng.below(21) {
         0..=6 => Op::Write {
             page,
             pages: 1 + rng.below(3),
@@ -194,6 +194,9 @@ fn random_op(rng: &mut Rng) -> Op {
         17 => Op::FailNextSync,
         18 => Op::Crash {
             seed: rng.next_u64(),
+        },
+        19 => Op::SetLen {
+            pages: rng.below(model::MAX_PAGES + 1),
         },
         _ => Op::Close,
     }

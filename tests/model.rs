@@ -41,6 +41,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::FailNextSync),
         1 => any::<u64>().prop_map(|seed| Op::Crash { seed }),
         1 => Just(Op::Close),
+        1 => (0..=MAX_PAGES).prop_map(|pages| Op::SetLen { pages }),
     ]
 }
 
@@ -218,6 +219,7 @@ fn crashy_op() -> impl Strategy<Value = Op> {
         1 => fault().prop_map(Op::FailNextWrite),
         3 => any::<u64>().prop_map(|seed| Op::Crash { seed }),
         1 => Just(Op::Close),
+        1 => (0..=MAX_PAGES / 4).prop_map(|pages| Op::SetLen { pages }),
     ]
 }
 

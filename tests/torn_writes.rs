@@ -13,9 +13,9 @@ use pagewriter::{
 };
 
 const PS: usize = 4096;
-/// A doublewrite record of two pages: 48-byte header, 16 bytes per page
-/// in its table.
-const RECORD_HEAD: usize = 48 + 2 * 16;
+/// The head of a doublewrite record of four pages: 56-byte header, 16
+/// bytes per page in its table.
+const RECORD_HEAD: usize = 56 + 4 * 16;
 
 fn page(n: u64, version: u64) -> Vec<u8> {
     let mut v = vec![0u8; PS];
@@ -196,7 +196,9 @@ fn ext4_refuses_atomic_and_auto_picks_doublewrite() {
 }
 
 /// Writes v1 of pages 0..4, syncs; writes v2 of pages 1 and 2, syncs, and
-/// drops the file without `close` (the area keeps its last record).
+/// drops the file without `close`. Both commits were durable on the area
+/// alone (nothing but staged pages changed the file), so the area keeps
+/// both records: v1 of pages 0..4, then v2 of pages 1 and 2.
 fn two_versions(path: &Path) {
     let f = PagedCachedFile::open(path, Config::default().torn_writes(TornWrites::DoubleWrite))
         .unwrap();
@@ -249,8 +251,8 @@ fn doublewrite_repairs_a_planted_torn_page() {
     .unwrap();
     let rec = f.recovery().clone();
     eprintln!("recovery: {rec:?}");
-    assert_eq!(rec.records, 1);
-    assert_eq!(rec.pages, 2);
+    assert_eq!(rec.records, 2);
+    assert_eq!(rec.pages, 6);
     assert_eq!(rec.repaired, vec![2 * PS as u64]);
     assert!(rec.warnings.is_empty(), "{rec:?}");
     for (p, v) in [(0u64, 1u64), (1, 2), (2, 2), (3, 1)] {
@@ -286,9 +288,7 @@ fn bad_doublewrite_areas_are_reported_not_applied() {
         .write(true)
         .open(dblwr(&path))
         .unwrap();
-    // The last record is the first in the area (the one before it was
-    // synced in place, so the area started over): header, 2 table
-    // entries, 2 page images.
+    // Inside the first record's first page image.
     let at = (RECORD_HEAD + 100) as u64;
     let mut b = [0u8; 1];
     area.read_exact_at(&mut b, at).unwrap();
@@ -310,6 +310,7 @@ fn bad_doublewrite_areas_are_reported_not_applied() {
         .write(true)
         .open(dblwr(&path))
         .unwrap();
+    // The first record cut inside its images.
     area.set_len((RECORD_HEAD + 2 * PS - 100) as u64).unwrap();
     let (rec, _) = reopen(&path);
     assert_eq!(rec.records, 0);
@@ -399,4 +400,70 @@ fn set_len_cut_is_not_undone_by_recovery() {
     .unwrap();
     assert_eq!(f.len(), 2 * PS as u64);
     assert!(f.recovery().repaired.is_empty());
+}
+
+/// What a power cut now leaves of `data` and `area`, after the recovery
+/// pass: (file bytes, recovery report).
+fn recovered(
+    data: &pagewriter::testing::CrashBackend,
+    area: &pagewriter::testing::CrashBackend,
+) -> (Vec<u8>, pagewriter::Recovery) {
+    use pagewriter::testing::CrashBackend;
+    use std::sync::Arc;
+    let d = Arc::new(CrashBackend::from_image(&data.durable_image()));
+    let a = Arc::new(CrashBackend::from_image(&area.durable_image()));
+    let f = PagedCachedFile::with_doublewrite(
+        Arc::clone(&d),
+        a,
+        Config::default().torn_writes(TornWrites::DoubleWrite),
+    )
+    .unwrap();
+    let rec = f.recovery().clone();
+    drop(f);
+    (d.live_image(), rec)
+}
+
+/// A commit whose changes are all in durable doublewrite records is
+/// acknowledged without an `fdatasync` of the file (the pages survive a
+/// power cut through recovery); one that also changed what no record
+/// holds (a `set_len` that grows the file) syncs the file, so the length
+/// survives too. A clean close syncs the file and empties the area.
+#[test]
+fn commits_durable_on_the_area_alone_until_a_change_no_record_holds() {
+    use pagewriter::testing::CrashBackend;
+    use std::sync::Arc;
+    let data = Arc::new(CrashBackend::new());
+    let area = Arc::new(CrashBackend::new());
+    let f = PagedCachedFile::with_doublewrite(
+        Arc::clone(&data),
+        Arc::clone(&area) as _,
+        Config::default().torn_writes(TornWrites::DoubleWrite),
+    )
+    .unwrap();
+    let v1: Vec<u8> = (0..4).flat_map(|p| page(p, 1)).collect();
+    f.write_page(0, &v1).unwrap();
+    f.sync().unwrap();
+    assert_eq!(f.stats().syncs, 0, "durable on the area alone");
+    assert_eq!(f.stats().doublewrite_syncs, 1);
+    assert!(data.durable_image().is_empty(), "nothing synced in place");
+    let (img, rec) = recovered(&data, &area);
+    assert_eq!(img, v1, "recovery brings the commit back: {rec:?}");
+    // A length no record holds: the file is synced.
+    f.set_len(16 * PS as u64).unwrap();
+    f.sync().unwrap();
+    assert_eq!(f.stats().syncs, 1);
+    let (img, _) = recovered(&data, &area);
+    assert_eq!(img.len(), 16 * PS);
+    assert_eq!(&img[..4 * PS], &v1[..]);
+    // And pages again on the area alone.
+    f.write_page(5 * PS as u64, &page(5, 2)).unwrap();
+    f.sync().unwrap();
+    assert_eq!(f.stats().syncs, 1);
+    let (img, _) = recovered(&data, &area);
+    assert_eq!(&img[5 * PS..6 * PS], &page(5, 2)[..]);
+    assert_eq!(img.len(), 16 * PS);
+    f.close().unwrap();
+    assert_eq!(f.stats().syncs, 2, "close syncs the file");
+    assert!(area.durable_image().is_empty(), "and empties the area");
+    assert_eq!(&data.durable_image()[5 * PS..6 * PS], &page(5, 2)[..]);
 }

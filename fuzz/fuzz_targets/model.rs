@@ -56,6 +56,9 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         }),
         23 => Op::FailNextSync,
         24 => Op::Crash { seed: u.arbitrary()? },
+        25 => Op::SetLen {
+            pages: u.int_in_range(0..=MAX_PAGES)?,
+        },
         _ => Op::Close,
     })
 }

@@ -197,6 +197,9 @@ impl PagedCachedFile {
         }
         self.uncache(|p| pages.contains(&p));
         self.release(freed);
+        if let Some(area) = &self.doublewrite {
+            area.forget_failed(offset, end);
+        }
         Ok(())
     }
 
@@ -212,8 +215,15 @@ impl PagedCachedFile {
     /// Writes racing with a shrink over the pages it cuts land before or
     /// after it, page by page; an engine orders them itself.
     ///
+    /// With [`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite) a
+    /// shrink empties the doublewrite area: it first makes the pages
+    /// written in place durable (`fdatasync`), after flushing any page
+    /// whose earlier write failed (and may be torn on disk).
+    ///
     /// Errors: [`Error::Unaligned`] for a length that is not a whole number
-    /// of pages under `O_DIRECT`; [`Error::FileTooLarge`];
+    /// of pages under `O_DIRECT`; [`Error::FileTooLarge`]; with a
+    /// doublewrite area, the flush's errors (nothing changed) and
+    /// `Error::Io` with op "fdatasync" (the file is poisoned);
     /// [`Error::Busy`] if a guarded page would be cut; [`Error::Closed`],
     /// [`Error::Poisoned`], [`Error::ReadOnly`]; `Error::Io` with op
     /// "ftruncate" (then nothing changed).
@@ -247,7 +257,7 @@ impl PagedCachedFile {
             self.written_len.fetch_max(len, Ordering::AcqRel);
             self.logical_len.fetch_max(len, Ordering::AcqRel);
             self.disk_len.fetch_max(len, Ordering::AcqRel);
-            self.write_seq.fetch_add(1, Ordering::AcqRel);
+            self.bump_unstaged();
             return Ok(());
         }
         // A guard at or past the cut (even past the old end) would write
@@ -266,14 +276,23 @@ impl PagedCachedFile {
                 self.all_settled.wait(&mut g);
             }
         }
+        if let Some(area) = &self.doublewrite
+            && area.has_failed()
+        {
+            // The cut empties the area, so a page a failed write may have
+            // torn must first be written whole: a flush retries it (its
+            // error is this call's, and nothing changed), then the cut
+            // starts again (no write is in flight and none can start while
+            // `flusher` is held, so the check above is final).
+            drop(flusher);
+            self.flush_to_os()?;
+            return self.set_len(len);
+        }
         if let Some(area) = &self.doublewrite {
             // A record may hold pages past the cut, which recovery would
             // write back after a later sync made the cut durable: make
             // every page written in place durable, then empty the area.
-            if let Err(e) = self.backend.sync_data() {
-                self.poisoned.store(true, Ordering::Release);
-                return Err(Error::io("fdatasync", None, e));
-            }
+            self.sync_file_on_free_lane()?;
             area.clear()
                 .map_err(|e| Error::io("doublewrite area: empty", None, e))?;
         }
@@ -324,7 +343,7 @@ impl PagedCachedFile {
             self.pool.put_all([b.share()]);
         }
         self.release(freed);
-        self.write_seq.fetch_add(1, Ordering::AcqRel);
+        self.bump_unstaged();
         Ok(())
     }
 

@@ -114,6 +114,9 @@ struct SyncingRound {
 #[derive(Debug)]
 struct RoundOutcome {
     covered: Option<u64>,
+    /// Covered by durable doublewrite records, not by an `fdatasync` of
+    /// the file (which the area still needs before it starts over).
+    by_area: bool,
     error: Option<Error>,
 }
 
@@ -224,7 +227,10 @@ impl PagedCachedFile {
         // inline.
         let alone = st.syncing.len() == 1;
         let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && alone;
-        let synced_before = st.synced_seq;
+        // What an fdatasync (or a durable write standing in for one)
+        // covered: not a round made durable by the doublewrite area, whose
+        // pages are not durable in place.
+        let synced_before = st.synced_seq.min(self.fsynced.load(Ordering::Acquire));
         // Returns once every write drained before or with this round's
         // completed; the length is made durable with the pages.
         let pass =
@@ -243,8 +249,14 @@ impl PagedCachedFile {
         // callers no round covers yet) leads it and covers every other.
         let next = st.rounds + 1;
         self.round_slot(next).notify_all();
-        let needed = pass.seq > st.synced_seq && pass.durable_seq.is_none();
-        let durable_seq = pass.durable_seq;
+        // Doublewrite: every change since the last fdatasync is in a
+        // durable record, so the area makes the round durable.
+        let by_area = pass.seq > st.synced_seq
+            && pass.durable_seq.is_none()
+            && self.doublewrite.is_some()
+            && pass.unstaged_at <= self.fsynced.load(Ordering::Acquire);
+        let needed = pass.seq > st.synced_seq && pass.durable_seq.is_none() && !by_area;
+        let durable_seq = pass.durable_seq.or(by_area.then_some(pass.seq));
         let write_error = pass.error;
         let batch = pass.batch;
         let synced = MutexGuard::unlocked(st, || {
@@ -257,10 +269,12 @@ impl PagedCachedFile {
         let outcome = match synced {
             Ok(covered) => RoundOutcome {
                 covered,
+                by_area,
                 error: write_error,
             },
             Err(e) => RoundOutcome {
                 covered: None,
+                by_area,
                 error: Some(e),
             },
         };
@@ -272,6 +286,51 @@ impl PagedCachedFile {
         me.outcome = Some(outcome);
         // Wakes the callers of every round it publishes.
         self.publish(st);
+    }
+
+    /// Records a successful `fdatasync` that covered `write_seq` up to
+    /// `covers`.
+    fn note_fsynced(&self, covers: u64) {
+        self.fsynced.fetch_max(covers, Ordering::AcqRel);
+    }
+
+    /// `fdatasync` of the file outside a commit round, on a free sync lane
+    /// (a lane's calls never overlap): checkpoints of the doublewrite area,
+    /// a cut, a close. Counted in `syncs`; tells the area its records up
+    /// to here are durable in place.
+    ///
+    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
+    /// is poisoned.
+    pub(super) fn sync_file_on_free_lane(&self) -> Result<()> {
+        let lane = {
+            let mut st = self.commit.lock();
+            while st.free_lanes.is_empty() {
+                self.commit_lane_free.wait(&mut st);
+            }
+            st.free_lanes.pop().expect("checked")
+        };
+        let covers = self.write_seq.load(Ordering::Acquire);
+        add(&self.counters.syncs, 1);
+        let synced = self.backend.sync_data_on(lane);
+        {
+            let mut st = self.commit.lock();
+            st.free_lanes.push(lane);
+            self.commit_lane_free.notify_all();
+        }
+        match synced {
+            Ok(()) => {
+                self.note_fsynced(covers);
+                if let Some(area) = &self.doublewrite {
+                    area.data_synced(covers);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.poisoned.store(true, Ordering::Release);
+                self.notify_room();
+                Err(Error::io("fdatasync", None, e))
+            }
+        }
     }
 
     fn round_slot(&self, no: u64) -> &crate::sync::Condvar {
@@ -290,9 +349,13 @@ impl PagedCachedFile {
             let outcome = round.outcome.expect("checked");
             if let Some(c) = outcome.covered {
                 st.synced_seq = st.synced_seq.max(c);
-                if let Some(area) = &self.doublewrite {
-                    // The area's records up to `c` are durable in place.
-                    area.data_synced(c);
+                if !outcome.by_area {
+                    // An fdatasync, or a durable write with everything
+                    // before it synced: durable in place up to `c`.
+                    self.note_fsynced(c);
+                    if let Some(area) = &self.doublewrite {
+                        area.data_synced(c);
+                    }
                 }
             }
             match outcome.error {
@@ -346,6 +409,7 @@ impl PagedCachedFile {
         add_elapsed(&self.counters.sync_ns, started);
         match synced {
             Ok(()) => {
+                self.note_fsynced(covers);
                 if let Some(b) = batch {
                     self.settle(b);
                 }

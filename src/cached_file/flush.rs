@@ -148,6 +148,8 @@ pub(crate) struct Pass {
     pub(super) durable_seq: Option<u64>,
     /// `write_seq` once every write drained up to this flush completed.
     pub(super) seq: u64,
+    /// `unstaged_at`, read together with `seq`.
+    pub(super) unstaged_at: u64,
     /// Something reached the OS or the file's length changed.
     pub(super) wrote: bool,
 }
@@ -185,7 +187,13 @@ impl PagedCachedFile {
     /// file.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
-    pub(super) fn extend_to(&self, f: &mut Flusher, len: u64) -> Result<bool> {
+    ///
+    /// `staging`: the caller stages a doublewrite record carrying `len`
+    /// and makes the `write_seq` step itself once it knows whether the
+    /// record is durable (a plain step if it is, else
+    /// [`bump_unstaged`](Self::bump_unstaged)). Otherwise the step is
+    /// marked unstaged here.
+    pub(super) fn extend_to(&self, f: &mut Flusher, len: u64, staging: bool) -> Result<bool> {
         if len <= f.os_len {
             return Ok(false);
         }
@@ -195,8 +203,19 @@ impl PagedCachedFile {
         f.os_len = len;
         self.written_len.fetch_max(len, Ordering::AcqRel);
         self.disk_len.fetch_max(len, Ordering::AcqRel);
-        self.write_seq.fetch_add(1, Ordering::AcqRel);
+        if !staging {
+            self.bump_unstaged();
+        }
         Ok(true)
+    }
+
+    /// A change no durable doublewrite record holds happened: the next
+    /// commit round must `fdatasync` the file. Under `unstaged_at`'s lock
+    /// with the `write_seq` step it makes, so a round reading both sees
+    /// the step only with the mark.
+    pub(super) fn bump_unstaged(&self) {
+        let mut u = self.unstaged_at.lock();
+        *u = self.write_seq.fetch_add(1, Ordering::AcqRel) + 1;
     }
 
     /// One flush: drains every stripe and writes what it found, then waits
@@ -223,6 +242,7 @@ impl PagedCachedFile {
             error: None,
             durable_seq: None,
             seq: 0,
+            unstaged_at: 0,
             wrote: false,
         };
         let mut first_pass = true;
@@ -239,7 +259,7 @@ impl PagedCachedFile {
             let mark = self.next_generation.load(Ordering::Acquire);
             match drained {
                 None => {
-                    match self.extend_to(&mut f, len) {
+                    match self.extend_to(&mut f, len, false) {
                         Ok(grown) => pass.wrote |= grown,
                         Err(e) => {
                             pass.error.get_or_insert(e);
@@ -259,7 +279,11 @@ impl PagedCachedFile {
                 }
             }
             let missed = self.wait_written_then_check(mark, drain_no);
-            pass.seq = self.write_seq.load(Ordering::Acquire);
+            {
+                let u = self.unstaged_at.lock();
+                pass.seq = self.write_seq.load(Ordering::Acquire);
+                pass.unstaged_at = *u;
+            }
             if !missed {
                 return pass;
             }
@@ -402,9 +426,14 @@ impl PagedCachedFile {
         let mut error = None;
         let dsync_clean = dsync;
         let mut dsync = dsync.is_some() && slot.runs.len() == 1 && slot.writer.can_dsync();
-        match self.extend_to(&mut f, len) {
+        let mut grown = false;
+        let staging = self.doublewrite.is_some() && !slot.runs.is_empty();
+        match self.extend_to(&mut f, len, staging) {
             // The new length needs the fdatasync a durable write skips.
-            Ok(grown) => dsync &= !grown,
+            Ok(g) => {
+                grown = g;
+                dsync &= !g;
+            }
             Err(e) => error = Some(e),
         }
         let serial = dsync || !len.is_multiple_of(self.config.page_size as u64);
@@ -429,11 +458,24 @@ impl PagedCachedFile {
         // older one still writes stages after it, so the area's records
         // hold each page's versions in order.
         let staged = match &self.doublewrite {
-            Some(area) if !slot.runs.is_empty() => {
-                area.stage(&batch.entries, &self.counters).map(|()| true)
-            }
+            Some(area) if !slot.runs.is_empty() => self.checkpoint_if_due(area).and_then(|()| {
+                // The length now, not at the drain: pages written after
+                // that read and drained with the batch reach past it.
+                let len = self.logical_len.load(Ordering::Acquire);
+                area.stage(&batch.entries, len, &self.counters)
+                    .map(|()| true)
+            }),
             _ => Ok(false),
         };
+        if grown && staging {
+            // The length `extend_to` set counts once its record is durable
+            // (or, with none, as a change only an fdatasync covers).
+            if matches!(staged, Ok(true)) {
+                self.write_seq.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.bump_unstaged();
+            }
+        }
         // A backend that panics fails the write, like one that errs: the
         // generation must still be marked written and the slot given back,
         // or every later flush would wait for them.
@@ -487,7 +529,7 @@ impl PagedCachedFile {
             }
         }
         if let (Some(area), Ok(true)) = (&self.doublewrite, &staged) {
-            area.written(seq_after);
+            area.written(seq_after, &batch.entries, &batch.failed);
         }
         if let Some((_, op, source)) = first {
             batch.failed.sort_by_key(|r| r.start);
@@ -744,6 +786,7 @@ impl PagedCachedFile {
         }
         let mut is_failed = std::mem::take(&mut batch.is_failed);
         is_failed.resize(batch.entries.len(), false);
+        let mut gone = Vec::new();
         for (i, (off, page)) in batch.entries.iter().enumerate() {
             // Each page goes back once: one already back (an earlier
             // requeue of this batch) is skipped.
@@ -772,9 +815,18 @@ impl PagedCachedFile {
                 s.dirty.insert(n, Arc::clone(page));
                 s.seq = s.seq.wrapping_add(1);
                 batch.kept += page.len();
+            } else if s.discarded.contains(&n) {
+                gone.push(*off);
             }
         }
         batch.is_failed = is_failed;
+        // Discarded: unspecified until written again, so the doublewrite
+        // area need not keep a record for their failed write.
+        if let Some(area) = &self.doublewrite {
+            for off in gone {
+                area.forget_failed(off, off + 1);
+            }
+        }
     }
 
     /// Ends a batch: the entries in `batch.failed` (ranges of the sorted
@@ -947,9 +999,23 @@ pub(crate) struct Generation {
     done: Option<(Batch, Vec<bool>, usize)>,
 }
 
-/// Every run failed: the backend panicked while writing them (some may
-/// have reached the OS, so `some_written`: the next sync must not be
-/// skipped).
+impl PagedCachedFile {
+    /// With the doublewrite area past its checkpoint size: `fdatasync` the
+    /// file on a free sync lane, so every page written in place so far is
+    /// durable and the area can start over at the next record.
+    ///
+    /// Errors: the `fdatasync`'s; the file is poisoned.
+    fn checkpoint_if_due(&self, area: &super::torn::Area) -> std::io::Result<()> {
+        if !area.wants_checkpoint(super::torn::CHECKPOINT_BYTES) {
+            return Ok(());
+        }
+        self.sync_file_on_free_lane().map_err(|e| match e {
+            Error::Io { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        })
+    }
+}
+
 /// The failure of a batch whose doublewrite record could not be staged:
 /// no run was written.
 fn unstaged(runs: &[Run], e: &std::io::Error) -> super::writer::WriteFailure {
@@ -965,6 +1031,9 @@ fn unstaged(runs: &[Run], e: &std::io::Error) -> super::writer::WriteFailure {
     }
 }
 
+/// Every run failed: the backend panicked while writing them (some may
+/// have reached the OS, so `some_written`: the next sync must not be
+/// skipped).
 fn panicked(runs: &[Run]) -> super::writer::WriteFailure {
     super::writer::WriteFailure {
         failed: runs.iter().map(Run::entries).collect(),

@@ -44,6 +44,24 @@
 //!    drains and writes again, so it never reports a page durable that an
 //!    older generation failed to write.
 //!
+//! With a doublewrite area ([`TornWrites::DoubleWrite`]) two more hold:
+//!
+//! 4. **Staged before written.** A batch's record is durable in the area
+//!    before any of its pages is written in place, and batches stage after
+//!    their write-latch wait, so the area holds each page's versions in
+//!    write order. The area starts over only when no staged batch is still
+//!    writing, an `fdatasync` of the file covered the last in-place write,
+//!    and no page whose in-place write failed (perhaps torn) is waiting to
+//!    be written again (a `set_len` cut, which empties the area, flushes
+//!    such pages first).
+//! 5. **Durable on the area.** A commit round skips the file's
+//!    `fdatasync` only if no change since the last one is outside a
+//!    durable record: every such change (`set_len`, an extension whose
+//!    record failed) sets `unstaged_at` together with its `write_seq`
+//!    step, under one lock, and the round reads both under it
+//!    (`unstaged_at <= fsynced`). `fsynced` moves only on a real
+//!    `fdatasync` (or a durable write with everything before it synced).
+//!
 //! The file's length changes (`ftruncate`, `fallocate`) happen under
 //! `flusher`, before the writes they precede; one that must see no write in
 //! flight (cutting back after a failed write, or an unaligned tail) waits
@@ -53,8 +71,12 @@
 //! # Lock order
 //!
 //! `flusher` -> `slots` -> `generations` -> stripe -> cache stripe;
-//! `commit` and `room` are never held with another, and nothing is taken
-//! under `spare_batches`. No I/O happens under a stripe or cache lock.
+//! `commit` and `room` are never held with another lock taken under them
+//! (`commit` is taken with `flusher` held only to borrow a sync lane,
+//! `sync_file_on_free_lane`), and nothing is taken
+//! under `spare_batches`, `unstaged_at` or the doublewrite area's lock
+//! (the area's lock is taken with `flusher` held or not, never the other
+//! way round). No I/O happens under a stripe or cache lock.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -268,6 +290,15 @@ pub struct PagedCachedFile {
     atomic_max: Option<usize>,
     /// [`TornWrites::DoubleWrite`] in force: the area.
     doublewrite: Option<torn::Area>,
+    /// The `write_seq` of the latest change to the file that no durable
+    /// doublewrite record holds (a `set_len`, an extension no staged
+    /// record carries), set under this lock together with that `write_seq`
+    /// step; read under it together with `write_seq`. A staged batch's
+    /// step does not touch it. A commit round needs no `fdatasync` when
+    /// this is at or below `fsynced`: every step since is in the area.
+    unstaged_at: Mutex<u64>,
+    /// `write_seq` covered by the latest successful `fdatasync` of the file.
+    fsynced: AtomicU64,
     /// What the doublewrite recovery at open did.
     recovery: Recovery,
 }
@@ -418,8 +449,9 @@ impl PagedCachedFile {
             }
             _ => (None, Recovery::default()),
         };
-        // Recovery may have grown the file (a page staged past the end).
-        let len = if recovery.repaired.is_empty() {
+        // Recovery may have grown the file (a page staged past the end, or
+        // the length a record carries).
+        let len = if recovery.repaired.is_empty() && !recovery.resized {
             len
         } else {
             backend.len().map_err(|e| Error::io("fstat", None, e))?
@@ -512,6 +544,8 @@ impl PagedCachedFile {
             counters: Counters::default(),
             atomic_max,
             doublewrite,
+            unstaged_at: Mutex::new(0),
+            fsynced: AtomicU64::new(0),
             recovery,
             config,
         })
@@ -860,8 +894,13 @@ impl PagedCachedFile {
         if !self.read_only
             && let Some(area) = &self.doublewrite
         {
-            // Everything is durable in place: no page needs the area.
-            // Best effort: records left behind hold only synced pages.
+            // The commit may have been durable on the area alone: make the
+            // pages durable in place, then no page needs the area (best
+            // effort: records left behind hold only synced pages).
+            if let Err(e) = self.sync_file_on_free_lane() {
+                self.set_closing(false);
+                return Err(e);
+            }
             let _ = area.clear();
         }
         self.closed.store(true, Ordering::SeqCst);

@@ -322,6 +322,11 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
 /// description samples the file's `errseq_t` and reports an error it has
 /// not seen once), the error is also reported once by the next sync on
 /// every other lane, which syncs its log first.
+///
+/// `set_len` is durable at the next sync (or durable write): a cut there
+/// truncates the durable image before the log is applied, so bytes cut
+/// and written again read as zeros, and unsynced writes past a cut appear
+/// only in crash images (the cut itself may not have reached the disk).
 #[derive(Debug, Default)]
 pub struct CrashBackend {
     state: Mutex<CrashState>,
@@ -337,7 +342,12 @@ struct CrashState {
     atomic: Option<crate::backend::AtomicUnit>,
     /// Atomic writes so far (numbers their log entries).
     atomic_writes: u64,
-    /// Length set by `set_len` since the last sync.
+    /// `set_len` since the last sync: the shortest length it set (a sync
+    /// makes the cut durable before the file grows again: bytes past it
+    /// read as zeros even where the durable image held older ones).
+    cut_to: Option<usize>,
+    /// `set_len` since the last sync: the next one makes the live length
+    /// durable.
     len_changed: bool,
     sync_faults: VecDeque<bool>,
     /// Failed syncs so far (the file's `errseq_t`).
@@ -358,6 +368,10 @@ struct Logged {
     /// The atomic write this came from: its pieces survive a crash
     /// together or not at all, and are never torn.
     atomic: Option<u64>,
+    /// Past a `set_len` cut made after it: a crash may still show it (the
+    /// write may have reached the disk before the cut, and the cut is not
+    /// durable yet), but a sync never makes it durable.
+    cut: bool,
 }
 
 fn apply(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
@@ -389,6 +403,7 @@ fn supersede(log: &mut Vec<Logged>, offset: u64, len: usize) {
                 offset: at,
                 bytes: bytes[..(start - at) as usize].to_vec(),
                 atomic: w.atomic,
+                cut: w.cut,
             });
         }
         if w_end > end {
@@ -396,6 +411,7 @@ fn supersede(log: &mut Vec<Logged>, offset: u64, len: usize) {
                 offset: end,
                 bytes: bytes[(end - at) as usize..].to_vec(),
                 atomic: w.atomic,
+                cut: w.cut,
             });
         }
     }
@@ -454,6 +470,7 @@ impl CrashBackend {
             offset,
             bytes,
             atomic,
+            ..
         } in &st.log
         {
             if let Some(id) = atomic {
@@ -505,7 +522,35 @@ impl StorageBackend for CrashBackend {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = self.state.lock();
+        if len < st.live.len() as u64 {
+            // Unsynced bytes past the cut are gone from the file: a sync
+            // must not bring them back (a crash before it may, with the
+            // old length).
+            let log = std::mem::take(&mut st.log);
+            for w in log {
+                if w.offset + w.bytes.len() as u64 > len && !w.cut {
+                    let keep = len.saturating_sub(w.offset) as usize;
+                    if keep > 0 {
+                        st.log.push(Logged {
+                            offset: w.offset,
+                            bytes: w.bytes[..keep].to_vec(),
+                            atomic: w.atomic,
+                            cut: false,
+                        });
+                    }
+                    st.log.push(Logged {
+                        offset: w.offset + keep as u64,
+                        bytes: w.bytes[keep..].to_vec(),
+                        atomic: w.atomic,
+                        cut: true,
+                    });
+                } else {
+                    st.log.push(w);
+                }
+            }
+        }
         st.live.resize(len as usize, 0);
+        st.cut_to = Some(st.cut_to.map_or(len as usize, |c| c.min(len as usize)));
         st.len_changed = true;
         Ok(())
     }
@@ -526,6 +571,7 @@ impl StorageBackend for CrashBackend {
             offset,
             bytes: buf.to_vec(),
             atomic: None,
+            cut: false,
         });
         Ok(())
     }
@@ -551,6 +597,7 @@ impl StorageBackend for CrashBackend {
             offset,
             bytes: buf.to_vec(),
             atomic: Some(id),
+            cut: false,
         });
         Ok(())
     }
@@ -570,6 +617,11 @@ impl StorageBackend for CrashBackend {
             st.errors += 1;
             st.seen[0] = st.errors;
             return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        // The length change this write depends on is made durable with
+        // it: a cut before it first.
+        if let Some(cut) = st.cut_to.take() {
+            st.durable.truncate(cut);
         }
         apply(&mut st.durable, offset, &bytes);
         supersede(&mut st.log, offset, bytes.len());
@@ -594,7 +646,10 @@ impl StorageBackend for CrashBackend {
             st.seen[lane] = st.errors;
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        for w in &log {
+        if let Some(cut) = st.cut_to.take() {
+            st.durable.truncate(cut);
+        }
+        for w in log.iter().filter(|w| !w.cut) {
             apply(&mut st.durable, w.offset, &w.bytes);
         }
         if std::mem::take(&mut st.len_changed) {

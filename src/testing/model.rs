@@ -75,6 +75,13 @@ pub enum Op {
     },
     /// `close`, then reopen.
     Close,
+    /// `set_len` to `pages` whole pages (taken modulo `MAX_PAGES + 1`):
+    /// pages past it read as zeros from then on, and the next successful
+    /// `sync` makes the length durable.
+    SetLen {
+        /// New length in pages.
+        pages: u64,
+    },
 }
 
 /// The file's settings for a run.
@@ -358,6 +365,29 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
         Op::Flush => {
             mutation_result(w.file.flush(), m)?;
         }
+        Op::SetLen { pages } => {
+            let pages = pages % (MAX_PAGES + 1);
+            match w.file.set_len(at(pages)) {
+                // A cut with a doublewrite area syncs the file first: a
+                // failed fdatasync poisons it (and nothing was cut).
+                Err(Error::Io {
+                    op: "fdatasync", ..
+                }) if !m.poisoned => {
+                    if !w.file.is_poisoned() {
+                        return Err("failed fdatasync did not poison the file".into());
+                    }
+                    m.poisoned = true;
+                }
+                r => {
+                    if mutation_result(r, m)? {
+                        let cut: Vec<u64> = m.newest.range(pages..).map(|(&p, _)| p).collect();
+                        for p in cut {
+                            m.write(p, vec![0; ps]);
+                        }
+                    }
+                }
+            }
+        }
         Op::Sync => {
             let r = w.file.sync();
             sync_outcome(cfg, w, m, r)?;
@@ -400,6 +430,16 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
     Ok(())
 }
 
+/// What a file reopened over `image` with doublewrite area `area` holds
+/// after the recovery pass.
+fn recovered(cfg: &ModelConfig, image: &[u8], area: &[u8]) -> Result<Vec<u8>, String> {
+    let data = crash_file(cfg, image);
+    let area = Arc::new(CrashBackend::from_image(area));
+    let w = open(Store::Memory(Arc::clone(&data), area), cfg)?;
+    drop(w);
+    Ok(data.live_image())
+}
+
 /// Checks the outcome of `sync` or `close`; returns whether it succeeded.
 fn sync_outcome(
     cfg: &ModelConfig,
@@ -414,7 +454,23 @@ fn sync_outcome(
                 return Err("sync succeeded on a poisoned file".into());
             }
             m.synced();
-            let img = w.store.durable_image()?;
+            let img = match &w.store {
+                // A commit may be durable on the doublewrite area alone:
+                // what counts is what recovery makes of the durable images.
+                Store::Memory(c, area) if cfg.torn_writes == TornWrites::DoubleWrite => {
+                    recovered(cfg, &c.durable_image(), &area.durable_image())?
+                }
+                store => store.durable_image()?,
+            };
+            // `sync` makes `len()` durable (a real file may be longer on
+            // disk: O_DIRECT extends it ahead).
+            if matches!(w.store, Store::Memory(..)) && img.len() as u64 != w.file.len() {
+                return Err(format!(
+                    "length {} B not durable after a successful sync ({} B on disk)",
+                    w.file.len(),
+                    img.len()
+                ));
+            }
             for (&p, want) in &m.newest {
                 // Zero-padded: after a crash the file may end inside a page.
                 let s = (p as usize * ps).min(img.len());
@@ -483,7 +539,8 @@ fn after_crash(
             }
             m.torn += 1;
         }
-        if m.durable.contains_key(&p) || got != zero {
+        // A page wholly past the end (cut by a durable `set_len`) is gone.
+        if (m.durable.contains_key(&p) && s < image.len()) || got != zero {
             m.newest.insert(p, got);
         } else {
             m.newest.remove(&p);
