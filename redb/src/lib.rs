@@ -169,7 +169,19 @@ impl redb::StorageBackend for PagewriterBackend {
             .map_err(io::Error::from)
     }
 
+    /// Under `O_DIRECT` the file holds whole pages: a length inside a page
+    /// (redb's small page sizes: 70,144 bytes, say) is rounded up to the
+    /// next page, with zeros, as pagewriter does with a write ending inside
+    /// the last page; [`len`](redb::StorageBackend::len) then reports the
+    /// rounded length, which redb takes (it reads its layout from its
+    /// header, not from the file's length).
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        let len = if self.file.io_mode().direct.is_some() {
+            len.checked_next_multiple_of(self.file.page_size() as u64)
+                .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?
+        } else {
+            len
+        };
         self.file.set_len(len).map_err(io::Error::from)
     }
 
