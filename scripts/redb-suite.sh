@@ -75,14 +75,21 @@ mod = fb / "mod.rs"
 text = mod.read_text()
 old = "#[cfg(any(windows, unix, target_os = \"wasi\"))]\npub use optimized::FileBackend;"
 assert old in text, "redb's file_backend/mod.rs changed: update scripts/redb-suite.sh"
-mod.write_text(text.replace(old, "mod pw;\npub use pw::FileBackend;"))
+text = text.replace(old, "mod pw;\npub use pw::FileBackend;")
+old = "#[cfg(any(windows, unix, target_os = \"wasi\"))]\nmod optimized;"
+assert old in text, "redb's file_backend/mod.rs changed: update scripts/redb-suite.sh"
+mod.write_text(text.replace(old, "pub(crate) mod optimized;"))
 (fb / "pw.rs").write_text((pathlib.Path(repo) / "scripts/redb-suite/file_backend.rs").read_text())
 # The adapter, inside redb (it cannot depend on pagewriter-redb, which
 # depends on redb): its doc comments dropped (they would run as redb's
-# doctests), `redb::` paths made crate paths.
+# doctests), `redb::` paths made crate paths, and the redb backend it
+# takes its locks through is redb's own (renamed above), not the swap.
 src = (pathlib.Path(repo) / "redb/src/lib.rs").read_text()
 lines = [l for l in src.splitlines() if not l.lstrip().startswith(("//!", "///"))]
-adapter = "\n".join(lines).replace("redb::", "crate::")
+adapter = "\n".join(lines).replace(
+    "redb::backends::FileBackend",
+    "crate::tree_store::page_store::file_backend::optimized::OsFileBackend",
+).replace("redb::", "crate::")
 (root / "src/pw_backend.rs").write_text("#![allow(dead_code)]\n" + adapter + "\n")
 lib = root / "src/lib.rs"
 lib.write_text(lib.read_text() + "\nmod pw_backend;\n")

@@ -77,6 +77,12 @@ pub enum Error {
         /// Byte offset of the page under the guard.
         offset: u64,
     },
+    /// [`refresh`](crate::PagedCachedFile::refresh) found `bytes` of pages
+    /// still in the write buffer (or being written): flush first.
+    Buffered {
+        /// Bytes buffered or in flight.
+        bytes: usize,
+    },
     /// `offset + len` reaches past the largest file the file system holds
     /// (`max`, in bytes; probed at open), so the write could never succeed.
     FileTooLarge {
@@ -194,6 +200,7 @@ impl Error {
             Error::NoMemory { bytes } => Error::NoMemory { bytes: *bytes },
             Error::Panicked { worker } => Error::Panicked { worker },
             Error::Cancelled => Error::Cancelled,
+            Error::Buffered { bytes } => Error::Buffered { bytes: *bytes },
             Error::VerifyFailed { offset, why } => Error::VerifyFailed {
                 offset: *offset,
                 why: why.clone(),
@@ -277,6 +284,10 @@ impl fmt::Display for Error {
             }
             Error::Panicked { worker } => write!(f, "a {worker} panicked; its work is not done"),
             Error::Cancelled => write!(f, "cancelled before the work was done"),
+            Error::Buffered { bytes } => write!(
+                f,
+                "{bytes} bytes of pages are still buffered or being written: flush first"
+            ),
             Error::VerifyFailed { offset, why } => {
                 write!(f, "verify: block at offset {offset} is bad: {why}")
             }
@@ -335,7 +346,9 @@ impl From<Error> for io::Error {
             other => {
                 let kind = match other {
                     Error::OutOfBounds { .. } => io::ErrorKind::UnexpectedEof,
-                    Error::Locked | Error::Busy { .. } => io::ErrorKind::WouldBlock,
+                    Error::Locked | Error::Busy { .. } | Error::Buffered { .. } => {
+                        io::ErrorKind::WouldBlock
+                    }
                     Error::ReadOnly => io::ErrorKind::PermissionDenied,
                     Error::NoMemory { .. } => io::ErrorKind::OutOfMemory,
                     Error::VerifyFailed { .. } => io::ErrorKind::InvalidData,

@@ -577,3 +577,61 @@ fn huge_reads_and_guards_are_typed_errors_not_aborts() {
     assert!(matches!(f.read(0, 1 << 40), Err(Error::NoMemory { bytes }) if bytes == 1 << 40));
     f.set_len(0).unwrap();
 }
+
+// ---- refresh: following another writer ----
+
+/// Two handles on one file taking turns, as redb's multi-process modes
+/// do: after `refresh`, a handle reads what the other wrote and flushed
+/// (not its cached copy) and its length follows a grow and a cut; with
+/// pages buffered it refuses and changes nothing.
+#[test]
+fn refresh_follows_another_handles_writes_and_length() {
+    for direct in [DirectIo::Off, DirectIo::Auto] {
+        let d = dir();
+        let path = d.path().join("shared");
+        let cfg = Config::default()
+            .read_cache_bytes(1 << 20)
+            .direct(direct)
+            .sync_lanes(1);
+        let opts = OpenOptions::new().lock(false);
+        let a = PagedCachedFile::open_with(&path, &opts, cfg.clone()).unwrap();
+        let b = PagedCachedFile::open_with(&path, &opts, cfg).unwrap();
+        for p in 0..4u64 {
+            a.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+        }
+        a.flush().unwrap();
+        b.refresh().unwrap();
+        assert_eq!(b.len(), 4 * PS as u64);
+        // b caches page 1, then a rewrites it and grows the file.
+        assert_eq!(tag_of(&b.read(PS as u64, PS).unwrap()), (1, 1));
+        a.write_page(PS as u64, &page(PS, 1, 2)).unwrap();
+        a.write_page(6 * PS as u64, &page(PS, 6, 2)).unwrap();
+        a.flush().unwrap();
+        b.refresh().unwrap();
+        assert_eq!(b.len(), 7 * PS as u64);
+        assert_eq!(tag_of(&b.read(PS as u64, PS).unwrap()), (1, 2));
+        assert_eq!(tag_of(&b.read(6 * PS as u64, PS).unwrap()), (6, 2));
+        // a cuts the file; b follows.
+        a.set_len(2 * PS as u64).unwrap();
+        b.refresh().unwrap();
+        assert_eq!(b.len(), 2 * PS as u64);
+        assert!(matches!(
+            b.read(6 * PS as u64, PS),
+            Err(Error::OutOfBounds { .. })
+        ));
+        // Buffered pages: refused, nothing dropped; after a flush, fine.
+        b.write_page(3 * PS as u64, &page(PS, 3, 3)).unwrap();
+        assert!(matches!(b.refresh(), Err(Error::Buffered { bytes }) if bytes == PS));
+        assert_eq!(b.len(), 4 * PS as u64);
+        assert_eq!(tag_of(&b.read(3 * PS as u64, PS).unwrap()), (3, 3));
+        b.flush().unwrap();
+        b.refresh().unwrap();
+        assert_eq!(tag_of(&b.read(3 * PS as u64, PS).unwrap()), (3, 3));
+        a.refresh().unwrap();
+        assert_eq!(a.len(), 4 * PS as u64);
+        assert_eq!(tag_of(&a.read(3 * PS as u64, PS).unwrap()), (3, 3));
+        b.close().unwrap();
+        assert!(matches!(b.refresh(), Err(Error::Closed)));
+        a.close().unwrap();
+    }
+}

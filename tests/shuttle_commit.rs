@@ -570,3 +570,41 @@ fn doublewrite_recovery_never_ends_on_an_older_version() {
         f.close().unwrap();
     });
 }
+
+/// `refresh` (following another writer) racing with this file's own
+/// writes and flushes: it either refuses (`Buffered`) or finds nothing
+/// buffered, so it never drops a page or shortens the length under a
+/// write; every write reads back and reaches the file.
+#[test]
+fn a_refresh_racing_with_writes_never_loses_one() {
+    check(|| {
+        let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
+        f.write_page(0, &[tag(0, 1); PS]).unwrap();
+        f.sync().unwrap();
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                f.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
+                f.flush().unwrap();
+                // A partial write merges into the cached or on-disk page.
+                f.write_all_at(PS as u64 + 7, &[tag(1, 2)]).unwrap();
+            })
+        };
+        for _ in 0..3 {
+            match f.refresh() {
+                Ok(()) | Err(Error::Buffered { .. }) => {}
+                Err(e) => panic!("refresh: {e}"),
+            }
+        }
+        writer.join().unwrap();
+        assert_eq!(f.len(), 2 * PS as u64);
+        let mut buf = vec![0u8; PS];
+        f.read_exact_at(PS as u64, &mut buf).unwrap();
+        assert_eq!(buf[7], tag(1, 2));
+        assert!(buf[..7].iter().chain(&buf[8..]).all(|&b| b == tag(1, 1)));
+        f.sync().unwrap();
+        let img = be.durable_image();
+        assert_eq!(&img[PS..2 * PS], &buf[..]);
+        f.close().unwrap();
+    });
+}

@@ -19,27 +19,35 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Locking is redb's own: the backend takes the whole-storage locks redb
-//! asks for as open file description (OFD) locks on the file
-//! ([`pagewriter::backend::range_lock`]), so a second `Database` on the same
-//! file, in this process or another, gets redb's
-//! `DatabaseError::DatabaseAlreadyOpen` at once, and read-only handles
-//! share the file with each other. That is level 2 of redb's
-//! `StorageBackend` locking (whole-storage locks; other ranges are
-//! `BackendError::Unsupported`): the `ExclusiveWriter` concurrency mode, the
-//! default. redb's multi-process modes (`SingleWriter`, `MultiWriter`) also
-//! need another process's commits to reach this process's buffers and
-//! length, which pagewriter's write buffer and read cache do not yet
-//! follow; they are refused by redb as unsupported rather than offered
-//! unverified.
+//! Locking is redb's own, every level of it: the backend hands redb's lock
+//! calls to redb's own file backend (`redb::backends::FileBackend`) on a
+//! second open file description of the same file, so redb's byte-range
+//! protocol behaves exactly as on redb's backend: a second `Database` in
+//! `ExclusiveWriter` mode (the default) gets
+//! `DatabaseError::DatabaseAlreadyOpen` at once, and the multi-process
+//! modes (`SingleWriter`, `MultiWriter`) work. The locks live on a
+//! description no io_uring ring holds, so they go the moment a process
+//! dies.
+//!
+//! In those modes another writer (another process, or another `Database`
+//! on the file in this one) changes the file between this handle's
+//! transactions. redb takes a lock before it reads the state another
+//! writer may have changed and releases one after its writes: so after
+//! every lock it takes, the backend drops pagewriter's read cache and takes
+//! the file's length from the OS ([`PagedCachedFile::refresh`], flushing
+//! first if pages are buffered), and before every lock it releases it
+//! flushes its buffered pages to the OS, where the other writer reads them.
+//! In `ExclusiveWriter` mode redb locks once at open and unlocks at close,
+//! so neither costs anything there.
 
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
 
-use pagewriter::backend::range_lock::{self, LockKind};
+use pagewriter::backend::range_lock;
 use pagewriter::{Config, OpenOptions, PagedCachedFile};
 use redb::BackendError;
+use redb::backends::FileBackend as RedbFileBackend;
 
 /// Read-cache budget of [`PagewriterBackend::default_config`]: 4 MiB. redb
 /// caches pages itself; this one keeps the pages pagewriter just wrote, so
@@ -55,7 +63,16 @@ pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 #[derive(Debug)]
 pub struct PagewriterBackend {
     file: PagedCachedFile,
+    /// redb's own backend on a second description of the file, for redb's
+    /// locks only (never read or written through). `None` for a file with
+    /// no descriptor (a memory backend): locks are then `Unsupported`.
+    locks: Option<RedbFileBackend>,
 }
+
+/// How many times a lock taken by redb retries [`PagedCachedFile::refresh`]
+/// while another thread of this process keeps buffering pages (each retry
+/// flushes them first): 100.
+const REFRESH_TRIES: usize = 100;
 
 impl PagewriterBackend {
     /// Opens (creating if missing, never truncating) `path` for reading and
@@ -86,9 +103,11 @@ impl PagewriterBackend {
 
     /// [`open`](Self::open) for a writer restarting after its previous
     /// process died (`kill -9`, a crash): waits up to [`LOCK_WAIT`] for
-    /// every lock on the file to go first. The dead process's io_uring ring
-    /// keeps its file description, and with it its locks, until the kernel
-    /// has torn the ring down (milliseconds, after its in-flight writes
+    /// every lock on the file to go first. This backend takes its locks on
+    /// a description no io_uring ring holds, so they go when the process
+    /// dies; a file last held by an engine that locked through a
+    /// description its ring kept open stays locked until the kernel has
+    /// torn the ring down (milliseconds, after its in-flight writes
     /// finished). A lock held by a live process is waited for in full, then
     /// redb reports it as `DatabaseAlreadyOpen`; so this is opt-in, for
     /// restarts only.
@@ -107,8 +126,10 @@ impl PagewriterBackend {
         Ok(backend)
     }
 
-    /// Opens `path` with `options` (read-only, must-exist, lock) and
-    /// `config`.
+    /// Opens `path` with `options` (read-only, must-exist) and `config`.
+    /// `options`' lock is not taken: redb takes its own locks through the
+    /// backend, and pagewriter's whole-file lock, on another description,
+    /// would refuse them.
     ///
     /// Errors: as [`PagedCachedFile::open_with`].
     pub fn open_with(
@@ -116,12 +137,29 @@ impl PagewriterBackend {
         options: &OpenOptions,
         config: Config,
     ) -> pagewriter::Result<Self> {
-        PagedCachedFile::open_with(path, options, config).map(Self::new)
+        let options = options.lock(false);
+        let file = PagedCachedFile::open_with(path.as_ref(), &options, config)?;
+        let locks = lock_description(path.as_ref(), options.is_read_only())
+            .map_err(|e| pagewriter::Error::io("open (lock description)", None, e))?;
+        Ok(Self {
+            file,
+            locks: Some(locks),
+        })
     }
 
-    /// Wraps an opened file.
+    /// Wraps an opened file. redb's locks are taken on a second
+    /// description of it (opened through `/proc/self/fd`, read-only when
+    /// the file is); where that cannot be opened (a memory backend, no
+    /// `/proc`), every lock call is `BackendError::Unsupported`. Open
+    /// `file` with `OpenOptions::lock(false)`: pagewriter's own lock on
+    /// it would make redb report the database as already open.
     pub fn new(file: PagedCachedFile) -> Self {
-        Self { file }
+        use std::os::fd::AsRawFd;
+        let locks = file.file().and_then(|f| {
+            let path = format!("/proc/self/fd/{}", f.as_raw_fd());
+            lock_description(Path::new(&path), file.is_read_only()).ok()
+        });
+        Self { file, locks }
     }
 
     /// The configuration [`open`](Self::open) uses: pagewriter's defaults
@@ -203,8 +241,11 @@ impl redb::StorageBackend for PagewriterBackend {
     }
 
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        let f = self.whole_storage(start, end)?;
-        Ok(range_lock::try_lock_range(f, 0, None, LockKind::Exclusive)?)
+        let got = self.locks()?.try_lock_range(start, end)?;
+        if got {
+            self.follow()?;
+        }
+        Ok(got)
     }
 
     fn try_lock_shared_range(
@@ -212,62 +253,83 @@ impl redb::StorageBackend for PagewriterBackend {
         start: Bound<u64>,
         end: Bound<u64>,
     ) -> Result<bool, BackendError> {
-        let f = self.whole_storage(start, end)?;
-        Ok(range_lock::try_lock_range(f, 0, None, LockKind::Shared)?)
+        let got = self.locks()?.try_lock_shared_range(start, end)?;
+        if got {
+            self.follow()?;
+        }
+        Ok(got)
     }
 
     fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        let f = self.whole_storage(start, end)?;
-        Ok(range_lock::lock_range(f, 0, None, LockKind::Exclusive)?)
+        self.locks()?.lock_range(start, end)?;
+        self.follow()
     }
 
     fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        let f = self.whole_storage(start, end)?;
-        Ok(range_lock::lock_range(f, 0, None, LockKind::Shared)?)
+        self.locks()?.lock_shared_range(start, end)?;
+        self.follow()
     }
 
+    /// Flushes buffered pages to the OS first, so the next holder reads
+    /// them; the lock is released even if that fails (the pages stay
+    /// buffered, and the error is returned).
     fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        let f = self.whole_storage(start, end)?;
-        Ok(range_lock::unlock_range(f, 0, None)?)
+        let locks = self.locks()?;
+        let flushed = self.file.flush().map_err(io::Error::from);
+        locks.unlock_range(start, end)?;
+        Ok(flushed?)
     }
 
     fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        let f = self.whole_storage(start, end)?;
-        Ok(range_lock::query_lock_range(f, 0, None)?)
+        self.locks()?.query_lock_range(start, end)
     }
 }
 
 impl PagewriterBackend {
-    /// The file, if `start..end` is the whole storage (`..` or `0..`), the
-    /// one range this backend locks; else `Unsupported`, which redb takes
-    /// as level 2 locking.
-    fn whole_storage(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<&std::fs::File, BackendError> {
-        let whole = matches!(
-            (start, end),
-            (Bound::Unbounded, Bound::Unbounded) | (Bound::Included(0), Bound::Unbounded)
-        );
-        match self.file.file() {
-            Some(f) if whole => Ok(f),
-            _ => Err(BackendError::Unsupported),
-        }
+    fn locks(&self) -> Result<&RedbFileBackend, BackendError> {
+        self.locks.as_ref().ok_or(BackendError::Unsupported)
     }
 
-    /// Releases every lock this backend's file description holds.
+    /// After redb took a lock: another writer may have changed the file
+    /// since this handle last held one, so drop the read cache and take
+    /// the length from the OS (flushing this handle's buffered pages first,
+    /// which then stay visible).
+    fn follow(&self) -> Result<(), BackendError> {
+        for _ in 0..REFRESH_TRIES {
+            match self.file.refresh() {
+                Err(pagewriter::Error::Buffered { .. }) => {
+                    self.file.flush().map_err(io::Error::from)?;
+                }
+                r => return Ok(r.map_err(io::Error::from)?),
+            }
+        }
+        Err(BackendError::Io(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "pages kept being buffered while following another writer's changes",
+        )))
+    }
+
+    /// Releases every lock redb took through this backend.
     fn unlock_all(&self) -> Result<(), io::Error> {
-        match self.file.file() {
-            Some(f) => range_lock::unlock_range(f, 0, None),
+        match &self.locks {
+            Some(l) => redb::StorageBackend::close(l),
             None => Ok(()),
         }
     }
 }
 
+/// Opens the second description redb's locks are taken on.
+fn lock_description(path: &Path, read_only: bool) -> io::Result<RedbFileBackend> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(!read_only)
+        .open(path)?;
+    RedbFileBackend::new(f).map_err(|e| io::Error::other(e.to_string()))
+}
+
 impl Drop for PagewriterBackend {
-    /// Releases the locks now, not when the io_uring ring's teardown lets
-    /// the file description go.
+    /// Releases redb's locks (their description closes with this value
+    /// too).
     fn drop(&mut self) {
         let _ = self.unlock_all();
     }

@@ -203,6 +203,61 @@ impl PagedCachedFile {
         Ok(())
     }
 
+    /// Follows a change another writer made to the file (another process,
+    /// or another handle on the same file in this one, taking turns under
+    /// a lock of their own, as redb's multi-process modes do): drops every
+    /// read-cache page and takes the file's length from the OS. Reads
+    /// after it see what the OS holds.
+    ///
+    /// Only between writes: with pages in the write buffer or in flight
+    /// it changes nothing and returns [`Error::Buffered`]
+    /// ([`flush`](Self::flush) first; what was buffered is then with the
+    /// OS). A write racing with it is not lost: it makes the call fail.
+    ///
+    /// Errors: [`Error::Buffered`]; [`Error::Closed`];
+    /// [`Error::InvalidConfig`] with a doublewrite area (whose records
+    /// another writer does not follow); `Error::Io` with op "fstat".
+    pub fn refresh(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.doublewrite.is_some() {
+            return Err(Error::InvalidConfig(
+                "refresh: a doublewrite area cannot follow another writer".into(),
+            ));
+        }
+        let mut flusher = self.flusher.lock();
+        {
+            let g = self.generations.lock();
+            if !g.is_empty() {
+                return Err(Error::Buffered {
+                    bytes: self.buffered.load(Ordering::Acquire),
+                });
+            }
+        }
+        // Writers insert under a stripe lock and count the bytes first:
+        // with every stripe locked and nothing counted, nothing is
+        // buffered, and no write can be until the stripes open again.
+        let locked: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
+        let bytes = self.buffered.load(Ordering::Acquire);
+        if bytes != 0 || locked.iter().any(|s| !s.dirty.is_empty()) {
+            return Err(Error::Buffered { bytes });
+        }
+        let len = self
+            .backend
+            .len()
+            .map_err(|e| Error::io("fstat", None, e))?;
+        self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        self.uncache(|_| true);
+        flusher.os_len = len;
+        self.written_len.store(len, Ordering::Release);
+        self.disk_len.store(len, Ordering::Release);
+        self.logical_len.store(len, Ordering::Release);
+        self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        drop(locked);
+        Ok(())
+    }
+
     /// Sets the logical length to `len` bytes, ordered with everything
     /// buffered: growing extends the file with zeros now; shrinking first
     /// waits for the in-flight writes (a round waiting for its `fdatasync`
