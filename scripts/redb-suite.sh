@@ -4,7 +4,8 @@
 # `FileBackend` for one that stores every database through the
 # pagewriter-redb adapter (scripts/redb-suite/file_backend.rs), builds the
 # test binaries, runs each with a timeout and prints per configuration
-# pass / fail / ignored / hung, and each failure with its cause.
+# pass / fail / ignored / hung, and each failure with its cause. redb's
+# doctests run too.
 #
 # Usage: scripts/redb-suite.sh [--configs direct,buffered] [--timeout SECS]
 #                              [--work DIR] [--baseline] [--filter SUBSTR]
@@ -130,6 +131,12 @@ run() { # label dir [env...]
     echo $? > "$out/$name.rc"
     set -e
   done
+  # redb's doctests (they open databases too).
+  (cd "$dir" && env "$@" cargo test --doc -- --list 2>/dev/null) | sed -n 's/: test$//p' > "$out/doctests.list"
+  set +e
+  (cd "$dir" && env "$@" timeout --kill-after=10 "$timeout" cargo test --doc -- ${filter:+"$filter"} > "$out/doctests.log" 2>&1)
+  echo $? > "$out/doctests.rc"
+  set -e
   python3 - "$label" "$out" "$timeout" "$filter" <<'PY'
 import pathlib, re, sys
 label, out, timeout, filt = sys.argv[1], pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -141,7 +148,7 @@ for lst in sorted(out.glob("*.list")):
     log = (out / f"{name}.log").read_text(errors="replace")
     rc = int((out / f"{name}.rc").read_text())
     seen = {}
-    for m in re.finditer(r"^test (\S+)(?: - should panic)? \.\.\. (ok|FAILED|ignored)", log, re.M):
+    for m in re.finditer(r"^test (.+?)(?: - compile fail| - should panic)* \.\.\. (ok|FAILED|ignored)", log, re.M):
         seen[m.group(1)] = m.group(2)
     for t in tests:
         r = seen.get(t)
