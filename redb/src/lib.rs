@@ -243,7 +243,7 @@ impl redb::StorageBackend for PagewriterBackend {
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
         let got = self.locks()?.try_lock_range(start, end)?;
         if got {
-            self.follow()?;
+            self.follow_or_unlock(start, end)?;
         }
         Ok(got)
     }
@@ -255,19 +255,19 @@ impl redb::StorageBackend for PagewriterBackend {
     ) -> Result<bool, BackendError> {
         let got = self.locks()?.try_lock_shared_range(start, end)?;
         if got {
-            self.follow()?;
+            self.follow_or_unlock(start, end)?;
         }
         Ok(got)
     }
 
     fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
         self.locks()?.lock_range(start, end)?;
-        self.follow()
+        self.follow_or_unlock(start, end)
     }
 
     fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
         self.locks()?.lock_shared_range(start, end)?;
-        self.follow()
+        self.follow_or_unlock(start, end)
     }
 
     /// Flushes buffered pages to the OS first, so the next holder reads
@@ -307,6 +307,17 @@ impl PagewriterBackend {
             io::ErrorKind::WouldBlock,
             "pages kept being buffered while following another writer's changes",
         )))
+    }
+
+    /// [`follow`](Self::follow) after taking `start..end`; if it fails,
+    /// the lock is released again (redb takes the error as the lock not
+    /// taken) and the error returned.
+    fn follow_or_unlock(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.follow().inspect_err(|_| {
+            if let Some(l) = &self.locks {
+                let _ = redb::StorageBackend::unlock_range(l, start, end);
+            }
+        })
     }
 
     /// Releases every lock redb took through this backend.

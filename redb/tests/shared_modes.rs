@@ -117,3 +117,21 @@ fn open_with_default_options_leaves_the_locking_to_redb() {
     ));
     assert_eq!(get(&db, 1), Some(1));
 }
+
+/// A lock taken when the file cannot follow another writer (here: closed
+/// underneath) is released again and the error returned, so no other
+/// handle waits on a lock redb thinks it does not hold.
+#[test]
+fn a_lock_that_cannot_follow_is_released() {
+    use redb::StorageBackend;
+    use std::ops::Bound::{Excluded, Included};
+    let d = dir();
+    let path = d.path().join("lock.redb");
+    let be = PagewriterBackend::open(&path).unwrap();
+    be.file().close().unwrap();
+    assert!(be.lock_range(Included(0), Excluded(10)).is_err());
+    assert!(be.try_lock_shared_range(Included(0), Excluded(10)).is_err());
+    let other = PagewriterBackend::open(&path).unwrap();
+    assert!(other.try_lock_range(Included(0), Excluded(10)).unwrap());
+    assert!(be.query_lock_range(Included(0), Excluded(10)).unwrap());
+}
