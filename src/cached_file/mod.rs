@@ -409,6 +409,23 @@ impl PagedCachedFile {
         // Before the ring is set up: a ring dropped on a refusal would keep
         // the file (and its lock) until the kernel's deferred teardown.
         let (torn_writes, torn_writes_why) = open::resolve_torn(&backend, &config, area.is_some())?;
+        // Recovery too: a failed one (a full disk) must not leave a ring
+        // holding the file.
+        let (doublewrite, recovery) = match (torn_writes, area) {
+            (TornWrites::DoubleWrite, Some(area)) => {
+                let (report, next_seq) = torn::recover(
+                    &backend,
+                    &*area,
+                    config.page_size,
+                    config.page_align,
+                    read_only,
+                )?;
+                let ident = torn::file_identity(&backend);
+                let a = torn::Area::new(area, config.page_size, ident, next_seq);
+                (Some(a), report)
+            }
+            _ => (None, Recovery::default()),
+        };
         // A run is at most `max_write_bytes` and never more than what the
         // write buffer holds, and the runs in flight together hold at most
         // the buffer: the io_uring writer's buffers are sized by both, so a
@@ -434,21 +451,6 @@ impl PagedCachedFile {
                 .expect("checked by resolve_torn");
             (unit.max as usize).min(max_run_bytes(&config))
         });
-        let (doublewrite, recovery) = match (torn_writes, area) {
-            (TornWrites::DoubleWrite, Some(area)) => {
-                let (report, next_seq) = torn::recover(
-                    &*backend,
-                    &*area,
-                    config.page_size,
-                    config.page_align,
-                    read_only,
-                )?;
-                let ident = torn::file_identity(&*backend);
-                let a = torn::Area::new(area, config.page_size, ident, next_seq);
-                (Some(a), report)
-            }
-            _ => (None, Recovery::default()),
-        };
         // Recovery may have grown the file (a page staged past the end, or
         // the length a record carries).
         let len = if recovery.repaired.is_empty() && !recovery.resized {

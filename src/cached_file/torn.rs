@@ -94,6 +94,11 @@ pub enum TornWrites {
     /// the file `<path>.dblwr` beside a file opened by path, or the
     /// backend given to
     /// [`PagedCachedFile::with_doublewrite`](crate::PagedCachedFile::with_doublewrite).
+    ///
+    /// Recovery writes pages in place, so it needs room: after a full disk
+    /// refused some writes, an open on the still-full disk fails with
+    /// `Error::Io` (op "doublewrite recovery: write page", `ENOSPC`),
+    /// keeping the file and the area; open again once space is free.
     DoubleWrite,
     /// `Atomic` where the file takes atomic writes of a page and the
     /// device does them itself (`AtomicUnit::device_max`), else
