@@ -296,8 +296,8 @@ impl PagedCachedFile {
 
     /// `fdatasync` of the file outside a commit round, on a free sync lane
     /// (a lane's calls never overlap): checkpoints of the doublewrite area,
-    /// a cut, a close. Counted in `syncs`; tells the area its records up
-    /// to here are durable in place.
+    /// a cut, a close. Tells the area its records up to here are durable
+    /// in place.
     ///
     /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
     /// is poisoned.
@@ -309,26 +309,22 @@ impl PagedCachedFile {
             }
             st.free_lanes.pop().expect("checked")
         };
-        let covers = self.write_seq.load(Ordering::Acquire);
-        add(&self.counters.syncs, 1);
-        let synced = self.backend.sync_data_on(lane);
+        let synced = self.fdatasync_on(lane);
         {
             let mut st = self.commit.lock();
             st.free_lanes.push(lane);
             self.commit_lane_free.notify_all();
         }
         match synced {
-            Ok(()) => {
-                self.note_fsynced(covers);
+            Ok(covers) => {
                 if let Some(area) = &self.doublewrite {
                     area.data_synced(covers);
                 }
                 Ok(())
             }
             Err(e) => {
-                self.poisoned.store(true, Ordering::Release);
                 self.notify_room();
-                Err(Error::io("fdatasync", None, e))
+                Err(e)
             }
         }
     }
@@ -400,8 +396,34 @@ impl PagedCachedFile {
             }
             return Ok(None);
         }
-        // Every write counted in `write_seq` by now has completed, so this
-        // fdatasync covers it.
+        match self.fdatasync_on(lane) {
+            Ok(covers) => {
+                if let Some(b) = batch {
+                    self.settle(b);
+                }
+                Ok(Some(covers))
+            }
+            Err(e) => {
+                if let Some(b) = batch {
+                    self.settle_failed(b);
+                }
+                // Writers waiting for room would wait for a settle that
+                // frees nothing (the pages went back to the buffer): wake
+                // them to see the poison. Found by the shuttle model check.
+                self.notify_room();
+                Err(e)
+            }
+        }
+    }
+
+    /// `fdatasync` of the file on `lane`. Every write counted in
+    /// `write_seq` when it starts has completed, so it covers that much,
+    /// which it returns (and records for the doublewrite rule). Counted in
+    /// `syncs` and `sync_ns`.
+    ///
+    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
+    /// is poisoned (the caller wakes who must see it).
+    fn fdatasync_on(&self, lane: usize) -> Result<u64> {
         let covers = self.write_seq.load(Ordering::Acquire);
         add(&self.counters.syncs, 1);
         let started = std::time::Instant::now();
@@ -410,20 +432,10 @@ impl PagedCachedFile {
         match synced {
             Ok(()) => {
                 self.note_fsynced(covers);
-                if let Some(b) = batch {
-                    self.settle(b);
-                }
-                Ok(Some(covers))
+                Ok(covers)
             }
             Err(e) => {
                 self.poisoned.store(true, Ordering::Release);
-                if let Some(b) = batch {
-                    self.settle_failed(b);
-                }
-                // Writers waiting for room would wait for a settle that
-                // frees nothing (the pages went back to the buffer): wake
-                // them to see the poison. Found by the shuttle model check.
-                self.notify_room();
                 Err(Error::io("fdatasync", None, e))
             }
         }
