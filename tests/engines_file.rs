@@ -517,3 +517,80 @@ fn commit_dsync_replaces_fdatasync_only_where_it_covers_the_round() {
         }
     }
 }
+
+/// Under `O_DIRECT` the pwritev engine writes a run whose pages lie
+/// scattered in memory from one copy (one `pwrite` of the whole run), and
+/// a run in one piece of memory zero-copy (`pwritev`); buffered, every run
+/// is a `pwritev`. So does the io_uring engine with a lone one-run flush,
+/// which it writes on the flushing thread. Both read back whole after a
+/// reopen, the copy too with `commit_dsync`'s durable write.
+#[test]
+fn scattered_runs_are_copied_under_direct_io() {
+    let dir = test_dir();
+    let engines = file_engines()
+        .into_iter()
+        .filter(|e| matches!(e, FlushEngine::Vectored | FlushEngine::IoUring { .. }));
+    for (engine, direct) in engines.flat_map(|e| modes(dir.path()).into_iter().map(move |d| (e, d)))
+    {
+        for dsync in [false, true] {
+            let path = dir.path().join(format!(
+                "gather-{}-{engine:?} {direct:?}-{dsync}",
+                engine.name()
+            ));
+            let (be, sh) = faulty_file(&path, direct);
+            let cfg = Config::default().engine(engine).commit_dsync(dsync);
+            let f = PagedCachedFile::new(sh, cfg.clone()).unwrap();
+            // Fresh pages (`overwrite`) taken in file order come out of one
+            // slab in address order: one piece of memory.
+            for p in 0..16u64 {
+                let mut g = f.overwrite(p * PS as u64, PS).unwrap();
+                g.copy_from_slice(&page(PS, p, 1));
+            }
+            let (calls, buffers) = (be.write_calls(), be.buffer_write_calls());
+            f.sync().unwrap();
+            assert_eq!(
+                be.write_calls() - calls,
+                1,
+                "{engine:?} {direct:?}: one run, one call"
+            );
+            assert_eq!(
+                be.buffer_write_calls() - buffers,
+                0,
+                "{engine:?} {direct:?}: a run in one piece goes out zero-copy"
+            );
+            // Written back to front, the next run's pages lie in memory in
+            // the opposite order of the file: 16 pieces.
+            for p in (16..32u64).rev() {
+                f.write_page(p * PS as u64, &page(PS, p, 2)).unwrap();
+            }
+            let (calls, buffers) = (be.write_calls(), be.buffer_write_calls());
+            f.sync().unwrap();
+            assert_eq!(
+                be.write_calls() - calls,
+                1,
+                "{engine:?} {direct:?}: one run, one call"
+            );
+            let copied = u64::from(direct == DirectIo::On && !dsync);
+            assert_eq!(
+                be.buffer_write_calls() - buffers,
+                copied,
+                "{engine:?} {direct:?} dsync {dsync}: scattered pages copied only under O_DIRECT"
+            );
+            if dsync {
+                // Both runs were the durable write of their round.
+                assert_eq!(f.stats().dsync_writes, 2, "{engine:?} {direct:?}");
+            }
+            f.close().unwrap();
+            let f = PagedCachedFile::open(&path, cfg.direct(direct)).unwrap();
+            for p in 0..32u64 {
+                let v = if p < 16 { 1 } else { 2 };
+                assert_eq!(
+                    disk(&path, p),
+                    (p, v),
+                    "{engine:?} {direct:?} {dsync}: page {p}"
+                );
+                assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, v));
+            }
+        }
+    }
+}

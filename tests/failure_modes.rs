@@ -296,7 +296,8 @@ struct UnknownMax(FileBackend, Arc<Calls>);
 #[derive(Debug, Default)]
 struct Calls {
     fallocate: AtomicU64,
-    pwritev: AtomicU64,
+    /// `pwrite` and `pwritev` calls.
+    writes: AtomicU64,
 }
 
 impl UnknownMax {
@@ -316,10 +317,11 @@ impl StorageBackend for UnknownMax {
         self.0.read_exact_at(offset, buf)
     }
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.1.writes.fetch_add(1, Ordering::Relaxed);
         self.0.write_all_at(offset, buf)
     }
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.1.pwritev.fetch_add(1, Ordering::Relaxed);
+        self.1.writes.fetch_add(1, Ordering::Relaxed);
         self.0.write_vectored_all_at(offset, bufs)
     }
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
@@ -445,8 +447,9 @@ fn backpressure_is_not_held_hostage_by_a_bad_page(kind: FsKind) {
 fn a_full_disk_keeps_pages_dirty_until_space_returns(kind: FsKind) {
     // (engine, direct, MiB written, runs): 8 MiB goes out as eight runs of
     // `max_write_bytes` (1 MiB); 4 MiB with `max_write_bytes` at 4 MiB as
-    // one run (IOV_MAX pages), which a lone committer writes inline with
-    // `pwritev` on every engine (io_uring included, `RunWriter::writes_inline`).
+    // one run (IOV_MAX pages), which a lone committer writes inline on
+    // every engine (io_uring included, `RunWriter::writes_inline`): a
+    // `pwritev`, or under O_DIRECT a `pwrite` of scattered pages' copy.
     let Some(probe_fs) = scratch(kind, 64) else {
         return;
     };
@@ -806,7 +809,8 @@ fn only_writes_in_flight_beside_others_preallocate_under_o_direct() {
     // writer with one write call at a time lets each write allocate
     // written blocks itself (`preallocate` in src/cached_file/flush.rs).
     // A lone committer's round of one run is one write on every engine:
-    // io_uring writes it inline with `pwritev`, no ring, no fallocate.
+    // io_uring writes it inline (`pwritev`, or `pwrite` from a copy of
+    // scattered pages), no ring, no fallocate.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     // (config, preallocates with two runs per commit, with one)
     let mut cases = vec![
@@ -853,14 +857,14 @@ fn only_writes_in_flight_beside_others_preallocate_under_o_direct() {
                 f.sync().unwrap();
             }
             let fallocates = calls.fallocate.load(Ordering::Relaxed);
-            let pwritevs = calls.pwritev.load(Ordering::Relaxed);
+            let writes = calls.writes.load(Ordering::Relaxed);
             let what = format!(
-                "{cfg:?}, {runs} run(s) per commit: {fallocates} fallocate, {pwritevs} pwritev"
+                "{cfg:?}, {runs} run(s) per commit: {fallocates} fallocate, {writes} pwrite(v)"
             );
             assert_eq!(fallocates > 0, preallocates, "{what}");
             if matches!(cfg.engine, FlushEngine::IoUring { .. }) {
                 // The ring's writes bypass the backend; inline ones do not.
-                assert_eq!(pwritevs, if runs == 1 { 4 } else { 0 }, "{what}");
+                assert_eq!(writes, if runs == 1 { 4 } else { 0 }, "{what}");
             }
             for q in [0u64, 3, 123] {
                 assert_eq!(tag_of(&f.read(q * PS as u64, PS).unwrap()), (q, 1));

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::stats::{add, add_elapsed};
-use super::writer::{AtomicScratch, RunWriter};
+use super::writer::{GatherBuf, RunWriter};
 use super::{PageMap, PageRef, PagedCachedFile};
 use crate::coalesce::{Run, RunLimits, coalesce, split_for_atomic};
 use crate::error::{Error, Result};
@@ -89,7 +89,7 @@ pub(crate) struct WriteSlot {
     /// With [`TornWrites::Atomic`](super::TornWrites::Atomic): the copy
     /// buffer of atomic writes, and the runs before they were cut into
     /// atomic pieces (reused).
-    atomic: Option<(AtomicScratch, Vec<Run>)>,
+    atomic: Option<(GatherBuf, Vec<Run>)>,
 }
 
 impl WriteSlot {
@@ -100,7 +100,7 @@ impl WriteSlot {
             runs: Vec::new(),
             alloc_failed: Vec::new(),
             writer,
-            atomic: atomic_align.map(|a| (AtomicScratch::new(a), Vec::new())),
+            atomic: atomic_align.map(|a| (GatherBuf::new(a), Vec::new())),
         }
     }
 }

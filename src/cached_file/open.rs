@@ -3,7 +3,7 @@
 
 use super::TornWrites;
 use super::config::Config;
-use super::writer::RunWriter;
+use super::writer::{GatherBuf, RunWriter};
 use crate::backend::{
     FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
 };
@@ -191,16 +191,25 @@ pub(crate) fn resolve_writer(
     bounce_len: usize,
     slots: usize,
 ) -> Result<(FlushEngine, Option<String>, RunWriter)> {
+    // Under O_DIRECT the pwritev engine copies scattered runs
+    // (`MAX_ZERO_COPY_SEGMENTS`).
+    let copy = || {
+        backend
+            .dio_align()
+            .map(|_| GatherBuf::new(config.page_align))
+    };
+    let vectored = || RunWriter::Vectored {
+        iovecs: Vec::new(),
+        pool: None,
+        copy: copy(),
+    };
     let plain = |engine| match engine {
         FlushEngine::PerPage => RunWriter::PerPage,
         FlushEngine::Concat => RunWriter::Concat {
             scratch: None,
             align: config.page_align,
         },
-        _ => RunWriter::Vectored {
-            iovecs: Vec::new(),
-            pool: None,
-        },
+        _ => vectored(),
     };
     let queue_depth = match config.engine {
         FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } => queue_depth,
@@ -227,14 +236,7 @@ pub(crate) fn resolve_writer(
                 Error::Io { source, .. } => format!("io_uring refused: {}", short_error(source)),
                 _ => "io_uring not used: the backend has no file".into(),
             };
-            Ok((
-                FlushEngine::Vectored,
-                Some(why),
-                RunWriter::Vectored {
-                    iovecs: Vec::new(),
-                    pool: None,
-                },
-            ))
+            Ok((FlushEngine::Vectored, Some(why), vectored()))
         }
         (_, Err(e)) => Err(e),
     }
@@ -252,7 +254,7 @@ fn uring_writer(
     bounce_len: usize,
     align: usize,
 ) -> Result<RunWriter> {
-    use super::writer::bounce_buffers;
+    use super::writer::{UringScratch, bounce_buffers};
     use crate::backend::ring::{RingOptions, SlotRing};
     let mut opts = RingOptions::new(queue_depth);
     opts.single_issuer = false;
@@ -270,7 +272,7 @@ fn uring_writer(
     Ok(RunWriter::Uring {
         ring: Box::new(ring),
         copy: bounce > 0,
-        scratch: Box::default(),
+        scratch: Box::new(UringScratch::new((bounce > 0).then_some(align))),
     })
 }
 

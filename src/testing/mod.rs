@@ -97,6 +97,7 @@ pub struct FaultyBackend<B> {
     write_faults: Mutex<VecDeque<WriteFault>>,
     sync_faults: Mutex<VecDeque<Option<i32>>>,
     writes: AtomicU64,
+    buffer_writes: AtomicU64,
     syncs: AtomicU64,
 }
 
@@ -108,6 +109,7 @@ impl<B: StorageBackend> FaultyBackend<B> {
             write_faults: Mutex::new(VecDeque::new()),
             sync_faults: Mutex::new(VecDeque::new()),
             writes: AtomicU64::new(0),
+            buffer_writes: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
         }
     }
@@ -126,6 +128,12 @@ impl<B: StorageBackend> FaultyBackend<B> {
     /// Write calls seen so far (failed ones included).
     pub fn write_calls(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Of the write calls, those of one buffer (`write_all_at`, a
+    /// `pwrite`); the others are vectored or io_uring SQEs.
+    pub fn buffer_write_calls(&self) -> u64 {
+        self.buffer_writes.load(Ordering::Relaxed)
     }
 
     /// `sync_data` calls seen so far (failed ones included).
@@ -215,6 +223,7 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
     }
 
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.buffer_writes.fetch_add(1, Ordering::Relaxed);
         match self.next_write_fault() {
             WriteFault::Pass => self.inner.write_all_at(offset, buf),
             WriteFault::Errno(code) => Err(io::Error::from_raw_os_error(code)),
