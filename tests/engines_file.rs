@@ -594,3 +594,42 @@ fn scattered_runs_are_copied_under_direct_io() {
         }
     }
 }
+
+/// The vectored engine's writer threads copy scattered runs under
+/// `O_DIRECT` too, each into its own buffer: a flush of four runs, each
+/// written back to front, goes out as four `pwrite`s (four `pwritev`s
+/// buffered), and every page reads back from the file.
+#[test]
+fn writer_threads_copy_scattered_runs_under_direct_io() {
+    let dir = test_dir();
+    for direct in modes(dir.path()) {
+        let path = dir.path().join(format!("pool-gather-{direct:?}"));
+        let (be, sh) = faulty_file(&path, direct);
+        let cfg = Config::default()
+            .engine(FlushEngine::Vectored)
+            .write_threads(4);
+        let f = PagedCachedFile::new(sh, cfg.clone()).unwrap();
+        // Runs of 4 pages at pages 0, 8, 16 and 24, each written back to
+        // front: 4 pieces of memory per run.
+        for run in 0..4u64 {
+            for p in (run * 8..run * 8 + 4).rev() {
+                f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+            }
+        }
+        let (calls, buffers) = (be.write_calls(), be.buffer_write_calls());
+        f.flush().unwrap();
+        assert_eq!(be.write_calls() - calls, 4, "{direct:?}: a call per run");
+        let copied = if direct == DirectIo::On { 4 } else { 0 };
+        assert_eq!(
+            be.buffer_write_calls() - buffers,
+            copied,
+            "{direct:?}: scattered runs copied only under O_DIRECT"
+        );
+        f.close().unwrap();
+        for run in 0..4u64 {
+            for p in run * 8..run * 8 + 4 {
+                assert_eq!(disk(&path, p), (p, 1), "{direct:?}: page {p}");
+            }
+        }
+    }
+}

@@ -106,8 +106,8 @@ mod writer_pool;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
 pub use config::{
-    Config, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES,
-    MAX_WRITE_THREADS,
+    Config, DEFAULT_WRITE_THREADS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
+    MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
 };
 pub use stats::Stats;
 pub use torn::{Recovery, TornWrites};
@@ -476,9 +476,13 @@ impl PagedCachedFile {
             if let writer::RunWriter::Vectored { pool, .. } = &mut w
                 && config.write_threads > 1
             {
-                let helpers =
-                    writer_pool::WriterPool::new(Arc::clone(&backend), config.write_threads - 1)
-                        .map_err(|e| Error::io("spawn writer thread", None, e))?;
+                let copy_align = backend.dio_align().map(|_| config.page_align);
+                let helpers = writer_pool::WriterPool::new(
+                    Arc::clone(&backend),
+                    config.write_threads - 1,
+                    copy_align,
+                )
+                .map_err(|e| Error::io("spawn writer thread", None, e))?;
                 *pool = Some(Box::new(helpers));
             }
             let atomic_align = atomic_max.map(|_| config.page_align);

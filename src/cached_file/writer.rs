@@ -38,8 +38,8 @@ pub(crate) enum RunWriter {
     /// runs of a flush that has several go out from several threads at
     /// once. With `copy` (under `O_DIRECT`), a run whose pages lie in more
     /// than [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory is copied into it
-    /// and written with one `pwrite` instead (see there); the pool's runs
-    /// stay zero-copy.
+    /// and written with one `pwrite` instead (see there); the pool's
+    /// threads each copy into their own.
     Vectored {
         iovecs: Vec<IoSlice<'static>>,
         pool: Option<Box<super::writer_pool::WriterPool>>,
@@ -78,14 +78,18 @@ impl RunWriter {
     /// committers level. Writing every one-run flush inline lost at 8
     /// committers (0.85-0.97x), where the write runs beside other rounds'
     /// `fdatasync`s (`.project/commit-suite.md`).
-    #[cfg_attr(
-        not(all(target_os = "linux", feature = "io-uring")),
-        expect(unused_variables, reason = "only the ring reads `alone`")
-    )]
+    ///
+    /// The writer threads take a flush of several runs, unless it is alone
+    /// and has fewer runs than there are threads: one committer's rounds
+    /// of ~3 runs (`scale`'s default transactions) spent 1.16-1.43x the CPU
+    /// per GB handing them over, for no more commits/s.
     pub(crate) fn writes_inline(&self, runs: usize, alone: bool) -> bool {
         match self {
             RunWriter::PerPage | RunWriter::Concat { .. } => true,
-            RunWriter::Vectored { pool, .. } => pool.is_none() || runs <= 1,
+            RunWriter::Vectored { pool, .. } => match pool {
+                None => true,
+                Some(pool) => runs <= 1 || (alone && runs < pool.threads()),
+            },
             #[cfg(all(target_os = "linux", feature = "io-uring"))]
             RunWriter::Uring { .. } => runs <= 1 && alone,
         }
@@ -232,11 +236,11 @@ impl RunWriter {
             RunWriter::Vectored {
                 iovecs,
                 pool: Some(pool),
-                ..
+                copy,
             } => {
                 // Empty (no allocation) unless a run fails.
                 let mut failed = Vec::new();
-                pool.write(runs, entries, iovecs, &mut failed);
+                pool.write(runs, entries, iovecs, copy.as_mut(), &mut failed);
                 add(&counters.write_calls, runs.len() as u64);
                 for (i, e) in failed {
                     results.set(i, runs[i].offset, "pwritev", Some(e));
@@ -369,43 +373,56 @@ fn pwritev_runs(
     dsync: bool,
     results: &mut Results,
 ) {
-    let mut vectors: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
-    vectors.extend(entries.iter().map(|(_, p)| IoSlice::new(p)));
     for (i, run) in runs.iter().enumerate() {
         add(&counters.write_calls, 1);
-        let pages = &entries[run.entries()];
-        let gathered = match copy.as_deref_mut() {
-            Some(buf) if segments(pages) > MAX_ZERO_COPY_SEGMENTS => Some(
-                buf.gather(pages, run.len)
-                    .ok_or(std::io::ErrorKind::OutOfMemory),
-            ),
-            _ => None,
-        };
-        if let Some(buf) = gathered {
-            let (r, op) = match buf {
-                Err(e) => (Err(e.into()), "pwrite"),
-                Ok(buf) if dsync => {
-                    add(&counters.dsync_writes, 1);
-                    let one = &mut [IoSlice::new(buf)];
-                    let r = backend.write_vectored_all_at_dsync(run.offset, one);
-                    (r, "pwritev2 (RWF_DSYNC)")
-                }
-                Ok(buf) => (backend.write_all_at(run.offset, buf), "pwrite"),
-            };
-            results.set(i, run.offset, op, r.err());
-            continue;
-        }
-        let bufs = &mut vectors[run.entries()];
-        let (r, op) = if dsync {
+        if dsync {
             add(&counters.dsync_writes, 1);
-            let r = backend.write_vectored_all_at_dsync(run.offset, bufs);
-            (r, "pwritev2 (RWF_DSYNC)")
-        } else {
-            (backend.write_vectored_all_at(run.offset, bufs), "pwritev")
-        };
+        }
+        let pages = &entries[run.entries()];
+        let (r, op) = write_run(backend, run, pages, iovecs, copy.as_deref_mut(), dsync);
         results.set(i, run.offset, op, r.err());
     }
-    *iovecs = reuse(vectors);
+}
+
+/// Writes `run` (its `pages`) from this thread, durable with `dsync`: one
+/// `pwrite` of the pages gathered into `copy` where they lie in more than
+/// [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory (`copy` is given under
+/// `O_DIRECT`), else one `pwritev` from page memory (split at `IOV_MAX` by
+/// the backend; `iovecs` is kept between calls). Returns the outcome and
+/// the call's name for the error.
+pub(super) fn write_run(
+    backend: &dyn StorageBackend,
+    run: &Run,
+    pages: &[(u64, PageRef)],
+    iovecs: &mut Vec<IoSlice<'static>>,
+    copy: Option<&mut GatherBuf>,
+    dsync: bool,
+) -> (std::io::Result<()>, &'static str) {
+    const DSYNC: &str = "pwritev2 (RWF_DSYNC)";
+    match copy {
+        Some(buf) if segments(pages) > MAX_ZERO_COPY_SEGMENTS => match buf.gather(pages, run.len) {
+            None => (Err(std::io::ErrorKind::OutOfMemory.into()), "pwrite"),
+            Some(buf) if dsync => {
+                let one = &mut [IoSlice::new(buf)];
+                (backend.write_vectored_all_at_dsync(run.offset, one), DSYNC)
+            }
+            Some(buf) => (backend.write_all_at(run.offset, buf), "pwrite"),
+        },
+        _ => {
+            let mut v: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
+            v.extend(pages.iter().map(|(_, p)| IoSlice::new(p)));
+            let out = if dsync {
+                (
+                    backend.write_vectored_all_at_dsync(run.offset, &mut v),
+                    DSYNC,
+                )
+            } else {
+                (backend.write_vectored_all_at(run.offset, &mut v), "pwritev")
+            };
+            *iovecs = reuse(v);
+            out
+        }
+    }
 }
 
 /// Whether the runs' pages are adjacent in memory often enough that the

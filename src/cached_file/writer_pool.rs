@@ -6,7 +6,10 @@
 //!
 //! The flushing thread copies the runs and page references into the pool's
 //! job (vectors kept between flushes, so nothing is allocated), wakes the
-//! helpers, takes runs itself, and returns when every run completed.
+//! helpers, takes runs itself, and returns when every run completed. Each
+//! run goes out as the engine writes it on one thread
+//! ([`write_run`](super::writer::write_run)): under `O_DIRECT`, scattered
+//! pages from a copy in the writing thread's own buffer.
 //! Helpers hold the job's read lock while writing; a job is installed and
 //! let go under the write lock, so no helper sees a half-installed job and
 //! no page reference outlives its flush.
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::PageRef;
+use super::writer::{GatherBuf, write_run};
 use crate::backend::StorageBackend;
 use crate::coalesce::Run;
 use crate::sync::{AtomicUsize, Condvar, JoinHandle, Mutex, RwLock, ThreadBuilder};
@@ -59,9 +63,15 @@ pub(crate) struct WriterPool {
 }
 
 impl WriterPool {
-    /// Starts `helpers` threads writing to `backend`. Errors: the OS
-    /// refused a thread (the ones started are stopped again).
-    pub(crate) fn new(backend: Arc<dyn StorageBackend>, helpers: usize) -> std::io::Result<Self> {
+    /// Starts `helpers` threads writing to `backend`; with `copy_align`
+    /// (under `O_DIRECT`) each copies scattered runs into a buffer of its
+    /// own aligned to it. Errors: the OS refused a thread (the ones started
+    /// are stopped again).
+    pub(crate) fn new(
+        backend: Arc<dyn StorageBackend>,
+        helpers: usize,
+        copy_align: Option<usize>,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             backend,
             job: RwLock::new(Job::default()),
@@ -80,20 +90,27 @@ impl WriterPool {
             let s = Arc::clone(&pool.shared);
             let t = ThreadBuilder::new()
                 .name(format!("pagewriter-w{i}"))
-                .spawn(move || helper(&s))?;
+                .spawn(move || helper(&s, copy_align.map(GatherBuf::new)))?;
             pool.threads.push(t);
         }
         Ok(pool)
     }
 
+    /// Threads that write a job: the helpers and the calling thread.
+    pub(crate) fn threads(&self) -> usize {
+        self.threads.len() + 1
+    }
+
     /// Writes every run of `entries`, the calling thread too; appends the
-    /// failed runs (index into `runs`, error) to `failed`. `iovecs` is the
-    /// calling thread's iovec vector, kept between flushes.
+    /// failed runs (index into `runs`, error) to `failed`. `iovecs` and
+    /// `copy` are the calling thread's iovec vector and copy buffer, kept
+    /// between flushes.
     pub(crate) fn write(
         &self,
         runs: &[Run],
         entries: &[(u64, PageRef)],
         iovecs: &mut Vec<IoSlice<'static>>,
+        copy: Option<&mut GatherBuf>,
         failed: &mut Vec<(usize, std::io::Error)>,
     ) {
         let s = &*self.shared;
@@ -111,7 +128,7 @@ impl WriterPool {
             st.generation += 1;
             s.start.notify_all();
         }
-        work(s, iovecs);
+        work(s, iovecs, copy);
         {
             let mut st = s.state.lock();
             while s.completed.load(Ordering::Acquire) < runs.len() {
@@ -136,7 +153,7 @@ impl Drop for WriterPool {
     }
 }
 
-fn helper(s: &Shared) {
+fn helper(s: &Shared, mut copy: Option<GatherBuf>) {
     let mut seen = 0;
     let mut iovecs = Vec::new();
     loop {
@@ -150,34 +167,29 @@ fn helper(s: &Shared) {
             }
             seen = st.generation;
         }
-        work(s, &mut iovecs);
+        work(s, &mut iovecs, copy.as_mut());
     }
 }
 
 /// Takes runs of the installed job until none is left. A panic in the
 /// backend fails its run instead of leaving the flushing thread waiting
 /// for it forever.
-fn work(s: &Shared, iovecs: &mut Vec<IoSlice<'static>>) {
+fn work(s: &Shared, iovecs: &mut Vec<IoSlice<'static>>, mut copy: Option<&mut GatherBuf>) {
     let job = s.job.read();
     let total = job.runs.len();
     loop {
         let i = s.next.fetch_add(1, Ordering::AcqRel);
         let Some(run) = job.runs.get(i) else { break };
-        let mut v: Vec<IoSlice<'_>> = super::writer::reuse(std::mem::take(iovecs));
-        v.extend(
-            job.entries[run.entries()]
-                .iter()
-                .map(|(_, p)| IoSlice::new(p)),
-        );
+        let pages = &job.entries[run.entries()];
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            s.backend.write_vectored_all_at(run.offset, &mut v)
+            let copy = copy.as_deref_mut();
+            write_run(&*s.backend, run, pages, iovecs, copy, false).0
         }))
         .unwrap_or_else(|_| {
             Err(std::io::Error::other(
                 "the backend panicked in a writer thread",
             ))
         });
-        *iovecs = super::writer::reuse(v);
         if let Err(e) = r {
             s.failures.lock().push((i, e));
         }

@@ -143,7 +143,7 @@ pub struct ScaleConfig {
     /// [`TornWrites::Allow`]. A doublewrite area is a scratch file too.
     pub torn_writes: TornWrites,
     /// Threads writing a flush's runs in the vectored modes
-    /// ([`Config::write_threads`]). Default 1.
+    /// ([`Config::write_threads`]). Default [`Config::default`]'s (4).
     pub write_threads: usize,
     /// Most bytes one write call carries ([`Config::max_write_bytes`]).
     /// Default 1 MiB.

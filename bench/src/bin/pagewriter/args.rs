@@ -379,7 +379,7 @@ pub(crate) struct ScaleArgs {
     pub(crate) commit_dsync: bool,
     /// Threads writing a flush's runs in the vectored modes, the flushing
     /// thread included (`Config::write_threads`; 1 = runs one after another).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS)]
     pub(crate) write_threads: usize,
     /// Most bytes one write call carries: longer runs are cut there
     /// (`Config::max_write_bytes`; bytes, units accepted).
@@ -462,7 +462,7 @@ pub(crate) struct FlushArgs {
     pub(crate) json: bool,
     /// Threads writing the runs with the vectored engine, the flushing
     /// thread included (`Config::write_threads`).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS)]
     pub(crate) write_threads: usize,
     /// Write even if the file system has less free space than --size.
     #[arg(long)]
