@@ -91,18 +91,18 @@ pub struct Config {
     /// Threads that write a flush's runs with the vectored engine (also
     /// where `Auto` falls back to it), 1..=[`MAX_WRITE_THREADS`], the
     /// flushing thread included: above 1, `write_threads - 1` helper
-    /// threads are started at open (and joined at drop), and a flush of
-    /// several runs while a commit round syncs beside it has up to this
-    /// many `pwritev` calls in flight at once, as the io_uring engine has
-    /// its SQEs (a flush with nothing beside it writes its runs one after
-    /// another itself: handing them over cost more there). ext4 runs
+    /// threads are started at open (and joined at drop), and a flush of at
+    /// least this many runs has up to this many `pwritev` calls in flight
+    /// at once, as the io_uring engine has its SQEs (a flush of fewer runs
+    /// writes them one after another itself: handing them over cost more
+    /// than it gave). ext4 runs
     /// `O_DIRECT` writes into one file's allocated blocks in parallel
     /// (`.project/commit-suite.md`, "Parallel writes into one file").
     /// Other engines ignore it. Default [`DEFAULT_WRITE_THREADS`] (4):
     /// `scale`'s default transactions (16 pages, 2 of them rewrites, so
-    /// about 9 runs per round) at 8 committers made 1.36-1.42x the
-    /// commits/s of 1 thread at 0.92-0.96x the CPU per GB, at 1 committer
-    /// level (`.project/overlap.md`). 1 starts no threads. Each write slot
+    /// about 9 runs per round) at 8 committers made 1.43x the commits/s of
+    /// 1 thread at 0.90x the CPU per GB, 1.27x at 4, level at 1 and 2
+    /// committers (`.project/overlap.md`). 1 starts no threads. Each write slot
     /// has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight) ×
     /// (`write_threads` - 1) threads in all).
     pub write_threads: usize,
