@@ -95,15 +95,15 @@ pub struct Config {
     /// least this many runs has up to this many `pwritev` calls in flight
     /// at once, as the io_uring engine has its SQEs (a flush of fewer runs
     /// writes them one after another itself: handing them over cost more
-    /// than it gave). ext4 runs
-    /// `O_DIRECT` writes into one file's allocated blocks in parallel
-    /// (`.project/commit-suite.md`, "Parallel writes into one file").
+    /// than it gave). ext4 runs `O_DIRECT` writes into one file's
+    /// allocated blocks in parallel (`.project/commit-suite.md`, "Parallel
+    /// writes into one file").
     /// Other engines ignore it. Default [`DEFAULT_WRITE_THREADS`] (4):
     /// `scale`'s default transactions (16 pages, 2 of them rewrites, so
     /// about 9 runs per round) at 8 committers made 1.43x the commits/s of
     /// 1 thread at 0.90x the CPU per GB, 1.27x at 4, level at 1 and 2
-    /// committers (`.project/overlap.md`). 1 starts no threads. Each write slot
-    /// has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight) ×
+    /// committers (`.project/overlap.md`). 1 starts no threads. Each write
+    /// slot has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight) ×
     /// (`write_threads` - 1) threads in all).
     pub write_threads: usize,
     /// Most flushes and commit rounds whose writes are in flight at once,

@@ -206,8 +206,7 @@ pub(crate) fn resolve_writer(
     let plain = |engine| match engine {
         FlushEngine::PerPage => RunWriter::PerPage,
         FlushEngine::Concat => RunWriter::Concat {
-            scratch: None,
-            align: config.page_align,
+            scratch: GatherBuf::new(config.page_align),
         },
         _ => vectored(),
     };

@@ -26,12 +26,9 @@ pub(crate) struct WriteFailure {
 pub(crate) enum RunWriter {
     /// One `pwrite` per page.
     PerPage,
-    /// One `pwrite` per run from a copy buffer aligned to `align` (so it
-    /// also works with `O_DIRECT`), grown to the largest run.
-    Concat {
-        scratch: Option<AlignedBuf>,
-        align: usize,
-    },
+    /// One `pwrite` per run from a copy buffer aligned for `O_DIRECT`,
+    /// grown to the largest run.
+    Concat { scratch: GatherBuf },
     /// One `pwritev` per run (split at `IOV_MAX` by the backend); the
     /// iovec vector is kept between flushes. With a `pool`
     /// ([`Config::write_threads`](super::Config::write_threads) > 1), the
@@ -228,15 +225,13 @@ impl RunWriter {
                     results.set(i, run.offset, "pwrite", r.err());
                 }
             }
-            RunWriter::Concat { scratch, align } => {
+            RunWriter::Concat { scratch } => {
                 for (i, run) in runs.iter().enumerate() {
-                    if scratch.as_ref().is_none_or(|b| b.len() < run.len) {
-                        *scratch = AlignedBuf::zeroed(run.len, *align);
-                    }
-                    let buf = scratch.as_mut().expect("alignment validated");
-                    gather(&entries[run.entries()], buf);
                     add(&counters.write_calls, 1);
-                    let r = backend.write_all_at(run.offset, &buf[..run.len]);
+                    let r = match scratch.gather(&entries[run.entries()], run.len) {
+                        Some(buf) => backend.write_all_at(run.offset, buf),
+                        None => Err(std::io::ErrorKind::OutOfMemory.into()),
+                    };
                     results.set(i, run.offset, "pwrite", r.err());
                 }
             }
@@ -249,8 +244,8 @@ impl RunWriter {
                 let mut failed = Vec::new();
                 pool.write(runs, entries, iovecs, copy.as_mut(), &mut failed);
                 add(&counters.write_calls, runs.len() as u64);
-                for (i, e) in failed {
-                    results.set(i, runs[i].offset, "pwritev", Some(e));
+                for (i, op, e) in failed {
+                    results.set(i, runs[i].offset, op, Some(e));
                 }
             }
             RunWriter::Vectored {

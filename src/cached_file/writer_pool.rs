@@ -26,6 +26,10 @@ use crate::backend::StorageBackend;
 use crate::coalesce::Run;
 use crate::sync::{AtomicUsize, Condvar, JoinHandle, Mutex, RwLock, ThreadBuilder};
 
+/// A run that failed: its index in the flush's runs, the call
+/// (`"pwritev"`, `"pwrite"` for a copied run), and the error.
+pub(crate) type RunFailure = (usize, &'static str, std::io::Error);
+
 /// One flush's runs and the pages they cover.
 #[derive(Default)]
 struct Job {
@@ -52,8 +56,8 @@ struct Shared {
     next: AtomicUsize,
     /// Runs finished, failed ones included.
     completed: AtomicUsize,
-    /// (run index, error) of the runs that failed.
-    failures: Mutex<Vec<(usize, std::io::Error)>>,
+    /// (run index, the call, error) of the runs that failed.
+    failures: Mutex<Vec<RunFailure>>,
 }
 
 /// Helper threads, joined on drop.
@@ -102,7 +106,8 @@ impl WriterPool {
     }
 
     /// Writes every run of `entries`, the calling thread too; appends the
-    /// failed runs (index into `runs`, error) to `failed`. `iovecs` and
+    /// failed runs (index into `runs`, the call that failed, error) to
+    /// `failed`. `iovecs` and
     /// `copy` are the calling thread's iovec vector and copy buffer, kept
     /// between flushes.
     pub(crate) fn write(
@@ -111,7 +116,7 @@ impl WriterPool {
         entries: &[(u64, PageRef)],
         iovecs: &mut Vec<IoSlice<'static>>,
         copy: Option<&mut GatherBuf>,
-        failed: &mut Vec<(usize, std::io::Error)>,
+        failed: &mut Vec<RunFailure>,
     ) {
         let s = &*self.shared;
         {
@@ -181,17 +186,16 @@ fn work(s: &Shared, iovecs: &mut Vec<IoSlice<'static>>, mut copy: Option<&mut Ga
         let i = s.next.fetch_add(1, Ordering::AcqRel);
         let Some(run) = job.runs.get(i) else { break };
         let pages = &job.entries[run.entries()];
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (r, op) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let copy = copy.as_deref_mut();
-            write_run(&*s.backend, run, pages, iovecs, copy, false).0
+            write_run(&*s.backend, run, pages, iovecs, copy, false)
         }))
         .unwrap_or_else(|_| {
-            Err(std::io::Error::other(
-                "the backend panicked in a writer thread",
-            ))
+            let e = std::io::Error::other("the backend panicked in a writer thread");
+            (Err(e), "pwritev")
         });
         if let Err(e) = r {
-            s.failures.lock().push((i, e));
+            s.failures.lock().push((i, op, e));
         }
         if s.completed.fetch_add(1, Ordering::AcqRel) + 1 == total {
             let _st = s.state.lock();
