@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
-use super::{PageHasher, PageRef};
+use super::pages::{PageHasher, PageRef};
 
 /// A slot of the ring that holds no page.
 const EMPTY: u64 = u64::MAX;

@@ -14,8 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::stats::{add, add_elapsed};
-use super::writer::{GatherBuf, RunWriter};
-use super::{PageMap, PageRef, PagedCachedFile};
+use super::PagedCachedFile;
+use super::gather::GatherBuf;
+use super::pages::{PageMap, PageRef};
+use super::writer::RunWriter;
 use crate::coalesce::{Run, RunLimits, coalesce, split_for_atomic};
 use crate::error::{Error, Result};
 use crate::sync::MutexGuard;

@@ -78,8 +78,6 @@
 //! (the area's lock is taken with `flusher` held or not, never the other
 //! way round). No I/O happens under a stripe or cache lock.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
@@ -98,7 +96,9 @@ mod cache;
 mod commit;
 mod config;
 mod flush;
+mod gather;
 mod open;
+mod pages;
 mod stats;
 mod torn;
 mod writer;
@@ -109,39 +109,15 @@ pub use config::{
     Config, DEFAULT_WRITE_THREADS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
     MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
 };
+pub use pages::PageRef;
 pub use stats::Stats;
 pub use torn::{Recovery, TornWrites};
 
 use cache::CacheStripe;
 use commit::CommitState;
 use flush::Flusher;
+use pages::PageMap;
 use stats::{Counters, add};
-
-/// A page (or a range of pages) as returned by [`PagedCachedFile::read`]:
-/// shared, immutable, aligned to [`Config::page_align`]. Derefs to `[u8]`.
-pub type PageRef = Arc<AlignedBuf>;
-
-/// Hash for page numbers: Fibonacci multiply, enough for keys that are
-/// dense integers (the default SipHash costs more than it buys here).
-#[derive(Default)]
-pub(crate) struct PageHasher(u64);
-
-impl Hasher for PageHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = h ^ (h >> 29);
-    }
-}
-
-pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
 
 /// One lock stripe of the write buffer. Page number `n` lives in stripe
 /// `n & (stripes - 1)`.

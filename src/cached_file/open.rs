@@ -3,7 +3,8 @@
 
 use super::TornWrites;
 use super::config::Config;
-use super::writer::{GatherBuf, RunWriter};
+use super::gather::GatherBuf;
+use super::writer::RunWriter;
 use crate::backend::{
     FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
 };

@@ -51,7 +51,7 @@ use std::io::{self, IoSlice};
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::PageRef;
+use super::pages::PageRef;
 use super::stats::{Counters, add};
 use crate::backend::StorageBackend;
 use crate::buffer::AlignedBuf;

@@ -4,7 +4,10 @@
 
 use std::io::IoSlice;
 
-use super::PageRef;
+use super::gather::{GatherBuf, write_run};
+#[cfg(all(target_os = "linux", feature = "io-uring"))]
+use super::gather::{MAX_ZERO_COPY_SEGMENTS, gather, reuse, segments};
+use super::pages::PageRef;
 use super::stats::{Counters, add};
 use crate::backend::StorageBackend;
 use crate::buffer::AlignedBuf;
@@ -272,34 +275,6 @@ impl RunWriter {
     }
 }
 
-/// A copy buffer that a run's pages are gathered into, so the run goes
-/// out as one memory segment: the pieces of atomic writes (an atomic write
-/// takes one segment) and, under `O_DIRECT`, the pwritev engine's scattered
-/// runs ([`RunWriter::Vectored`]). Aligned for `O_DIRECT`, grown to the
-/// largest run (at most `Config::max_write_bytes`), kept between flushes.
-pub(crate) struct GatherBuf {
-    buf: Option<AlignedBuf>,
-    align: usize,
-}
-
-impl GatherBuf {
-    /// An empty buffer, to be aligned to `align` bytes.
-    pub(crate) fn new(align: usize) -> Self {
-        Self { buf: None, align }
-    }
-
-    /// The `pages` copied back to back: the first `len` bytes of the
-    /// buffer. `None` if the buffer could not grow to `len` (no memory).
-    fn gather(&mut self, pages: &[(u64, PageRef)], len: usize) -> Option<&[u8]> {
-        if self.buf.as_ref().is_none_or(|b| b.len() < len) {
-            self.buf = AlignedBuf::zeroed(len, self.align);
-        }
-        let buf = self.buf.as_mut()?;
-        gather(pages, buf);
-        Some(&buf[..len])
-    }
-}
-
 /// One `pwritev2(RWF_ATOMIC)` per piece, on this thread, durable with
 /// `dsync`: a one-page piece from the page's own memory, a larger one
 /// from a copy in `scratch`.
@@ -339,27 +314,6 @@ fn write_atomic_runs(
 /// vector, and under `O_DIRECT` the copy buffer of scattered runs.
 type PageWrite<'a> = (&'a mut Vec<IoSlice<'static>>, Option<&'a mut GatherBuf>);
 
-/// Above this many pieces of memory per run, a run written under
-/// `O_DIRECT` from this thread is copied into one buffer first. The
-/// kernel pins and maps each iovec segment of a direct write on its own
-/// (and a virtual disk passes each on), which cost more than the copy:
-/// 64 KiB commits at 8 threads (`scale --rewrite 0 --direct on`, runs of
-/// ~45 pages in ~45 pieces) wrote 1.09-1.24x the commits/s copied (the
-/// Concat engine) as from the pages, each round's write 180 us against
-/// 205-230 us; bulk flushes of 256-page runs 1.76-1.90 against 1.30-1.62
-/// GB/s (`.project/io-uring-and-direct.md`). The ring copies for the same
-/// reason. Two pieces, as the ring allows for zero-copy: page slabs
-/// (`BufferPool`) lay a run written in file order out in one or two.
-pub(crate) const MAX_ZERO_COPY_SEGMENTS: usize = 2;
-
-/// How many pieces of memory `pages` (in file order) lie in.
-fn segments(pages: &[(u64, PageRef)]) -> usize {
-    1 + pages
-        .windows(2)
-        .filter(|w| w[0].1.as_ptr() as usize + w[0].1.len() != w[1].1.as_ptr() as usize)
-        .count()
-}
-
 /// One write per run, durable with `dsync`: a `pwritev` from page memory
 /// (split at `IOV_MAX` by the backend), or with `copy` (under `O_DIRECT`),
 /// for a run in more than [`MAX_ZERO_COPY_SEGMENTS`] pieces, one `pwrite`
@@ -386,47 +340,6 @@ fn pwritev_runs(
     }
 }
 
-/// Writes `run` (its `pages`) from this thread, durable with `dsync`: one
-/// `pwrite` of the pages gathered into `copy` where they lie in more than
-/// [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory (`copy` is given under
-/// `O_DIRECT`), else one `pwritev` from page memory (split at `IOV_MAX` by
-/// the backend; `iovecs` is kept between calls). Returns the outcome and
-/// the call's name for the error.
-pub(super) fn write_run(
-    backend: &dyn StorageBackend,
-    run: &Run,
-    pages: &[(u64, PageRef)],
-    iovecs: &mut Vec<IoSlice<'static>>,
-    copy: Option<&mut GatherBuf>,
-    dsync: bool,
-) -> (std::io::Result<()>, &'static str) {
-    const DSYNC: &str = "pwritev2 (RWF_DSYNC)";
-    match copy {
-        Some(buf) if segments(pages) > MAX_ZERO_COPY_SEGMENTS => match buf.gather(pages, run.len) {
-            None => (Err(std::io::ErrorKind::OutOfMemory.into()), "pwrite"),
-            Some(buf) if dsync => {
-                let one = &mut [IoSlice::new(buf)];
-                (backend.write_vectored_all_at_dsync(run.offset, one), DSYNC)
-            }
-            Some(buf) => (backend.write_all_at(run.offset, buf), "pwrite"),
-        },
-        _ => {
-            let mut v: Vec<IoSlice<'_>> = reuse(std::mem::take(iovecs));
-            v.extend(pages.iter().map(|(_, p)| IoSlice::new(p)));
-            let out = if dsync {
-                (
-                    backend.write_vectored_all_at_dsync(run.offset, &mut v),
-                    DSYNC,
-                )
-            } else {
-                (backend.write_vectored_all_at(run.offset, &mut v), "pwritev")
-            };
-            *iovecs = reuse(v);
-            out
-        }
-    }
-}
-
 /// Whether the runs' pages are adjacent in memory often enough that the
 /// runs make at most two iovec segments each on average (pages carved from
 /// one slab in file order; `BufferPool::zeroed`).
@@ -434,16 +347,6 @@ pub(super) fn write_run(
 fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
     let pieces: usize = runs.iter().map(|r| segments(&entries[r.entries()])).sum();
     pieces <= MAX_ZERO_COPY_SEGMENTS * runs.len()
-}
-
-/// An empty vector with `v`'s allocation, for elements of the same layout
-/// (here: `IoSlice`s of another lifetime, so a vector borrowed from one
-/// flush's pages serves the next). std collects a `vec::IntoIter` into a
-/// `Vec` in place when the layouts match, so nothing is allocated; the
-/// steady-state allocation test (`tests/alloc_free.rs`) checks it.
-pub(super) fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
-    v.clear();
-    v.into_iter().map(|_| unreachable!("cleared")).collect()
 }
 
 /// What the io_uring writer keeps between flushes so that a flush
@@ -470,15 +373,6 @@ impl UringScratch {
             inline_copy: align.map(GatherBuf::new),
             ..Self::default()
         }
-    }
-}
-
-/// Copies a run's pages into `buf`, back to back.
-fn gather(pages: &[(u64, PageRef)], buf: &mut [u8]) {
-    let mut at = 0;
-    for (_, page) in pages {
-        buf[at..at + page.len()].copy_from_slice(page);
-        at += page.len();
     }
 }
 

@@ -8,7 +8,7 @@
 //! job (vectors kept between flushes, so nothing is allocated), wakes the
 //! helpers, takes runs itself, and returns when every run completed. Each
 //! run goes out as the engine writes it on one thread
-//! ([`write_run`](super::writer::write_run)): under `O_DIRECT`, scattered
+//! ([`write_run`](super::gather::write_run)): under `O_DIRECT`, scattered
 //! pages from a copy in the writing thread's own buffer.
 //! Helpers hold the job's read lock while writing; a job is installed and
 //! let go under the write lock, so no helper sees a half-installed job and
@@ -20,8 +20,8 @@ use std::io::IoSlice;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::PageRef;
-use super::writer::{GatherBuf, write_run};
+use super::gather::{GatherBuf, write_run};
+use super::pages::PageRef;
 use crate::backend::StorageBackend;
 use crate::coalesce::Run;
 use crate::sync::{AtomicUsize, Condvar, JoinHandle, Mutex, RwLock, ThreadBuilder};
