@@ -197,9 +197,7 @@ impl PagedCachedFile {
         }
         self.uncache(|p| pages.contains(&p));
         self.release(freed);
-        if let Some(area) = &self.doublewrite {
-            area.forget_failed(offset, end);
-        }
+        self.torn.forget_failed(offset, end);
         Ok(())
     }
 
@@ -221,7 +219,7 @@ impl PagedCachedFile {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if self.doublewrite.is_some() {
+        if self.torn.area().is_some() {
             return Err(Error::InvalidConfig(
                 "refresh: a doublewrite area cannot follow another writer".into(),
             ));
@@ -331,7 +329,7 @@ impl PagedCachedFile {
                 self.all_settled.wait(&mut g);
             }
         }
-        if let Some(area) = &self.doublewrite
+        if let Some(area) = self.torn.area()
             && area.has_failed()
         {
             // The cut empties the area, so a page a failed write may have
@@ -343,7 +341,7 @@ impl PagedCachedFile {
             self.flush_to_os()?;
             return self.set_len(len);
         }
-        if let Some(area) = &self.doublewrite {
+        if let Some(area) = self.torn.area() {
             // A record may hold pages past the cut, which recovery would
             // write back after a later sync made the cut durable: make
             // every page written in place durable, then empty the area.

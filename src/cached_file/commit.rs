@@ -253,7 +253,7 @@ impl PagedCachedFile {
         // durable record, so the area makes the round durable.
         let by_area = pass.seq > st.synced_seq
             && pass.durable_seq.is_none()
-            && self.doublewrite.is_some()
+            && self.torn.area().is_some()
             && pass.unstaged_at <= self.fsynced.load(Ordering::Acquire);
         let needed = pass.seq > st.synced_seq && pass.durable_seq.is_none() && !by_area;
         let durable_seq = pass.durable_seq.or(by_area.then_some(pass.seq));
@@ -317,9 +317,7 @@ impl PagedCachedFile {
         }
         match synced {
             Ok(covers) => {
-                if let Some(area) = &self.doublewrite {
-                    area.data_synced(covers);
-                }
+                self.torn.data_synced(covers);
                 Ok(())
             }
             Err(e) => {
@@ -349,9 +347,7 @@ impl PagedCachedFile {
                     // An fdatasync, or a durable write with everything
                     // before it synced: durable in place up to `c`.
                     self.note_fsynced(c);
-                    if let Some(area) = &self.doublewrite {
-                        area.data_synced(c);
-                    }
+                    self.torn.data_synced(c);
                 }
             }
             match outcome.error {

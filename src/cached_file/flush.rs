@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::stats::{add, add_elapsed};
 use super::PagedCachedFile;
 use super::gather::GatherBuf;
 use super::pages::{PageMap, PageRef};
+use super::stats::{add, add_elapsed};
 use super::writer::RunWriter;
 use crate::coalesce::{Run, RunLimits, coalesce, split_for_atomic};
 use crate::error::{Error, Result};
@@ -417,7 +417,7 @@ impl PagedCachedFile {
                 durable_seq: None,
             };
         }
-        if let (Some(max), Some((_, spare))) = (self.atomic_max, slot.atomic.as_mut()) {
+        if let (Some(max), Some((_, spare))) = (self.torn.atomic_max(), slot.atomic.as_mut()) {
             split_for_atomic(&mut slot.runs, self.config.page_size, max, spare);
         }
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
@@ -429,7 +429,7 @@ impl PagedCachedFile {
         let dsync_clean = dsync;
         let mut dsync = dsync.is_some() && slot.runs.len() == 1 && slot.writer.can_dsync();
         let mut grown = false;
-        let staging = self.doublewrite.is_some() && !slot.runs.is_empty();
+        let staging = self.torn.area().is_some() && !slot.runs.is_empty();
         match self.extend_to(&mut f, len, staging) {
             // The new length needs the fdatasync a durable write skips.
             Ok(g) => {
@@ -459,7 +459,7 @@ impl PagedCachedFile {
         // in place. After the waits above: a batch that rewrites a page an
         // older one still writes stages after it, so the area's records
         // hold each page's versions in order.
-        let staged = match &self.doublewrite {
+        let staged = match self.torn.area() {
             Some(area) if !slot.runs.is_empty() => self.checkpoint_if_due(area).and_then(|()| {
                 // The length now, not at the drain: pages written after
                 // that read and drained with the batch reach past it.
@@ -530,7 +530,7 @@ impl PagedCachedFile {
                 }
             }
         }
-        if let (Some(area), Ok(true)) = (&self.doublewrite, &staged) {
+        if let (Some(area), Ok(true)) = (self.torn.area(), &staged) {
             area.written(seq_after, &batch.entries, &batch.failed);
         }
         if let Some((_, op, source)) = first {
@@ -824,10 +824,8 @@ impl PagedCachedFile {
         batch.is_failed = is_failed;
         // Discarded: unspecified until written again, so the doublewrite
         // area need not keep a record for their failed write.
-        if let Some(area) = &self.doublewrite {
-            for off in gone {
-                area.forget_failed(off, off + 1);
-            }
+        for off in gone {
+            self.torn.forget_failed(off, off + 1);
         }
     }
 
@@ -1007,8 +1005,8 @@ impl PagedCachedFile {
     /// durable and the area can start over at the next record.
     ///
     /// Errors: the `fdatasync`'s; the file is poisoned.
-    fn checkpoint_if_due(&self, area: &super::torn::Area) -> std::io::Result<()> {
-        if !area.wants_checkpoint(super::torn::CHECKPOINT_BYTES) {
+    fn checkpoint_if_due(&self, area: &super::doublewrite::Area) -> std::io::Result<()> {
+        if !area.wants_checkpoint(super::doublewrite::CHECKPOINT_BYTES) {
             return Ok(());
         }
         self.sync_file_on_free_lane().map_err(|e| match e {

@@ -39,7 +39,6 @@ impl GatherBuf {
     }
 }
 
-
 /// Above this many pieces of memory per run, a run written under
 /// `O_DIRECT` from this thread is copied into one buffer first. The
 /// kernel pins and maps each iovec segment of a direct write on its own
@@ -60,7 +59,6 @@ pub(crate) fn segments(pages: &[(u64, PageRef)]) -> usize {
         .filter(|w| w[0].1.as_ptr() as usize + w[0].1.len() != w[1].1.as_ptr() as usize)
         .count()
 }
-
 
 /// Writes `run` (its `pages`) from this thread, durable with `dsync`: one
 /// `pwrite` of the pages gathered into `copy` where they lie in more than
@@ -103,8 +101,6 @@ pub(crate) fn write_run(
     }
 }
 
-
-
 /// An empty vector with `v`'s allocation, for elements of the same layout
 /// (here: `IoSlice`s of another lifetime, so a vector borrowed from one
 /// flush's pages serves the next). std collects a `vec::IntoIter` into a
@@ -123,4 +119,3 @@ pub(crate) fn gather(pages: &[(u64, PageRef)], buf: &mut [u8]) {
         at += page.len();
     }
 }
-

@@ -95,6 +95,7 @@ mod bytes;
 mod cache;
 mod commit;
 mod config;
+mod doublewrite;
 mod flush;
 mod gather;
 mod open;
@@ -109,9 +110,10 @@ pub use config::{
     Config, DEFAULT_WRITE_THREADS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
     MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
 };
+pub use doublewrite::Recovery;
 pub use pages::PageRef;
 pub use stats::Stats;
-pub use torn::{Recovery, TornWrites};
+pub use torn::TornWrites;
 
 use cache::CacheStripe;
 use commit::CommitState;
@@ -262,10 +264,8 @@ pub struct PagedCachedFile {
     /// Live guards; while 0, `discard` and `set_len` skip the guard scan.
     guards: AtomicUsize,
     counters: Counters,
-    /// [`TornWrites::Atomic`] in force: the largest atomic piece in bytes.
-    atomic_max: Option<usize>,
-    /// [`TornWrites::DoubleWrite`] in force: the area.
-    doublewrite: Option<torn::Area>,
+    /// Torn-page protection: atomic pieces, or the doublewrite area.
+    torn: torn::TornProtection,
     /// The `write_seq` of the latest change to the file that no durable
     /// doublewrite record holds (a `set_len`, an extension no staged
     /// record carries), set under this lock together with that `write_seq`
@@ -275,8 +275,6 @@ pub struct PagedCachedFile {
     unstaged_at: Mutex<u64>,
     /// `write_seq` covered by the latest successful `fdatasync` of the file.
     fsynced: AtomicU64,
-    /// What the doublewrite recovery at open did.
-    recovery: Recovery,
 }
 
 impl std::fmt::Debug for PagedCachedFile {
@@ -389,15 +387,15 @@ impl PagedCachedFile {
         // holding the file.
         let (doublewrite, recovery) = match (torn_writes, area) {
             (TornWrites::DoubleWrite, Some(area)) => {
-                let (report, next_seq) = torn::recover(
+                let (report, next_seq) = doublewrite::recover(
                     &backend,
                     &*area,
                     config.page_size,
                     config.page_align,
                     read_only,
                 )?;
-                let ident = torn::file_identity(&backend);
-                let a = torn::Area::new(area, config.page_size, ident, next_seq);
+                let ident = doublewrite::file_identity(&backend);
+                let a = doublewrite::Area::new(area, config.page_size, ident, next_seq);
                 (Some(a), report)
             }
             _ => (None, Recovery::default()),
@@ -524,11 +522,9 @@ impl PagedCachedFile {
             writers: AtomicUsize::new(0),
             guards: AtomicUsize::new(0),
             counters: Counters::default(),
-            atomic_max,
-            doublewrite,
+            torn: torn::TornProtection::new(atomic_max, doublewrite, recovery),
             unstaged_at: Mutex::new(0),
             fsynced: AtomicU64::new(0),
-            recovery,
             config,
         })
     }
@@ -537,7 +533,7 @@ impl PagedCachedFile {
     /// repaired, warnings (see [`TornWrites::DoubleWrite`]). Empty when no
     /// doublewrite area is in use or the area was empty.
     pub fn recovery(&self) -> &Recovery {
-        &self.recovery
+        self.torn.recovery()
     }
 
     /// The I/O actually done: engine and `O_DIRECT`, with the reason for any
@@ -874,7 +870,7 @@ impl PagedCachedFile {
             return Err(e);
         }
         if !self.read_only
-            && let Some(area) = &self.doublewrite
+            && let Some(area) = self.torn.area()
         {
             // The commit may have been durable on the area alone: make the
             // pages durable in place, then no page needs the area (best

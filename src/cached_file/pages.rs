@@ -33,4 +33,3 @@ impl Hasher for PageHasher {
 }
 
 pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
-
