@@ -54,7 +54,7 @@ impl PagedCachedFile {
             offset,
             len: buf.len(),
         })?;
-        self.check_max(offset, len)?;
+        self.length.check_max(offset, len)?;
         self.check_not_own_guard(offset, len)?;
         let ps = self.config.page_size;
         let mask = ps as u64 - 1;
@@ -245,13 +245,11 @@ impl PagedCachedFile {
             .backend
             .len()
             .map_err(|e| Error::io("fstat", None, e))?;
-        self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        self.length.begin_cut();
         self.uncache(|_| true);
         flusher.os_len = len;
-        self.written_len.store(len, Ordering::Release);
-        self.disk_len.store(len, Ordering::Release);
-        self.logical_len.store(len, Ordering::Release);
-        self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        self.length.reset(len);
+        self.length.end_cut();
         drop(locked);
         Ok(())
     }
@@ -290,11 +288,11 @@ impl PagedCachedFile {
                 page_size: ps as usize,
             });
         }
-        if len > self.max_len {
+        if len > self.length.max() {
             return Err(Error::FileTooLarge {
                 offset: 0,
                 len,
-                max: self.max_len,
+                max: self.length.max(),
             });
         }
         let mut flusher = self.flusher.lock();
@@ -307,9 +305,7 @@ impl PagedCachedFile {
         if len >= cur {
             truncate(len)?;
             flusher.os_len = flusher.os_len.max(len);
-            self.written_len.fetch_max(len, Ordering::AcqRel);
-            self.logical_len.fetch_max(len, Ordering::AcqRel);
-            self.disk_len.fetch_max(len, Ordering::AcqRel);
+            self.length.grow_all(len);
             self.bump_unstaged();
             return Ok(());
         }
@@ -350,13 +346,13 @@ impl PagedCachedFile {
                 .map_err(|e| Error::io("doublewrite area: empty", None, e))?;
         }
         // Readers that meet the new end early read again (`read_disk`).
-        self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+        self.length.begin_cut();
         if let Err(e) = truncate(len) {
-            self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+            self.length.end_cut();
             return Err(e);
         }
         flusher.os_len = len;
-        self.written_len.store(len, Ordering::Release);
+        self.length.set_written(len);
         // Pages wholly past `len` go; the one it falls in keeps its head.
         let cut = (len + ps - 1) >> self.page_shift;
         let tail = (!len.is_multiple_of(ps)).then(|| (self.page_no(len), (len % ps) as usize));
@@ -388,9 +384,7 @@ impl PagedCachedFile {
             // before cache locks, as in `merge_into`).
             let first_gone = tail.map_or(cut, |(p, _)| p);
             self.uncache(|p| p >= first_gone);
-            self.logical_len.store(len, Ordering::Release);
-            self.disk_len.fetch_min(len, Ordering::AcqRel);
-            self.shrink_seq.fetch_add(1, Ordering::SeqCst);
+            self.length.cut_to(len);
         }
         if let Some(b) = tail_buf {
             self.pool.put_all([b.share()]);
@@ -442,7 +436,7 @@ impl PagedCachedFile {
         let hi = (pages.end << self.page_shift).min(end);
         if self.io_mode.direct.is_none() && self.cache.is_empty() {
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-            return self.read_disk("pread", lo, |disk_len| {
+            return self.length.read_disk("pread", lo, |disk_len| {
                 let disk = disk_len.clamp(lo, hi);
                 let (on_disk, past) = dst.split_at_mut((disk - lo) as usize);
                 past.fill(0);
@@ -476,7 +470,7 @@ impl PagedCachedFile {
             .collect();
         let mut pages: Vec<UniqueBuf> = (0..n).map(|_| self.page_buf()).collect::<Result<_>>()?;
         let start = first << self.page_shift;
-        self.read_disk("preadv", start, |disk| {
+        self.length.read_disk("preadv", start, |disk| {
             let on_disk = disk.saturating_sub(start).min((n * ps) as u64) as usize;
             let mut left = on_disk;
             let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(on_disk.div_ceil(ps));
@@ -526,7 +520,7 @@ impl PagedCachedFile {
                     // Nobody else holds the buffered page: merge in place.
                     page[within..within + bytes.len()].copy_from_slice(bytes);
                     s.seq = s.seq.wrapping_add(1);
-                    self.logical_len.fetch_max(end, Ordering::AcqRel);
+                    self.length.grow(end);
                     add(&self.counters.pages_dirtied, 1);
                     return Ok(());
                 }

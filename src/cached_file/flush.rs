@@ -203,8 +203,8 @@ impl PagedCachedFile {
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
         f.os_len = len;
-        self.written_len.fetch_max(len, Ordering::AcqRel);
-        self.disk_len.fetch_max(len, Ordering::AcqRel);
+        self.length.grow_written(len);
+        self.length.grow_disk(len);
         if !staging {
             self.bump_unstaged();
         }
@@ -254,7 +254,7 @@ impl PagedCachedFile {
                 self.cut_back_if_idle(&mut f);
             }
             // Read before the drain: covers every write of the callers.
-            let len = self.logical_len.load(Ordering::Acquire);
+            let len = self.length.get();
             let drain_no = self.begin_drain();
             let drained = self.drain(drain_no);
             // Every generation below this one was drained by now.
@@ -463,7 +463,7 @@ impl PagedCachedFile {
             Some(area) if !slot.runs.is_empty() => self.checkpoint_if_due(area).and_then(|()| {
                 // The length now, not at the drain: pages written after
                 // that read and drained with the batch reach past it.
-                let len = self.logical_len.load(Ordering::Acquire);
+                let len = self.length.get();
                 area.stage(&batch.entries, len, &self.counters)
                     .map(|()| true)
             }),
@@ -515,7 +515,7 @@ impl PagedCachedFile {
             seq_after = Some(self.write_seq.fetch_add(1, Ordering::AcqRel) + 1);
             add(&self.counters.flushes, 1);
             if let Some(end) = written_end(&batch) {
-                self.written_len.fetch_max(end, Ordering::AcqRel);
+                self.length.grow_written(end);
             }
             if let Some(f) = held.as_mut() {
                 match self.cut_tail(f, &mut batch) {
@@ -576,7 +576,7 @@ impl PagedCachedFile {
     /// Returns whether it cut. Under the flusher lock, with no other write
     /// in flight.
     fn cut_tail(&self, f: &mut Flusher, batch: &mut Batch) -> Result<bool> {
-        let len = self.logical_len.load(Ordering::Acquire);
+        let len = self.length.get();
         let Some(end) = written_end(batch) else {
             return Ok(false);
         };
@@ -588,7 +588,7 @@ impl PagedCachedFile {
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
         f.os_len = len;
-        self.written_len.store(len, Ordering::Release);
+        self.length.set_written(len);
         Ok(true)
     }
 
@@ -608,7 +608,7 @@ impl PagedCachedFile {
             return;
         }
         self.cut_pending.store(false, Ordering::Release);
-        let to = self.written_len.load(Ordering::Acquire);
+        let to = self.length.written();
         if let Ok(len) = self.backend.len()
             && len > to
         {
@@ -649,7 +649,7 @@ impl PagedCachedFile {
         if self.io_mode.direct.is_none() || slot.writer.writes_inline(slot.runs.len(), alone) {
             return;
         }
-        let disk = self.disk_len.load(Ordering::Acquire);
+        let disk = self.length.disk();
         let Some(start) = slot
             .runs
             .iter()
@@ -671,8 +671,8 @@ impl PagedCachedFile {
             }
             match self.backend.allocate(from, to - from) {
                 Ok(()) => {
-                    self.disk_len.fetch_max(to, Ordering::AcqRel);
-                    self.written_len.fetch_max(to, Ordering::AcqRel);
+                    self.length.grow_disk(to);
+                    self.length.grow_written(to);
                     f.os_len = f.os_len.max(to);
                 }
                 Err(e)
@@ -883,7 +883,7 @@ impl PagedCachedFile {
             // Sorted: the last written page ends highest (but the file was
             // cut back to an unaligned logical length, if it ended past it).
             let end = (off + page.len() as u64).min(batch.disk_cap);
-            self.disk_len.fetch_max(end, Ordering::AcqRel);
+            self.length.grow_disk(end);
         }
         if !self.cache.is_empty() {
             for (off, page) in written() {

@@ -98,6 +98,7 @@ mod config;
 mod doublewrite;
 mod flush;
 mod gather;
+mod length;
 mod open;
 mod pages;
 mod stats;
@@ -118,6 +119,7 @@ pub use torn::TornWrites;
 use cache::CacheStripe;
 use commit::CommitState;
 use flush::Flusher;
+use length::Length;
 use pages::PageMap;
 use stats::{Counters, add};
 
@@ -177,12 +179,8 @@ pub struct PagedCachedFile {
     cache_budget_per_stripe: usize,
     /// Dirty plus in-flight bytes.
     buffered: AtomicUsize,
-    /// Logical length in bytes: the larger of the backend's length at open
-    /// and the end of every page written since.
-    logical_len: AtomicU64,
-    /// What the backend holds (its length at open, grown by every completed
-    /// write). Pages past it that are in no buffer read as zeros.
-    disk_len: AtomicU64,
+    /// The logical, disk and written lengths, and the largest one.
+    length: Length,
     flusher: Mutex<Flusher>,
     /// Write slots not in use: a flush takes one under `flusher` (waiting
     /// on `slot_free` while all are writing) and gives it back when its
@@ -194,10 +192,6 @@ pub struct PagedCachedFile {
     /// round needs an `fdatasync` only if this moved past what the last one
     /// covered.
     write_seq: AtomicU64,
-    /// The file's length as completed writes, `fallocate`s and `ftruncate`s
-    /// left it (the highest end of each): what a failed write that grew the
-    /// file partway is cut back to, once no write is in flight.
-    written_len: AtomicU64,
     /// A failed write left the file to be cut back to `written_len`; done
     /// by the next holder of `flusher` that finds no write in flight.
     cut_pending: AtomicBool,
@@ -242,12 +236,6 @@ pub struct PagedCachedFile {
     close_done: Condvar,
     /// One `close` at a time.
     closer: Mutex<()>,
-    /// Odd while `set_len` is cutting the file (from just before its
-    /// `ftruncate` until `disk_len` is lowered); bumped twice per cut. A
-    /// disk read that meets the end of the file early retries if a cut
-    /// began or ended meanwhile: it raced a shrink, and reads the file as
-    /// it is after the cut (zeros past it), never an error.
-    shrink_seq: AtomicU64,
     read_only: bool,
     /// This file took the advisory lock at open, and releases it at
     /// `close` or drop.
@@ -255,9 +243,6 @@ pub struct PagedCachedFile {
     /// Most bytes of one run: `max_write_bytes`, but never more than the
     /// write buffer holds (see [`max_run_bytes`]).
     max_run_bytes: usize,
-    /// Largest file length the backend holds (its file system's maximum
-    /// file size), `u64::MAX` where unknown.
-    max_len: u64,
     /// Write calls in progress plus live guards; `close` refuses while a
     /// guard lives and waits for the calls.
     writers: AtomicUsize,
@@ -282,7 +267,7 @@ impl std::fmt::Debug for PagedCachedFile {
         f.debug_struct("PagedCachedFile")
             .field("backend", &self.backend)
             .field("config", &self.config)
-            .field("logical_len", &self.logical_len.load(Ordering::Relaxed))
+            .field("logical_len", &self.length.get())
             .field("poisoned", &self.poisoned.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -489,13 +474,11 @@ impl PagedCachedFile {
                 .collect(),
             cache_budget_per_stripe: config.read_cache_bytes / stripes,
             buffered: AtomicUsize::new(0),
-            logical_len: AtomicU64::new(len),
-            disk_len: AtomicU64::new(len),
+            length: Length::new(len, max_len, config.page_size),
             flusher: Mutex::new(flusher),
             slots: Mutex::new(slots),
             slot_free: Condvar::new(),
             write_seq: AtomicU64::new(0),
-            written_len: AtomicU64::new(len),
             cut_pending: AtomicBool::new(false),
             generations: Mutex::new(flush::Generations::default()),
             gens_written: Condvar::new(),
@@ -514,11 +497,9 @@ impl PagedCachedFile {
             close_wait: Mutex::new(()),
             close_done: Condvar::new(),
             closer: Mutex::new(()),
-            shrink_seq: AtomicU64::new(0),
             read_only: false,
             locked: false,
             max_run_bytes: max_run_bytes(&config),
-            max_len,
             writers: AtomicUsize::new(0),
             guards: AtomicUsize::new(0),
             counters: Counters::default(),
@@ -572,7 +553,7 @@ impl PagedCachedFile {
     /// Logical length in bytes: the backend's length at open, grown by every
     /// write past it and set by [`set_len`](Self::set_len) both ways.
     pub fn len(&self) -> u64 {
-        self.logical_len.load(Ordering::Acquire)
+        self.length.get()
     }
 
     /// Whether [`len`](Self::len) is 0.
@@ -612,7 +593,7 @@ impl PagedCachedFile {
     pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
         let _writer = self.begin_write()?;
         self.check_range(offset, data.len())?;
-        self.check_max(offset, data.len() as u64)?;
+        self.length.check_max(offset, data.len() as u64)?;
         self.check_not_own_guard(offset, data.len() as u64)?;
         self.wait_for_room()?;
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
@@ -644,7 +625,7 @@ impl PagedCachedFile {
         let mut guard = self.guard(offset, len)?;
         let buf = guard.buf.as_mut().expect("a new guard holds its pages");
         let ps = self.config.page_size;
-        let readable = self.readable_len();
+        let readable = self.length.readable();
         for (i, chunk) in buf.chunks_mut(ps).enumerate() {
             let at = offset + (i * ps) as u64;
             if at < readable {
@@ -671,7 +652,7 @@ impl PagedCachedFile {
     fn guard(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
         let writer = self.begin_write()?;
         self.check_range(offset, len)?;
-        self.check_max(offset, len as u64)?;
+        self.length.check_max(offset, len as u64)?;
         if len > self.config.max_write_buffer_bytes {
             // One guard's pages must fit in the write buffer.
             return Err(Error::InvalidConfig(format!(
@@ -766,7 +747,7 @@ impl PagedCachedFile {
             return Err(Error::Closed);
         }
         let end = self.check_range(offset, len)?;
-        let file_len = self.readable_len();
+        let file_len = self.length.readable();
         if end > file_len {
             return Err(Error::OutOfBounds {
                 offset,
@@ -955,12 +936,6 @@ impl PagedCachedFile {
         })
     }
 
-    /// The length reads may reach: the logical length rounded up to a page.
-    fn readable_len(&self) -> u64 {
-        let mask = self.config.page_size as u64 - 1;
-        self.len().checked_add(mask).map_or(!mask, |n| n & !mask)
-    }
-
     fn check_writable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
@@ -993,18 +968,6 @@ impl PagedCachedFile {
             while self.closing.load(Ordering::SeqCst) {
                 self.close_done.wait(&mut g);
             }
-        }
-    }
-
-    /// Refuses a write whose end is past the file system's largest file.
-    fn check_max(&self, offset: u64, len: u64) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.max_len => Ok(()),
-            _ => Err(Error::FileTooLarge {
-                offset,
-                len,
-                max: self.max_len,
-            }),
         }
     }
 
@@ -1168,7 +1131,7 @@ impl PagedCachedFile {
         }
         // Under the stripe lock too: `set_len` holds every stripe lock when
         // it lowers the length, so no page can be left buffered past it.
-        self.logical_len.fetch_max(end, Ordering::AcqRel);
+        self.length.grow(end);
         add(&self.counters.pages_dirtied, 1);
     }
 
@@ -1239,7 +1202,7 @@ impl PagedCachedFile {
     fn read_disk_page(&self, page_no: u64, buf: &mut [u8]) -> Result<()> {
         let ps = self.config.page_size;
         let offset = page_no << self.page_shift;
-        self.read_disk("pread", offset, |disk_len| {
+        self.length.read_disk("pread", offset, |disk_len| {
             buf.fill(0);
             if offset < disk_len {
                 let n = (disk_len - offset).min(ps as u64) as usize;
@@ -1248,35 +1211,6 @@ impl PagedCachedFile {
             }
             Ok(())
         })
-    }
-
-    /// Runs `read(disk_len)`, a read of what the backend holds (bytes past
-    /// `disk_len` are zeros and not read). A read that meets the end of
-    /// the file early while a `set_len` shrink of this file cut it (see
-    /// `shrink_seq`) is run again with the new length, so it reads the file
-    /// as it is after the cut: a racing shrink is never an error. Any other
-    /// early end (someone else truncated the file) is `UnexpectedEof`.
-    fn read_disk(
-        &self,
-        op: &'static str,
-        offset: u64,
-        mut read: impl FnMut(u64) -> std::io::Result<()>,
-    ) -> Result<()> {
-        loop {
-            let seq = self.shrink_seq.load(Ordering::SeqCst);
-            let disk_len = self.disk_len.load(Ordering::SeqCst);
-            match read(disk_len) {
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::UnexpectedEof
-                        && (seq & 1 == 1 || self.shrink_seq.load(Ordering::SeqCst) != seq) =>
-                {
-                    // The cut is under way or just done: read again once
-                    // `disk_len` says where the file ends now.
-                    std::thread::yield_now();
-                }
-                r => return r.map_err(|e| Error::io(op, Some(offset), e)),
-            }
-        }
     }
 
     fn cache_stripe(&self, page_no: u64) -> Option<&Mutex<CacheStripe>> {
