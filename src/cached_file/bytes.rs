@@ -45,7 +45,7 @@ impl PagedCachedFile {
     /// before anything is buffered); `Error::Io` from reading a partial
     /// page, [`Error::NoMemory`], or the error of a backpressure flush.
     pub fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
-        let _writer = self.begin_write()?;
+        let _writer = self.life.begin_write()?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -91,9 +91,7 @@ impl PagedCachedFile {
     /// [`len`](Self::len), [`Error::Closed`], `Error::Io` from the read
     /// (`UnexpectedEof` if the file was truncated by someone else).
     pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
+        self.life.check_open()?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -148,7 +146,7 @@ impl PagedCachedFile {
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`]; a refused
     /// call changes nothing.
     pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
-        let _writer = self.begin_write()?;
+        let _writer = self.life.begin_write()?;
         if len == 0 {
             return Err(Error::ZeroLength);
         }
@@ -216,9 +214,7 @@ impl PagedCachedFile {
     /// [`Error::InvalidConfig`] with a doublewrite area (whose records
     /// another writer does not follow); `Error::Io` with op "fstat".
     pub fn refresh(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
+        self.life.check_open()?;
         if self.torn.area().is_some() {
             return Err(Error::InvalidConfig(
                 "refresh: a doublewrite area cannot follow another writer".into(),
@@ -279,7 +275,7 @@ impl PagedCachedFile {
     /// [`Error::Poisoned`], [`Error::ReadOnly`]; `Error::Io` with op
     /// "ftruncate" (then nothing changed).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let _writer = self.begin_write()?;
+        let _writer = self.life.begin_write()?;
         let ps = self.config.page_size as u64;
         if self.io_mode.direct.is_some() && !len.is_multiple_of(ps) {
             return Err(Error::Unaligned {

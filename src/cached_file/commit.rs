@@ -165,7 +165,7 @@ impl PagedCachedFile {
                 add(&self.counters.commits, 1);
                 return Ok(());
             }
-            if self.is_poisoned() {
+            if self.life.is_poisoned() {
                 return Err(Error::Poisoned);
             }
             if st.started >= ticket {
@@ -359,7 +359,7 @@ impl PagedCachedFile {
                 }),
                 // A success after a failed fdatasync proves nothing about
                 // the pages that one lost.
-                None if self.is_poisoned() => st.failures.push_back(FailedRound {
+                None if self.life.is_poisoned() => st.failures.push_back(FailedRound {
                     lo: round.lo,
                     hi: round.hi,
                     error: Error::Poisoned,
@@ -379,7 +379,7 @@ impl PagedCachedFile {
     /// (`None` if none was issued). On failure the file is poisoned and the
     /// batch's pages go back to the write buffer, where they stay readable.
     fn sync_batch(&self, batch: Option<Batch>, needed: bool, lane: usize) -> Result<Option<u64>> {
-        if self.is_poisoned() {
+        if self.life.is_poisoned() {
             // An earlier round's fdatasync failed while this one was writing.
             if let Some(b) = batch {
                 self.settle_failed(b);
@@ -431,7 +431,7 @@ impl PagedCachedFile {
                 Ok(covers)
             }
             Err(e) => {
-                self.poisoned.store(true, Ordering::Release);
+                self.life.poison();
                 Err(Error::io("fdatasync", None, e))
             }
         }

@@ -99,6 +99,7 @@ mod doublewrite;
 mod flush;
 mod gather;
 mod length;
+mod lifecycle;
 mod open;
 mod pages;
 mod stats;
@@ -120,6 +121,7 @@ use cache::CacheStripe;
 use commit::CommitState;
 use flush::Flusher;
 use length::Length;
+use lifecycle::Lifecycle;
 use pages::PageMap;
 use stats::{Counters, add};
 
@@ -224,28 +226,12 @@ pub struct PagedCachedFile {
     /// Notified when a sync lane comes back (the write stage's holder may
     /// wait for one).
     commit_lane_free: Condvar,
-    poisoned: AtomicBool,
-    closed: AtomicBool,
-    /// A `close` is between refusing new write calls and its outcome.
-    /// Write calls that start meanwhile wait for the outcome instead of
-    /// failing: a refused or failed close leaves the file open, and no
-    /// thread may have been told otherwise. Set and cleared under
-    /// `close_wait`; `close_done` is notified when it is cleared.
-    closing: AtomicBool,
-    close_wait: Mutex<()>,
-    close_done: Condvar,
-    /// One `close` at a time.
-    closer: Mutex<()>,
-    read_only: bool,
-    /// This file took the advisory lock at open, and releases it at
-    /// `close` or drop.
-    locked: bool,
+    /// Open, read-only, closing, closed or poisoned; write calls in
+    /// progress.
+    life: Lifecycle,
     /// Most bytes of one run: `max_write_bytes`, but never more than the
     /// write buffer holds (see [`max_run_bytes`]).
     max_run_bytes: usize,
-    /// Write calls in progress plus live guards; `close` refuses while a
-    /// guard lives and waits for the calls.
-    writers: AtomicUsize,
     /// Live guards; while 0, `discard` and `set_len` skip the guard scan.
     guards: AtomicUsize,
     counters: Counters,
@@ -268,7 +254,7 @@ impl std::fmt::Debug for PagedCachedFile {
             .field("backend", &self.backend)
             .field("config", &self.config)
             .field("logical_len", &self.length.get())
-            .field("poisoned", &self.poisoned.load(Ordering::Relaxed))
+            .field("poisoned", &self.life.is_poisoned())
             .finish_non_exhaustive()
     }
 }
@@ -310,10 +296,14 @@ impl PagedCachedFile {
         config.validate()?;
         let (backend, direct_fallback) = open::open_file(path.as_ref(), options, &config)?;
         let area = open::open_area(path.as_ref(), &backend, options, &config)?;
-        let mut file = Self::build(backend, area, config, options.is_read_only())?;
+        let mut file = Self::build(
+            backend,
+            area,
+            config,
+            options.is_read_only(),
+            options.is_locking(),
+        )?;
         file.io_mode.direct_fallback = direct_fallback;
-        file.read_only = options.is_read_only();
-        file.locked = options.is_locking();
         Ok(file)
     }
 
@@ -332,7 +322,7 @@ impl PagedCachedFile {
         area: Arc<dyn StorageBackend>,
         config: Config,
     ) -> Result<Self> {
-        Self::build(backend, Some(area), config, false)
+        Self::build(backend, Some(area), config, false, false)
     }
 
     /// Puts a write buffer over `backend`. The file does `O_DIRECT` if the
@@ -344,7 +334,7 @@ impl PagedCachedFile {
     /// [`open`](Self::open) for io_uring; `Error::Io` with op "fstat" if
     /// the backend's length cannot be read.
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
-        Self::build(backend, None, config, false)
+        Self::build(backend, None, config, false, false)
     }
 
     fn build(
@@ -352,6 +342,7 @@ impl PagedCachedFile {
         area: Option<Arc<dyn StorageBackend>>,
         config: Config,
         read_only: bool,
+        locked: bool,
     ) -> Result<Self> {
         config.validate()?;
         let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
@@ -491,16 +482,8 @@ impl PagedCachedFile {
             commit: Mutex::new(CommitState::new(lanes)),
             commit_rounds: (0..commit::ROUND_SLOTS).map(|_| Condvar::new()).collect(),
             commit_lane_free: Condvar::new(),
-            poisoned: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
-            closing: AtomicBool::new(false),
-            close_wait: Mutex::new(()),
-            close_done: Condvar::new(),
-            closer: Mutex::new(()),
-            read_only: false,
-            locked: false,
+            life: Lifecycle::new(read_only, locked),
             max_run_bytes: max_run_bytes(&config),
-            writers: AtomicUsize::new(0),
             guards: AtomicUsize::new(0),
             counters: Counters::default(),
             torn: torn::TornProtection::new(atomic_max, doublewrite, recovery),
@@ -547,7 +530,7 @@ impl PagedCachedFile {
 
     /// Whether the file was opened read-only.
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.life.is_read_only()
     }
 
     /// Logical length in bytes: the backend's length at open, grown by every
@@ -563,7 +546,7 @@ impl PagedCachedFile {
 
     /// Whether an earlier `fdatasync` failed (see [`Error::Poisoned`]).
     pub fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
+        self.life.is_poisoned()
     }
 
     /// A snapshot of the counters.
@@ -591,7 +574,7 @@ impl PagedCachedFile {
     /// A page under a live guard of another thread is written after that
     /// guard is dropped (the call waits, as on a page latch).
     pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
-        let _writer = self.begin_write()?;
+        let _writer = self.life.begin_write()?;
         self.check_range(offset, data.len())?;
         self.length.check_max(offset, data.len() as u64)?;
         self.check_not_own_guard(offset, data.len() as u64)?;
@@ -650,7 +633,7 @@ impl PagedCachedFile {
 
     /// A zeroed guard over `len` bytes at `offset`, its pages marked.
     fn guard(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
-        let writer = self.begin_write()?;
+        let writer = self.life.begin_write()?;
         self.check_range(offset, len)?;
         self.length.check_max(offset, len as u64)?;
         if len > self.config.max_write_buffer_bytes {
@@ -695,7 +678,7 @@ impl PagedCachedFile {
             s.guarded.push((p, me));
         }
         // The guard holds the writer count until it is dropped.
-        std::mem::forget(writer);
+        writer.keep();
         Ok(WritablePage {
             file: self,
             offset,
@@ -743,9 +726,7 @@ impl PagedCachedFile {
     /// (rounded up to a page), [`Error::Closed`], `Error::Io` from `pread`
     /// (`UnexpectedEof` if the file was truncated by someone else).
     pub fn read(&self, offset: u64, len: usize) -> Result<PageRef> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
+        self.life.check_open()?;
         let end = self.check_range(offset, len)?;
         let file_len = self.length.readable();
         if end > file_len {
@@ -779,10 +760,10 @@ impl PagedCachedFile {
     /// (unless a newer version was written meanwhile) and a later flush
     /// retries them.
     pub fn flush(&self) -> Result<()> {
-        if self.read_only && !self.closed.load(Ordering::Acquire) {
+        if self.life.is_read_only() && !self.life.is_closed() {
             return Ok(());
         }
-        self.check_writable()?;
+        self.life.check_writable()?;
         self.flush_to_os().map(|_| ())
     }
 
@@ -801,11 +782,11 @@ impl PagedCachedFile {
     /// `sync` retries) or from `fdatasync` (the file is poisoned from then
     /// on; the pages of that round stay in memory and readable).
     pub fn sync(&self) -> Result<()> {
-        if self.read_only && !self.closed.load(Ordering::Acquire) {
+        if self.life.is_read_only() && !self.life.is_closed() {
             // Nothing can have been written.
             return Ok(());
         }
-        self.check_writable()?;
+        self.life.check_writable()?;
         self.group_commit()
     }
 
@@ -824,58 +805,33 @@ impl PagedCachedFile {
     /// with [`Error::Closed`] or go ahead), and reads go on; no thread is
     /// told the file is closed unless it is.
     pub fn close(&self) -> Result<()> {
-        let _one = self.closer.lock();
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned);
-        }
-        self.set_closing(true);
-        // From here new write calls wait for the outcome; wait for the ones
-        // already counted. A guard is counted until it drops, which could
-        // be never from this thread: refuse instead of waiting.
-        while self.writers.load(Ordering::SeqCst) > 0 {
+        // From here new write calls wait for the outcome (dropping
+        // `closing` on an error lets them go on); wait for the ones already
+        // counted. A guard is counted until it drops, which could be never
+        // from this thread: refuse instead of waiting.
+        let closing = self.life.begin_close()?;
+        while closing.writers() > 0 {
             if self.guards.load(Ordering::SeqCst) > 0
                 && let Some(offset) = self.a_guarded_page()
             {
-                self.set_closing(false);
                 return Err(Error::Busy { offset });
             }
             std::thread::yield_now();
         }
-        if !self.read_only
-            && let Err(e) = self.group_commit()
-        {
-            self.set_closing(false);
-            return Err(e);
-        }
-        if !self.read_only
-            && let Some(area) = self.torn.area()
-        {
-            // The commit may have been durable on the area alone: make the
-            // pages durable in place, then no page needs the area (best
-            // effort: records left behind hold only synced pages).
-            if let Err(e) = self.sync_file_on_free_lane() {
-                self.set_closing(false);
-                return Err(e);
+        if !self.life.is_read_only() {
+            self.group_commit()?;
+            if let Some(area) = self.torn.area() {
+                // The commit may have been durable on the area alone: make
+                // the pages durable in place, then no page needs the area
+                // (best effort: records left behind hold only synced
+                // pages).
+                self.sync_file_on_free_lane()?;
+                let _ = area.clear();
             }
-            let _ = area.clear();
         }
-        self.closed.store(true, Ordering::SeqCst);
-        self.set_closing(false);
+        closing.finish();
         self.unlock();
         Ok(())
-    }
-
-    /// Sets `closing`; clearing it wakes the write calls waiting for the
-    /// close's outcome.
-    fn set_closing(&self, on: bool) {
-        let _g = self.close_wait.lock();
-        self.closing.store(on, Ordering::SeqCst);
-        if !on {
-            self.close_done.notify_all();
-        }
     }
 
     /// Releases the open's advisory lock, if it took one. Explicitly, not
@@ -883,7 +839,7 @@ impl PagedCachedFile {
     /// keeps the open file description (and so the lock) alive until the
     /// kernel's deferred ring teardown, after the file was dropped.
     fn unlock(&self) {
-        if self.locked
+        if self.life.is_locked()
             && let Some(file) = self.backend.file()
         {
             let _ = file.unlock();
@@ -935,42 +891,6 @@ impl PagedCachedFile {
             bytes: self.config.page_size as u64,
         })
     }
-
-    fn check_writable(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::Closed);
-        }
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned);
-        }
-        if self.read_only {
-            return Err(Error::ReadOnly);
-        }
-        Ok(())
-    }
-
-    /// Counts a write call in progress (see `close`), then checks that the
-    /// file takes writes. The count is dropped with the token. While a
-    /// `close` runs, waits for its outcome uncounted.
-    fn begin_write(&self) -> Result<WriterToken<'_>> {
-        loop {
-            // SeqCst pairs with `close`: it sets `closing` then reads
-            // `writers`, a writer adds to `writers` then reads `closing`;
-            // one sees the other.
-            self.writers.fetch_add(1, Ordering::SeqCst);
-            let token = WriterToken(&self.writers);
-            if !self.closing.load(Ordering::SeqCst) {
-                self.check_writable()?;
-                return Ok(token);
-            }
-            drop(token);
-            let mut g = self.close_wait.lock();
-            while self.closing.load(Ordering::SeqCst) {
-                self.close_done.wait(&mut g);
-            }
-        }
-    }
-
     /// Refuses `discard` or `set_len` over a page under a live guard
     /// (checked up front, so a refused call changes nothing).
     fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
@@ -1058,7 +978,7 @@ impl PagedCachedFile {
         }
         add(&self.counters.backpressure_waits, 1);
         while self.buffered.load(Ordering::Acquire) >= max {
-            self.check_writable()?;
+            self.life.check_writable()?;
             let seen = *self.room.lock();
             let before = self.buffered.load(Ordering::Acquire);
             let flushed = match self.flush_to_os() {
@@ -1157,7 +1077,7 @@ impl PagedCachedFile {
             }
         }
         self.guards.fetch_sub(1, Ordering::SeqCst);
-        self.writers.fetch_sub(1, Ordering::SeqCst);
+        self.life.end_kept_write();
     }
 
     /// The newest version of one page (see the module docs for the order).
@@ -1235,7 +1155,7 @@ impl PagedCachedFile {
 
 impl Drop for PagedCachedFile {
     fn drop(&mut self) {
-        if !self.closed.load(Ordering::Acquire) && !self.is_poisoned() && !self.read_only {
+        if !self.life.is_closed() && !self.is_poisoned() && !self.life.is_read_only() {
             let _ = self.flush_to_os();
         }
         self.unlock();
@@ -1274,7 +1194,7 @@ impl WritablePage<'_> {
                     .map(UniqueBuf::share),
             );
             self.file.guards.fetch_sub(1, Ordering::SeqCst);
-            self.file.writers.fetch_sub(1, Ordering::SeqCst);
+            self.file.life.end_kept_write();
         }
     }
 }
@@ -1314,13 +1234,4 @@ fn max_run_bytes(config: &Config) -> usize {
     let ps = config.page_size;
     let buffer_pages = (config.max_write_buffer_bytes / ps).max(1);
     config.max_write_bytes.min(buffer_pages * ps).max(ps)
-}
-
-/// A write call in progress, counted in `PagedCachedFile::writers`.
-struct WriterToken<'a>(&'a AtomicUsize);
-
-impl Drop for WriterToken<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
