@@ -414,10 +414,7 @@ impl PagedCachedFile {
                 return true;
             }
         }
-        if let Some(c) = self.cache_stripe(p)
-            && let Some(page) = c.lock().get(p)
-        {
-            dst.copy_from_slice(&page[within..within + dst.len()]);
+        if self.cache.copy_into(p, within, dst) {
             add(&self.counters.cache_hits, 1);
             return true;
         }
@@ -430,7 +427,7 @@ impl PagedCachedFile {
         let end = offset + buf.len() as u64;
         let lo = (pages.start << self.page_shift).max(offset);
         let hi = (pages.end << self.page_shift).min(end);
-        if self.io_mode.direct.is_none() && self.cache.is_empty() {
+        if self.io_mode.direct.is_none() && !self.cache.is_enabled() {
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
             return self.length.read_disk("pread", lo, |disk_len| {
                 let disk = disk_len.clamp(lo, hi);
@@ -462,7 +459,7 @@ impl PagedCachedFile {
         // Cache sequence numbers before the read: a flush that updates a
         // page's cache stripe meanwhile makes this read's copy too old to keep.
         let seqs: Vec<Option<u64>> = (first..first + n as u64)
-            .map(|p| self.cache_stripe(p).map(|c| c.lock().seq))
+            .map(|p| self.cache.seq(p))
             .collect();
         let mut pages: Vec<UniqueBuf> = (0..n).map(|_| self.page_buf()).collect::<Result<_>>()?;
         let start = first << self.page_shift;
@@ -491,14 +488,9 @@ impl PagedCachedFile {
             let within = (lo - (p << self.page_shift)) as usize;
             buf[(lo - offset) as usize..(hi - offset) as usize]
                 .copy_from_slice(&page[within..within + (hi - lo) as usize]);
-            match (self.cache_stripe(p), seqs[i]) {
-                (Some(c), Some(seq)) => {
-                    let mut c = c.lock();
-                    if c.seq == seq {
-                        self.cache_insert(&mut c, p, page.share());
-                    }
-                }
-                _ => self.pool.put_all([page.share()]),
+            match seqs[i] {
+                Some(seq) => self.cache.offer(p, seq, page.share(), &self.pool),
+                None => self.pool.put_all([page.share()]),
             }
         }
         Ok(())
@@ -525,10 +517,7 @@ impl PagedCachedFile {
                     .get(&page_no)
                     .or_else(|| s.flushing.iter().rev().find_map(|g| g.get(&page_no)))
                     .cloned()
-                    .or_else(|| {
-                        let c = self.cache_stripe(page_no)?;
-                        c.lock().get(page_no).cloned()
-                    });
+                    .or_else(|| self.cache.get(page_no));
                 if let Some(cur) = newest {
                     let mut page = self.page_copy(&cur)?;
                     page[within..within + bytes.len()].copy_from_slice(bytes);
@@ -554,11 +543,7 @@ impl PagedCachedFile {
 
     /// Drops read-cache pages whose number `gone` selects.
     fn uncache(&self, gone: impl Fn(u64) -> bool) {
-        for c in self.cache.iter() {
-            let mut c = c.lock();
-            c.seq += 1;
-            c.remove_where(&gone, &mut |old| self.recycle(old));
-        }
+        self.cache.remove_where(gone, &self.pool);
     }
 
     /// Takes `bytes` dropped from the write buffer off the buffer bound and

@@ -1,5 +1,6 @@
-//! One stripe of the read cache: clean pages under a byte budget, evicted
-//! by CLOCK (second chance; Corbató 1968, as in most buffer pools).
+//! The read cache: clean pages under a byte budget, striped as the write
+//! buffer is, each stripe evicted by CLOCK (second chance; Corbató 1968,
+//! as in most buffer pools).
 //!
 //! Each cached page has a slot on a ring and a referenced bit, set by every
 //! hit. Eviction moves the hand around the ring: a referenced page loses
@@ -7,11 +8,134 @@
 //! two sweeps is therefore never evicted, which is what keeps an engine's
 //! hot pages (its header page, rewritten at every commit) cached while a
 //! stream of once-written pages passes through.
+//!
+//! Owns: the cache stripes, each its own lock, and their budget. Calls:
+//! nothing (evicted pages go to the pool the caller names). Lock order: a
+//! cache stripe is taken last, after a write-buffer stripe if any; no I/O
+//! under it. Invariant: every change a flush makes to a stripe bumps its
+//! `seq`; a reader that read the disk offers its copy with the `seq` it
+//! saw before the read, and the copy is kept only if `seq` did not move
+//! (a slow reader never caches bytes older than a completed write).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use super::pages::{PageHasher, PageRef};
+use crate::buffer::BufferPool;
+use crate::sync::Mutex;
+
+/// The read cache of one file (see the module docs); empty (every call a
+/// miss, nothing kept) when `Config::read_cache_bytes` is 0.
+pub(crate) struct ReadCache {
+    stripes: Box<[Mutex<CacheStripe>]>,
+    /// Page `n` is in stripe `n & mask`.
+    mask: u64,
+    /// Bytes per stripe.
+    budget: usize,
+}
+
+impl ReadCache {
+    /// A cache of `bytes` in `stripes` stripes (a power of two), none if
+    /// `bytes` is 0.
+    pub(crate) fn new(stripes: usize, bytes: usize) -> Self {
+        let n = if bytes > 0 { stripes } else { 0 };
+        Self {
+            stripes: (0..n).map(|_| Mutex::new(CacheStripe::default())).collect(),
+            mask: stripes as u64 - 1,
+            budget: bytes / stripes,
+        }
+    }
+
+    /// Whether pages are kept at all.
+    pub(crate) fn is_enabled(&self) -> bool {
+        !self.stripes.is_empty()
+    }
+
+    fn stripe(&self, page_no: u64) -> Option<&Mutex<CacheStripe>> {
+        self.stripes.get((page_no & self.mask) as usize)
+    }
+
+    /// The cached page `page_no` (marked referenced), or on a miss the
+    /// stripe's `seq` to [`offer`](Self::offer) a copy read from disk
+    /// with (`None` with the cache off).
+    pub(crate) fn lookup(&self, page_no: u64) -> Result<PageRef, Option<u64>> {
+        let Some(c) = self.stripe(page_no) else {
+            return Err(None);
+        };
+        let mut c = c.lock();
+        match c.get(page_no) {
+            Some(page) => Ok(page.clone()),
+            None => Err(Some(c.seq)),
+        }
+    }
+
+    /// The cached page `page_no`, marked referenced.
+    pub(crate) fn get(&self, page_no: u64) -> Option<PageRef> {
+        self.stripe(page_no)?.lock().get(page_no).cloned()
+    }
+
+    /// Copies bytes `within..` of the cached page `page_no` into `dst`
+    /// (under the stripe's lock, no reference taken); `false` on a miss.
+    pub(crate) fn copy_into(&self, page_no: u64, within: usize, dst: &mut [u8]) -> bool {
+        let Some(c) = self.stripe(page_no) else {
+            return false;
+        };
+        match c.lock().get(page_no) {
+            Some(page) => {
+                dst.copy_from_slice(&page[within..within + dst.len()]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The `seq` of page `page_no`'s stripe, to [`offer`](Self::offer) a
+    /// copy read from disk with; `None` with the cache off.
+    pub(crate) fn seq(&self, page_no: u64) -> Option<u64> {
+        self.stripe(page_no).map(|c| c.lock().seq)
+    }
+
+    /// Caches `page`, read from disk after the stripe showed `seq`, unless
+    /// a flush changed the stripe since (then the copy may be older than a
+    /// completed write, and is dropped). Evicted pages go to `pool`.
+    pub(crate) fn offer(&self, page_no: u64, seq: u64, page: PageRef, pool: &BufferPool) {
+        if let Some(c) = self.stripe(page_no) {
+            let mut c = c.lock();
+            if c.seq == seq {
+                self.insert(&mut c, page_no, page, pool);
+            }
+        }
+    }
+
+    /// Caches `page`, just written, as the newest version of `page_no`
+    /// (a flush's retire): the stripe's `seq` moves, so a read of the
+    /// older bytes racing with it is not cached.
+    pub(crate) fn update(&self, page_no: u64, page: PageRef, pool: &BufferPool) {
+        if let Some(c) = self.stripe(page_no) {
+            let mut c = c.lock();
+            c.seq += 1;
+            self.insert(&mut c, page_no, page, pool);
+        }
+    }
+
+    /// Drops the cached pages whose number `gone` selects (a discard, a
+    /// cut, a refresh); their memory goes to `pool`.
+    pub(crate) fn remove_where(&self, gone: impl Fn(u64) -> bool, pool: &BufferPool) {
+        for c in self.stripes.iter() {
+            let mut c = c.lock();
+            c.seq += 1;
+            c.remove_where(&gone, &mut |old| pool.put_all([old]));
+        }
+    }
+
+    /// Inserts a clean page into stripe `c` (CLOCK eviction within the
+    /// stripe's budget); evicted pages go back to `pool` (their memory is
+    /// reused if nothing else holds them: a steady write load with the
+    /// read cache on does not allocate a page per write).
+    fn insert(&self, c: &mut CacheStripe, page_no: u64, page: PageRef, pool: &BufferPool) {
+        c.insert(page_no, page, self.budget, &mut |old| pool.put_all([old]));
+    }
+}
 
 /// A slot of the ring that holds no page.
 const EMPTY: u64 = u64::MAX;
@@ -24,7 +148,7 @@ struct Entry {
 
 /// One read-cache stripe (see the module docs).
 #[derive(Default)]
-pub(crate) struct CacheStripe {
+struct CacheStripe {
     pages: HashMap<u64, Entry, BuildHasherDefault<PageHasher>>,
     /// Page numbers in clock order; `EMPTY` where a page was removed.
     ring: Vec<u64>,

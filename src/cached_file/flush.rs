@@ -885,14 +885,10 @@ impl PagedCachedFile {
             let end = (off + page.len() as u64).min(batch.disk_cap);
             self.length.grow_disk(end);
         }
-        if !self.cache.is_empty() {
+        if self.cache.is_enabled() {
             for (off, page) in written() {
-                let n = off >> self.page_shift;
-                if let Some(c) = self.cache_stripe(n) {
-                    let mut c = c.lock();
-                    c.seq += 1;
-                    self.cache_insert(&mut c, n, Arc::clone(page));
-                }
+                self.cache
+                    .update(off >> self.page_shift, Arc::clone(page), &self.pool);
             }
         }
         let Batch {

@@ -117,7 +117,7 @@ pub use pages::PageRef;
 pub use stats::Stats;
 pub use torn::TornWrites;
 
-use cache::CacheStripe;
+use cache::ReadCache;
 use commit::CommitState;
 use flush::Flusher;
 use length::Length;
@@ -177,8 +177,8 @@ pub struct PagedCachedFile {
     page_shift: u32,
     stripe_mask: u64,
     stripes: Box<[Mutex<Stripe>]>,
-    cache: Box<[Mutex<CacheStripe>]>,
-    cache_budget_per_stripe: usize,
+    /// Clean pages read or written, under their own budget.
+    cache: ReadCache,
     /// Dirty plus in-flight bytes.
     buffered: AtomicUsize,
     /// The logical, disk and written lengths, and the largest one.
@@ -441,11 +441,6 @@ impl PagedCachedFile {
         let flusher = Flusher::new(len);
         let lanes = config.sync_lanes.min(backend.sync_lanes());
         let stripes = config.stripes;
-        let cache_stripes = if config.read_cache_bytes > 0 {
-            stripes
-        } else {
-            0
-        };
         Ok(Self {
             backend,
             io_mode,
@@ -460,10 +455,7 @@ impl PagedCachedFile {
             stripes: (0..stripes)
                 .map(|_| Mutex::new(Stripe::default()))
                 .collect(),
-            cache: (0..cache_stripes)
-                .map(|_| Mutex::new(CacheStripe::default()))
-                .collect(),
-            cache_budget_per_stripe: config.read_cache_bytes / stripes,
+            cache: ReadCache::new(stripes, config.read_cache_bytes),
             buffered: AtomicUsize::new(0),
             length: Length::new(len, max_len, config.page_size),
             flusher: Mutex::new(flusher),
@@ -1093,26 +1085,18 @@ impl PagedCachedFile {
                 return Ok(page.clone());
             }
         }
-        let cache = self.cache_stripe(page_no);
-        let seq = match cache {
-            Some(c) => {
-                let mut c = c.lock();
-                if let Some(page) = c.get(page_no) {
-                    add(&self.counters.cache_hits, 1);
-                    return Ok(page.clone());
-                }
-                Some(c.seq)
+        let seq = match self.cache.lookup(page_no) {
+            Ok(page) => {
+                add(&self.counters.cache_hits, 1);
+                return Ok(page);
             }
-            None => None,
+            Err(seq) => seq,
         };
         let mut buf = self.page_buf()?;
         self.read_disk_page(page_no, &mut buf)?;
         let page = buf.share();
-        if let (Some(c), Some(seq)) = (cache, seq) {
-            let mut c = c.lock();
-            if c.seq == seq {
-                self.cache_insert(&mut c, page_no, page.clone());
-            }
+        if let Some(seq) = seq {
+            self.cache.offer(page_no, seq, page.clone(), &self.pool);
         }
         Ok(page)
     }
@@ -1131,25 +1115,6 @@ impl PagedCachedFile {
             }
             Ok(())
         })
-    }
-
-    fn cache_stripe(&self, page_no: u64) -> Option<&Mutex<CacheStripe>> {
-        self.cache.get((page_no & self.stripe_mask) as usize)
-    }
-
-    /// Inserts a clean page into its cache stripe (CLOCK eviction within
-    /// the stripe's budget); evicted pages go back to the pool.
-    fn cache_insert(&self, c: &mut CacheStripe, page_no: u64, page: PageRef) {
-        c.insert(page_no, page, self.cache_budget_per_stripe, &mut |old| {
-            self.recycle(old)
-        });
-    }
-
-    /// Gives a page's memory back to the pool if nothing else holds it
-    /// (a reader may still), so a steady write load with the read cache on
-    /// does not allocate a page per write.
-    fn recycle(&self, page: PageRef) {
-        self.pool.put_all([page]);
     }
 }
 
