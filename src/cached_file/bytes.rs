@@ -302,7 +302,7 @@ impl PagedCachedFile {
             truncate(len)?;
             flusher.os_len = flusher.os_len.max(len);
             self.length.grow_all(len);
-            self.bump_unstaged();
+            self.durability.step_unstaged();
             return Ok(());
         }
         // A guard at or past the cut (even past the old end) would write
@@ -386,7 +386,7 @@ impl PagedCachedFile {
             self.pool.put_all([b.share()]);
         }
         self.release(freed);
-        self.bump_unstaged();
+        self.durability.step_unstaged();
         Ok(())
     }
 

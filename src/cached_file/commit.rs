@@ -49,7 +49,7 @@ use crate::sync::MutexGuard;
 
 use super::PagedCachedFile;
 use super::flush::Batch;
-use super::stats::{add, add_elapsed};
+use super::stats::add;
 use crate::error::{Error, Result};
 
 /// Condvars for the rounds' callers (round number modulo this). Above the
@@ -76,8 +76,6 @@ pub(crate) struct CommitState {
     writing: usize,
     /// Tickets the latest round started covers.
     last_group: u64,
-    /// Sync lanes not in use.
-    free_lanes: Vec<usize>,
     /// Rounds started and not yet published, in round order (writing,
     /// syncing, or done and waiting for an earlier one), with their outcome
     /// once their `fdatasync` returned.
@@ -121,13 +119,6 @@ struct RoundOutcome {
 }
 
 impl CommitState {
-    pub(crate) fn new(lanes: usize) -> Self {
-        Self {
-            free_lanes: (0..lanes.max(1)).rev().collect(),
-            ..Self::default()
-        }
-    }
-
     /// Number of the unpublished round that covers `ticket` (which a
     /// started round covers).
     fn covering_round(&self, ticket: u64) -> u64 {
@@ -230,20 +221,19 @@ impl PagedCachedFile {
         // What an fdatasync (or a durable write standing in for one)
         // covered: not a round made durable by the doublewrite area, whose
         // pages are not durable in place.
-        let synced_before = st.synced_seq.min(self.fsynced.load(Ordering::Acquire));
+        let synced_before = st.synced_seq.min(self.durability.fsynced());
         // Returns once every write drained before or with this round's
         // completed; the length is made durable with the pages.
-        let pass =
-            MutexGuard::unlocked(st, || self.flush_pass(dsync_allowed, synced_before, alone));
+        //
         // Pages that failed to write are back in the write buffer; the ones
         // that reached the OS are synced all the same, so one bad page does
-        // not keep the others from being durable.
-        while st.free_lanes.is_empty() {
-            // A lane comes back when a round's sync ends, before it is
-            // published.
-            self.commit_lane_free.wait(st);
-        }
-        let lane = st.free_lanes.pop().expect("checked");
+        // not keep the others from being durable. The round leaves the
+        // write stage only with a sync lane (one comes back when a round's
+        // sync ends, before it is published).
+        let (pass, lane) = MutexGuard::unlocked(st, || {
+            let pass = self.flush_pass(dsync_allowed, synced_before, alone);
+            (pass, self.durability.take_lane())
+        });
         st.writing -= 1;
         // The next round may start writing now: one of its waiters (the
         // callers no round covers yet) leads it and covers every other.
@@ -254,18 +244,17 @@ impl PagedCachedFile {
         let by_area = pass.seq > st.synced_seq
             && pass.durable_seq.is_none()
             && self.torn.area().is_some()
-            && pass.unstaged_at <= self.fsynced.load(Ordering::Acquire);
+            && pass.unstaged_at <= self.durability.fsynced();
         let needed = pass.seq > st.synced_seq && pass.durable_seq.is_none() && !by_area;
         let durable_seq = pass.durable_seq.or(by_area.then_some(pass.seq));
         let write_error = pass.error;
         let batch = pass.batch;
         let synced = MutexGuard::unlocked(st, || {
             let synced = self.sync_batch(batch, needed, lane);
+            self.durability.put_lane(lane);
             // The round's one durable write covered everything up to it.
             synced.map(|covered| durable_seq.or(covered))
         });
-        st.free_lanes.push(lane);
-        self.commit_lane_free.notify_all();
         let outcome = match synced {
             Ok(covered) => RoundOutcome {
                 covered,
@@ -288,12 +277,6 @@ impl PagedCachedFile {
         self.publish(st);
     }
 
-    /// Records a successful `fdatasync` that covered `write_seq` up to
-    /// `covers`.
-    fn note_fsynced(&self, covers: u64) {
-        self.fsynced.fetch_max(covers, Ordering::AcqRel);
-    }
-
     /// `fdatasync` of the file outside a commit round, on a free sync lane
     /// (a lane's calls never overlap): checkpoints of the doublewrite area,
     /// a cut, a close. Tells the area its records up to here are durable
@@ -302,20 +285,10 @@ impl PagedCachedFile {
     /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
     /// is poisoned.
     pub(super) fn sync_file_on_free_lane(&self) -> Result<()> {
-        let lane = {
-            let mut st = self.commit.lock();
-            while st.free_lanes.is_empty() {
-                self.commit_lane_free.wait(&mut st);
-            }
-            st.free_lanes.pop().expect("checked")
-        };
-        let synced = self.fdatasync_on(lane);
+        match self
+            .durability
+            .sync_file(&*self.backend, &self.counters, &self.life)
         {
-            let mut st = self.commit.lock();
-            st.free_lanes.push(lane);
-            self.commit_lane_free.notify_all();
-        }
-        match synced {
             Ok(covers) => {
                 self.torn.data_synced(covers);
                 Ok(())
@@ -346,7 +319,7 @@ impl PagedCachedFile {
                 if !outcome.by_area {
                     // An fdatasync, or a durable write with everything
                     // before it synced: durable in place up to `c`.
-                    self.note_fsynced(c);
+                    self.durability.note_fsynced(c);
                     self.torn.data_synced(c);
                 }
             }
@@ -392,7 +365,10 @@ impl PagedCachedFile {
             }
             return Ok(None);
         }
-        match self.fdatasync_on(lane) {
+        match self
+            .durability
+            .fdatasync_on(lane, &*self.backend, &self.counters, &self.life)
+        {
             Ok(covers) => {
                 if let Some(b) = batch {
                     self.settle(b);
@@ -408,31 +384,6 @@ impl PagedCachedFile {
                 // them to see the poison. Found by the shuttle model check.
                 self.notify_room();
                 Err(e)
-            }
-        }
-    }
-
-    /// `fdatasync` of the file on `lane`. Every write counted in
-    /// `write_seq` when it starts has completed, so it covers that much,
-    /// which it returns (and records for the doublewrite rule). Counted in
-    /// `syncs` and `sync_ns`.
-    ///
-    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
-    /// is poisoned (the caller wakes who must see it).
-    fn fdatasync_on(&self, lane: usize) -> Result<u64> {
-        let covers = self.write_seq.load(Ordering::Acquire);
-        add(&self.counters.syncs, 1);
-        let started = std::time::Instant::now();
-        let synced = self.backend.sync_data_on(lane);
-        add_elapsed(&self.counters.sync_ns, started);
-        match synced {
-            Ok(()) => {
-                self.note_fsynced(covers);
-                Ok(covers)
-            }
-            Err(e) => {
-                self.life.poison();
-                Err(Error::io("fdatasync", None, e))
             }
         }
     }

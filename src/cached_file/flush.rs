@@ -193,7 +193,7 @@ impl PagedCachedFile {
     /// `staging`: the caller stages a doublewrite record carrying `len`
     /// and makes the `write_seq` step itself once it knows whether the
     /// record is durable (a plain step if it is, else
-    /// [`bump_unstaged`](Self::bump_unstaged)). Otherwise the step is
+    /// `Durability::step_unstaged`). Otherwise the step is
     /// marked unstaged here.
     pub(super) fn extend_to(&self, f: &mut Flusher, len: u64, staging: bool) -> Result<bool> {
         if len <= f.os_len {
@@ -206,18 +206,9 @@ impl PagedCachedFile {
         self.length.grow_written(len);
         self.length.grow_disk(len);
         if !staging {
-            self.bump_unstaged();
+            self.durability.step_unstaged();
         }
         Ok(true)
-    }
-
-    /// A change no durable doublewrite record holds happened: the next
-    /// commit round must `fdatasync` the file. Under `unstaged_at`'s lock
-    /// with the `write_seq` step it makes, so a round reading both sees
-    /// the step only with the mark.
-    pub(super) fn bump_unstaged(&self) {
-        let mut u = self.unstaged_at.lock();
-        *u = self.write_seq.fetch_add(1, Ordering::AcqRel) + 1;
     }
 
     /// One flush: drains every stripe and writes what it found, then waits
@@ -281,11 +272,7 @@ impl PagedCachedFile {
                 }
             }
             let missed = self.wait_written_then_check(mark, drain_no);
-            {
-                let u = self.unstaged_at.lock();
-                pass.seq = self.write_seq.load(Ordering::Acquire);
-                pass.unstaged_at = *u;
-            }
+            (pass.seq, pass.unstaged_at) = self.durability.snapshot();
             if !missed {
                 return pass;
             }
@@ -445,7 +432,7 @@ impl PagedCachedFile {
             // stands in for the fdatasync only if all of them were synced
             // (found by the shuttle model check: a flush's write that
             // completed during the wait was counted as made durable).
-            dsync &= dsync_clean.is_some_and(|s| self.write_seq.load(Ordering::Acquire) == s);
+            dsync &= dsync_clean.is_some_and(|s| self.durability.write_seq() == s);
             Some(f)
         } else {
             drop(f);
@@ -473,9 +460,9 @@ impl PagedCachedFile {
             // The length `extend_to` set counts once its record is durable
             // (or, with none, as a change only an fdatasync covers).
             if matches!(staged, Ok(true)) {
-                self.write_seq.fetch_add(1, Ordering::AcqRel);
+                self.durability.step();
             } else {
-                self.bump_unstaged();
+                self.durability.step_unstaged();
             }
         }
         // A backend that panics fails the write, like one that errs: the
@@ -512,7 +499,7 @@ impl PagedCachedFile {
         let mut seq_after = None;
         if some_written {
             // Those runs reached the OS: a later sync must cover them.
-            seq_after = Some(self.write_seq.fetch_add(1, Ordering::AcqRel) + 1);
+            seq_after = Some(self.durability.step());
             add(&self.counters.flushes, 1);
             if let Some(end) = written_end(&batch) {
                 self.length.grow_written(end);
@@ -549,7 +536,7 @@ impl PagedCachedFile {
         if failed {
             self.log_requeue(batch.drain_no);
         }
-        let durable_seq = durable.then(|| self.write_seq.load(Ordering::Acquire));
+        let durable_seq = durable.then(|| self.durability.write_seq());
         self.mark_written(batch.id);
         if failed {
             self.cut_pending.store(true, Ordering::Release);

@@ -96,6 +96,7 @@ mod cache;
 mod commit;
 mod config;
 mod doublewrite;
+mod durability;
 mod flush;
 mod gather;
 mod length;
@@ -119,6 +120,7 @@ pub use torn::TornWrites;
 
 use cache::ReadCache;
 use commit::CommitState;
+use durability::Durability;
 use flush::Flusher;
 use length::Length;
 use lifecycle::Lifecycle;
@@ -189,11 +191,8 @@ pub struct PagedCachedFile {
     /// writes completed. [`Config::rounds_in_flight`] of them.
     slots: Mutex<Vec<flush::WriteSlot>>,
     slot_free: Condvar,
-    /// Bumped after every batch that reached the OS, once its writes
-    /// completed, and after every change of the file's length; a commit
-    /// round needs an `fdatasync` only if this moved past what the last one
-    /// covered.
-    write_seq: AtomicU64,
+    /// Write sequence, durable watermark, sync lanes.
+    durability: Durability,
     /// A failed write left the file to be cut back to `written_len`; done
     /// by the next holder of `flusher` that finds no write in flight.
     cut_pending: AtomicBool,
@@ -223,9 +222,6 @@ pub struct PagedCachedFile {
     /// write stage frees (one of them leads it). Callers of other rounds
     /// sleep on (see `commit.rs`).
     commit_rounds: Box<[Condvar]>,
-    /// Notified when a sync lane comes back (the write stage's holder may
-    /// wait for one).
-    commit_lane_free: Condvar,
     /// Open, read-only, closing, closed or poisoned; write calls in
     /// progress.
     life: Lifecycle,
@@ -237,15 +233,6 @@ pub struct PagedCachedFile {
     counters: Counters,
     /// Torn-page protection: atomic pieces, or the doublewrite area.
     torn: torn::TornProtection,
-    /// The `write_seq` of the latest change to the file that no durable
-    /// doublewrite record holds (a `set_len`, an extension no staged
-    /// record carries), set under this lock together with that `write_seq`
-    /// step; read under it together with `write_seq`. A staged batch's
-    /// step does not touch it. A commit round needs no `fdatasync` when
-    /// this is at or below `fsynced`: every step since is in the area.
-    unstaged_at: Mutex<u64>,
-    /// `write_seq` covered by the latest successful `fdatasync` of the file.
-    fsynced: AtomicU64,
 }
 
 impl std::fmt::Debug for PagedCachedFile {
@@ -461,7 +448,7 @@ impl PagedCachedFile {
             flusher: Mutex::new(flusher),
             slots: Mutex::new(slots),
             slot_free: Condvar::new(),
-            write_seq: AtomicU64::new(0),
+            durability: Durability::new(lanes),
             cut_pending: AtomicBool::new(false),
             generations: Mutex::new(flush::Generations::default()),
             gens_written: Condvar::new(),
@@ -471,16 +458,13 @@ impl PagedCachedFile {
             room_freed: Condvar::new(),
             unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
             all_settled: Condvar::new(),
-            commit: Mutex::new(CommitState::new(lanes)),
+            commit: Mutex::new(CommitState::default()),
             commit_rounds: (0..commit::ROUND_SLOTS).map(|_| Condvar::new()).collect(),
-            commit_lane_free: Condvar::new(),
             life: Lifecycle::new(read_only, locked),
             max_run_bytes: max_run_bytes(&config),
             guards: AtomicUsize::new(0),
             counters: Counters::default(),
             torn: torn::TornProtection::new(atomic_max, doublewrite, recovery),
-            unstaged_at: Mutex::new(0),
-            fsynced: AtomicU64::new(0),
             config,
         })
     }
