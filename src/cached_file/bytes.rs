@@ -9,11 +9,9 @@
 //! bytes.
 
 use std::io::IoSliceMut;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
+use super::PagedCachedFile;
 use super::stats::add;
-use super::{PagedCachedFile, Stripe};
 use crate::backend::IOV_MAX;
 use crate::buffer::UniqueBuf;
 use crate::error::{Error, Result};
@@ -55,19 +53,19 @@ impl PagedCachedFile {
             len: buf.len(),
         })?;
         self.length.check_max(offset, len)?;
-        self.check_not_own_guard(offset, len)?;
+        self.buffer.check_not_own_guard(offset, len)?;
         let ps = self.config.page_size;
         let mask = ps as u64 - 1;
         let direct = self.io_mode.direct.is_some();
         let (mut at, mut rest) = (offset, buf);
         while !rest.is_empty() {
             self.wait_for_room()?;
-            let page_no = self.page_no(at);
+            let page_no = self.buffer.page_no(at);
             let within = (at & mask) as usize;
             let n = (ps - within).min(rest.len());
             let (chunk, tail) = rest.split_at(n);
             if n == ps {
-                self.insert(page_no, self.page_copy(chunk)?.share())?;
+                self.insert(page_no, self.buffer.page_copy(chunk)?.share())?;
             } else {
                 let end = at + n as u64;
                 let end = if direct { (end + mask) & !mask } else { end };
@@ -107,12 +105,12 @@ impl PagedCachedFile {
                 file_len,
             });
         }
-        let first = self.page_no(offset);
-        let last = self.page_no(end - 1);
+        let first = self.buffer.page_no(offset);
+        let last = self.buffer.page_no(end - 1);
         let mut stretch: Option<u64> = None;
         for p in first..=last {
             let (lo, hi) = self.clip(p, offset, end);
-            let page_start = p << self.page_shift;
+            let page_start = self.buffer.offset_of(p);
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
             if self.copy_newest(p, (lo - page_start) as usize, dst) {
                 if let Some(a) = stretch.take() {
@@ -163,38 +161,10 @@ impl PagedCachedFile {
             offset,
             len: as_usize,
         })?;
-        self.check_unguarded(offset, len)?;
-        let pages = self.page_no(offset)..self.page_no(end);
-        let mut freed = 0usize;
-        let drop_in = |s: &mut Stripe, freed: &mut usize, p: u64| {
-            if let Some(page) = s.dirty.remove(&p) {
-                *freed += page.len();
-                s.seq = s.seq.wrapping_add(1);
-            }
-            if s.flushing.iter().any(|g| g.contains_key(&p)) && !s.discarded.contains(&p) {
-                s.discarded.push(p);
-            }
-        };
-        if pages.end - pages.start <= 4 * self.stripes.len() as u64 {
-            for p in pages.clone() {
-                drop_in(&mut self.stripe(p).lock(), &mut freed, p);
-            }
-        } else {
-            // A wide range: visit what is buffered instead of every page.
-            for stripe in self.stripes.iter() {
-                let mut s = stripe.lock();
-                let mut hit: Vec<u64> = s.dirty.keys().copied().collect();
-                for g in &s.flushing {
-                    hit.extend(g.keys().copied());
-                }
-                hit.retain(|p| pages.contains(p));
-                for p in hit {
-                    drop_in(&mut s, &mut freed, p);
-                }
-            }
-        }
+        self.buffer.check_unguarded(offset, len)?;
+        let pages = self.buffer.page_no(offset)..self.buffer.page_no(end);
+        self.buffer.discard(pages.clone());
         self.uncache(|p| pages.contains(&p));
-        self.release(freed);
         self.torn.forget_failed(offset, end);
         Ok(())
     }
@@ -225,29 +195,22 @@ impl PagedCachedFile {
             let g = self.generations.lock();
             if !g.is_empty() {
                 return Err(Error::Buffered {
-                    bytes: self.buffered.load(Ordering::Acquire),
+                    bytes: self.buffer.buffered(),
                 });
             }
         }
-        // Writers insert under a stripe lock and count the bytes first:
-        // with every stripe locked and nothing counted, nothing is
-        // buffered, and no write can be until the stripes open again.
-        let locked: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
-        let bytes = self.buffered.load(Ordering::Acquire);
-        if bytes != 0 || locked.iter().any(|s| !s.dirty.is_empty()) {
-            return Err(Error::Buffered { bytes });
-        }
-        let len = self
-            .backend
-            .len()
-            .map_err(|e| Error::io("fstat", None, e))?;
-        self.length.begin_cut();
-        self.uncache(|_| true);
-        flusher.os_len = len;
-        self.length.reset(len);
-        self.length.end_cut();
-        drop(locked);
-        Ok(())
+        self.buffer.with_nothing_buffered(|| {
+            let len = self
+                .backend
+                .len()
+                .map_err(|e| Error::io("fstat", None, e))?;
+            self.length.begin_cut();
+            self.uncache(|_| true);
+            flusher.os_len = len;
+            self.length.reset(len);
+            self.length.end_cut();
+            Ok(())
+        })
     }
 
     /// Sets the logical length to `len` bytes, ordered with everything
@@ -307,13 +270,13 @@ impl PagedCachedFile {
         }
         // A guard at or past the cut (even past the old end) would write
         // there when dropped.
-        self.check_unguarded(len, u64::MAX - len)?;
+        self.buffer.check_unguarded(len, u64::MAX - len)?;
         // Memory for the zeroed tail first: past the ftruncate nothing
         // may fail.
-        let mut tail_buf = if len.is_multiple_of(ps) {
+        let tail_buf = if len.is_multiple_of(ps) {
             None
         } else {
-            Some(self.page_buf()?)
+            Some(self.buffer.page_buf()?)
         };
         {
             let mut g = self.generations.lock();
@@ -350,42 +313,17 @@ impl PagedCachedFile {
         flusher.os_len = len;
         self.length.set_written(len);
         // Pages wholly past `len` go; the one it falls in keeps its head.
-        let cut = (len + ps - 1) >> self.page_shift;
-        let tail = (!len.is_multiple_of(ps)).then(|| (self.page_no(len), (len % ps) as usize));
-        let mut freed = 0usize;
-        {
-            let mut locked: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
-            for s in locked.iter_mut() {
-                s.seq = s.seq.wrapping_add(1);
-                debug_assert!(s.flushing.is_empty(), "set_len waited for in-flight pages");
-                s.dirty.retain(|&p, page| {
-                    let keep = p < cut;
-                    if !keep {
-                        freed += page.len();
-                    }
-                    keep
-                });
-            }
-            if let Some((p, keep)) = tail {
-                let s = &mut locked[(p & self.stripe_mask) as usize];
-                if let Some(page) = s.dirty.get_mut(&p) {
-                    let mut zeroed = tail_buf.take().expect("taken above for an unaligned cut");
-                    zeroed[..keep].copy_from_slice(&page[..keep]);
-                    *page = zeroed.share();
-                }
-            }
-            // The read cache loses the cut pages before any stripe opens
-            // again: a write that merges into a page past the cut must not
-            // find its old bytes there and bring them back (stripe locks
-            // before cache locks, as in `merge_into`).
-            let first_gone = tail.map_or(cut, |(p, _)| p);
+        // The read cache loses the cut pages before any stripe opens again:
+        // a write that merges into a page past the cut must not find its
+        // old bytes there and bring them back (stripe locks before cache
+        // locks, as in `WriteBuffer::merge`).
+        // Aligned or not, the first page touched is the one `len` falls in
+        // (past an aligned cut: the first page wholly cut).
+        let first_gone = self.buffer.page_no(len);
+        self.buffer.cut(len, tail_buf, || {
             self.uncache(|p| p >= first_gone);
             self.length.cut_to(len);
-        }
-        if let Some(b) = tail_buf {
-            self.pool.put_all([b.share()]);
-        }
-        self.release(freed);
+        });
         self.durability.step_unstaged();
         Ok(())
     }
@@ -394,7 +332,7 @@ impl PagedCachedFile {
 
     /// The byte range of page `p` inside `[offset, end)`.
     fn clip(&self, p: u64, offset: u64, end: u64) -> (u64, u64) {
-        let start = p << self.page_shift;
+        let start = self.buffer.offset_of(p);
         let stop = start + self.config.page_size as u64;
         (start.max(offset), stop.min(end))
     }
@@ -402,17 +340,9 @@ impl PagedCachedFile {
     /// Copies bytes `within..` of page `p` into `dst` from its newest
     /// buffered, in-flight or cached version; `false` if it is in none.
     fn copy_newest(&self, p: u64, within: usize, dst: &mut [u8]) -> bool {
-        {
-            let s = self.stripe(p).lock();
-            let hit = s
-                .dirty
-                .get(&p)
-                .or_else(|| s.flushing.iter().rev().find_map(|g| g.get(&p)));
-            if let Some(page) = hit {
-                dst.copy_from_slice(&page[within..within + dst.len()]);
-                add(&self.counters.buffer_hits, 1);
-                return true;
-            }
+        if self.buffer.copy_newest(p, within, dst) {
+            add(&self.counters.buffer_hits, 1);
+            return true;
         }
         if self.cache.copy_into(p, within, dst) {
             add(&self.counters.cache_hits, 1);
@@ -425,8 +355,8 @@ impl PagedCachedFile {
     /// at byte `offset`) they cover. Past the disk length: zeros.
     fn read_stretch(&self, pages: std::ops::Range<u64>, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset + buf.len() as u64;
-        let lo = (pages.start << self.page_shift).max(offset);
-        let hi = (pages.end << self.page_shift).min(end);
+        let lo = self.buffer.offset_of(pages.start).max(offset);
+        let hi = self.buffer.offset_of(pages.end).min(end);
         if self.io_mode.direct.is_none() && !self.cache.is_enabled() {
             let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
             return self.length.read_disk("pread", lo, |disk_len| {
@@ -461,8 +391,10 @@ impl PagedCachedFile {
         let seqs: Vec<Option<u64>> = (first..first + n as u64)
             .map(|p| self.cache.seq(p))
             .collect();
-        let mut pages: Vec<UniqueBuf> = (0..n).map(|_| self.page_buf()).collect::<Result<_>>()?;
-        let start = first << self.page_shift;
+        let mut pages: Vec<UniqueBuf> = (0..n)
+            .map(|_| self.buffer.page_buf())
+            .collect::<Result<_>>()?;
+        let start = self.buffer.offset_of(first);
         self.length.read_disk("preadv", start, |disk| {
             let on_disk = disk.saturating_sub(start).min((n * ps) as u64) as usize;
             let mut left = on_disk;
@@ -485,12 +417,12 @@ impl PagedCachedFile {
         for (i, page) in pages.into_iter().enumerate() {
             let p = first + i as u64;
             let (lo, hi) = self.clip(p, offset, end);
-            let within = (lo - (p << self.page_shift)) as usize;
+            let within = (lo - self.buffer.offset_of(p)) as usize;
             buf[(lo - offset) as usize..(hi - offset) as usize]
                 .copy_from_slice(&page[within..within + (hi - lo) as usize]);
             match seqs[i] {
-                Some(seq) => self.cache.offer(p, seq, page.share(), &self.pool),
-                None => self.pool.put_all([page.share()]),
+                Some(seq) => self.cache.offer(p, seq, page.share(), self.buffer.pool()),
+                None => self.buffer.pool().put_all([page.share()]),
             }
         }
         Ok(())
@@ -499,61 +431,20 @@ impl PagedCachedFile {
     /// Merges `bytes` at `within` into page `page_no` and buffers the result;
     /// the logical length grows to `end`.
     fn merge_into(&self, page_no: u64, within: usize, bytes: &[u8], end: u64) -> Result<()> {
-        let stripe = self.stripe(page_no);
-        loop {
-            let seq = {
-                let mut s = stripe.lock();
-                self.wait_unguarded(&mut s, page_no)?;
-                if let Some(page) = s.dirty.get_mut(&page_no).and_then(Arc::get_mut) {
-                    // Nobody else holds the buffered page: merge in place.
-                    page[within..within + bytes.len()].copy_from_slice(bytes);
-                    s.seq = s.seq.wrapping_add(1);
-                    self.length.grow(end);
-                    add(&self.counters.pages_dirtied, 1);
-                    return Ok(());
-                }
-                let newest = s
-                    .dirty
-                    .get(&page_no)
-                    .or_else(|| s.flushing.iter().rev().find_map(|g| g.get(&page_no)))
-                    .cloned()
-                    .or_else(|| self.cache.get(page_no));
-                if let Some(cur) = newest {
-                    let mut page = self.page_copy(&cur)?;
-                    page[within..within + bytes.len()].copy_from_slice(bytes);
-                    self.insert_locked(&mut s, page_no, page.share(), end);
-                    return Ok(());
-                }
-                s.seq
-            };
-            // In no buffer: read it without the lock, then merge if the
-            // stripe did not change meanwhile.
-            let mut page = self.page_buf()?;
-            self.read_disk_page(page_no, &mut page)?;
-            page[within..within + bytes.len()].copy_from_slice(bytes);
-            let mut s = stripe.lock();
-            if s.seq == seq && !s.guarded.iter().any(|&(p, _)| p == page_no) {
-                self.insert_locked(&mut s, page_no, page.share(), end);
-                return Ok(());
-            }
-            drop(s);
-            self.pool.put_all([page.share()]);
-        }
+        self.buffer.merge(
+            page_no,
+            within,
+            bytes,
+            end,
+            &self.length,
+            &self.cache,
+            &self.counters,
+            |page| self.read_disk_page(page_no, page),
+        )
     }
 
     /// Drops read-cache pages whose number `gone` selects.
     fn uncache(&self, gone: impl Fn(u64) -> bool) {
-        self.cache.remove_where(gone, &self.pool);
-    }
-
-    /// Takes `bytes` dropped from the write buffer off the buffer bound and
-    /// wakes writers waiting for room.
-    fn release(&self, bytes: usize) {
-        if bytes == 0 {
-            return;
-        }
-        debug_assert!(self.buffered.load(Ordering::Acquire) >= bytes);
-        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
-        self.notify_room();
+        self.cache.remove_where(gone, self.buffer.pool());
     }
 }

@@ -294,7 +294,7 @@ impl PagedCachedFile {
                 Ok(())
             }
             Err(e) => {
-                self.notify_room();
+                self.buffer.notify_room();
                 Err(e)
             }
         }
@@ -382,7 +382,7 @@ impl PagedCachedFile {
                 // Writers waiting for room would wait for a settle that
                 // frees nothing (the pages went back to the buffer): wake
                 // them to see the poison. Found by the shuttle model check.
-                self.notify_room();
+                self.buffer.notify_room();
                 Err(e)
             }
         }

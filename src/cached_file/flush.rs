@@ -17,6 +17,7 @@ use super::PagedCachedFile;
 use super::gather::GatherBuf;
 use super::pages::{PageMap, PageRef};
 use super::stats::{add, add_elapsed};
+use super::write_buffer::{Requeued, SPARE_MAP_MAX};
 use super::writer::RunWriter;
 use crate::coalesce::{Run, RunLimits, coalesce, split_for_atomic};
 use crate::error::{Error, Result};
@@ -28,15 +29,6 @@ use crate::sync::MutexGuard;
 /// call, so sparse files stay sparse.
 pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
-/// Emptied maps a stripe keeps for its next drains (`Stripe::spare`): a
-/// commit pipeline has generations being written, one or two syncing and
-/// one settling, each holding a map.
-pub(crate) const SPARE_MAPS: usize = 4;
-
-/// Largest capacity (pages) of a map kept as a spare: one grown by a bulk
-/// flush is dropped, so the maps that go round stay small to iterate.
-const SPARE_MAP_MAX: usize = 1024;
-
 /// Most emptied batch vectors kept (`PagedCachedFile::spare_batches`).
 const SPARE_BATCHES: usize = 4;
 
@@ -46,21 +38,6 @@ const SPARE_BATCHES: usize = 4;
 pub(crate) struct BatchVecs {
     entries: Vec<(u64, PageRef)>,
     drained: Vec<(usize, Arc<PageMap>)>,
-}
-
-/// What one stripe's in-flight generation holds: the pages it drained from
-/// the stripe and the generation's number. Derefs to the pages.
-pub(crate) struct InFlight {
-    /// Generation number (drain order).
-    pub(super) generation: u64,
-    pub(super) pages: Arc<PageMap>,
-}
-
-impl std::ops::Deref for InFlight {
-    type Target = PageMap;
-    fn deref(&self) -> &PageMap {
-        &self.pages
-    }
 }
 
 /// State owned by whoever holds the flusher lock (the drain side).
@@ -698,33 +675,7 @@ impl PagedCachedFile {
         } = self.spare_batches.lock().pop().unwrap_or_default();
         // Called under the flusher lock: ids follow drain order.
         let id = self.next_generation.load(Ordering::Acquire);
-        let mut after: Option<u64> = None;
-        for (i, stripe) in self.stripes.iter().enumerate() {
-            let mut s = stripe.lock();
-            if s.dirty.is_empty() {
-                continue;
-            }
-            let mut map = s.spare.pop().unwrap_or_default();
-            let Some(empty) = Arc::get_mut(&mut map) else {
-                unreachable!("spare maps are unique: kept only after Arc::get_mut, never cloned")
-            };
-            std::mem::swap(empty, &mut s.dirty);
-            // The write latch: an older version of one of these pages still
-            // in flight must reach the OS before this one is written.
-            for older in &s.flushing {
-                if after.is_none_or(|a| older.generation > a)
-                    && map.keys().any(|p| older.contains_key(p))
-                {
-                    after = Some(older.generation);
-                }
-            }
-            s.flushing.push(InFlight {
-                generation: id,
-                pages: Arc::clone(&map),
-            });
-            drop(s);
-            drained.push((i, map));
-        }
+        let after = self.buffer.drain(id, &mut drained);
         if drained.is_empty() {
             self.keep_batch_vecs(BatchVecs { entries, drained });
             return None;
@@ -735,11 +686,13 @@ impl PagedCachedFile {
             written: false,
             done: None,
         });
-        let shift = self.page_shift;
         let n = drained.iter().map(|(_, m)| m.len()).sum();
         entries.reserve(n);
         for (_, map) in &drained {
-            entries.extend(map.iter().map(|(&p, page)| (p << shift, Arc::clone(page))));
+            entries.extend(
+                map.iter()
+                    .map(|(&p, page)| (self.buffer.offset_of(p), Arc::clone(page))),
+            );
         }
         Some(Batch {
             id,
@@ -783,29 +736,13 @@ impl PagedCachedFile {
                 continue;
             }
             is_failed[i] = true;
-            let n = off >> self.page_shift;
-            let stripe_no = (n & self.stripe_mask) as usize;
-            let map = &batch
-                .drained
-                .iter()
-                .find(|(i, _)| *i == stripe_no)
-                .expect("a drained page's stripe was drained")
-                .1;
-            let mut s = self.stripes[stripe_no].lock();
-            let pos = s
-                .flushing
-                .iter()
-                .position(|g| Arc::ptr_eq(&g.pages, map))
-                .expect("generation still in flight");
-            let newer = s.dirty.contains_key(&n)
-                || s.flushing[pos + 1..].iter().any(|g| g.contains_key(&n));
-            // A page the engine discarded while it was in flight stays gone.
-            if !newer && !s.discarded.contains(&n) {
-                s.dirty.insert(n, Arc::clone(page));
-                s.seq = s.seq.wrapping_add(1);
-                batch.kept += page.len();
-            } else if s.discarded.contains(&n) {
-                gone.push(*off);
+            match self
+                .buffer
+                .requeue(self.buffer.page_no(*off), page, &batch.drained)
+            {
+                Requeued::Kept => batch.kept += page.len(),
+                Requeued::Discarded => gone.push(*off),
+                Requeued::Newer => {}
             }
         }
         batch.is_failed = is_failed;
@@ -874,8 +811,11 @@ impl PagedCachedFile {
         }
         if self.cache.is_enabled() {
             for (off, page) in written() {
-                self.cache
-                    .update(off >> self.page_shift, Arc::clone(page), &self.pool);
+                self.cache.update(
+                    self.buffer.page_no(*off),
+                    Arc::clone(page),
+                    self.buffer.pool(),
+                );
             }
         }
         let Batch {
@@ -884,44 +824,22 @@ impl PagedCachedFile {
             ..
         } = batch;
         let mut total = 0usize;
-        for (i, mut map) in drained.drain(..) {
-            total += map.values().map(|p| p.len()).sum::<usize>();
-            let mut s = self.stripes[i].lock();
-            s.flushing.retain(|g| !Arc::ptr_eq(&g.pages, &map));
-            if s.flushing.is_empty() {
-                s.discarded.clear();
-            }
-            // Out of `flushing`, the batch held the map's last reference.
-            // Emptying it drops its page references, so each page's last
-            // reference is the batch's and the pool can take it back.
-            let room = s.spare.len() < SPARE_MAPS;
-            match Arc::get_mut(&mut map) {
-                Some(m) if room && m.capacity() <= SPARE_MAP_MAX => {
-                    m.clear();
-                    s.spare.push(map);
-                }
-                // A bulk flush's large map is freed outside the lock.
-                _ => {
-                    drop(s);
-                    drop(map);
-                }
-            }
+        for (i, map) in drained.drain(..) {
+            total += self.buffer.retire(i, map);
         }
         debug_assert!(total >= kept, "kept {kept} of {total} bytes");
-        debug_assert!(
-            self.buffered.load(Ordering::Acquire) >= total - kept,
-            "buffered bytes would wrap"
-        );
-        self.buffered.fetch_sub(total - kept, Ordering::AcqRel);
+        self.buffer.uncount(total - kept);
         // Recycle the pages nobody else holds (a reader, the read cache, or
         // the write buffer after a failure).
-        self.pool.put_all(entries.drain(..).map(|(_, page)| page));
+        self.buffer
+            .pool()
+            .put_all(entries.drain(..).map(|(_, page)| page));
         self.keep_batch_vecs(BatchVecs { entries, drained });
         if total > 0 {
             // Wake writers waiting for room (see `wait_for_room`): room was
             // freed, or the pages went back to the write buffer, where a
             // waiter can flush them itself.
-            self.notify_room();
+            self.buffer.notify_room();
         }
     }
 
@@ -930,7 +848,7 @@ impl PagedCachedFile {
     /// pages is dropped).
     fn keep_batch_vecs(&self, vecs: BatchVecs) {
         debug_assert!(vecs.entries.is_empty() && vecs.drained.is_empty());
-        if vecs.entries.capacity() > SPARE_MAP_MAX * self.stripes.len() {
+        if vecs.entries.capacity() > SPARE_MAP_MAX * self.buffer.stripe_count() {
             return;
         }
         let mut spare = self.spare_batches.lock();

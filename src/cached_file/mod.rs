@@ -81,14 +81,11 @@
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use crate::sync::{
-    AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, ThreadId, current_thread_id,
-};
+use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex};
 
 use crate::backend::{OpenOptions, StorageBackend};
-use crate::buffer::{AlignedBuf, BufferPool, UniqueBuf};
+use crate::buffer::{AlignedBuf, UniqueBuf};
 use crate::error::{Error, Result};
 
 mod bytes;
@@ -105,6 +102,7 @@ mod open;
 mod pages;
 mod stats;
 mod torn;
+mod write_buffer;
 mod writer;
 mod writer_pool;
 
@@ -124,36 +122,8 @@ use durability::Durability;
 use flush::Flusher;
 use length::Length;
 use lifecycle::Lifecycle;
-use pages::PageMap;
 use stats::{Counters, add};
-
-/// One lock stripe of the write buffer. Page number `n` lives in stripe
-/// `n & (stripes - 1)`.
-#[derive(Default)]
-pub(crate) struct Stripe {
-    /// Newest versions written since the last drain.
-    dirty: PageMap,
-    /// Bumped on every change to `dirty` or to the disk bytes of a page of
-    /// this stripe (`set_len`); a partial write that read a page from disk
-    /// without the lock inserts its merge only if this has not moved.
-    seq: u64,
-    /// Pages under a live [`WritablePage`] guard, with the thread that
-    /// took the guard (few; usually none).
-    guarded: Vec<(u64, ThreadId)>,
-    /// Pages discarded while a version of them was in flight: if that
-    /// write fails, the page is not put back. Cleared when nothing of this
-    /// stripe is in flight any more.
-    discarded: Vec<u64>,
-    /// What each flush in progress drained from this stripe, oldest first,
-    /// until its writes (and for a commit round, its fdatasync) completed.
-    /// At most a few: the generations being written
-    /// ([`Config::rounds_in_flight`]), a few waiting to sync or syncing.
-    flushing: Vec<flush::InFlight>,
-    /// Emptied maps of retired generations, each with its one `Arc` and
-    /// its capacity: the next drain swaps one in for `dirty`, so a steady
-    /// load allocates no map per drain (at most [`flush::SPARE_MAPS`]).
-    spare: Vec<Arc<PageMap>>,
-}
+use write_buffer::WriteBuffer;
 
 /// A file of fixed-size pages with a bounded, striped write buffer.
 ///
@@ -174,15 +144,10 @@ pub struct PagedCachedFile {
     backend: Arc<dyn StorageBackend>,
     config: Config,
     io_mode: IoMode,
-    /// Page buffers of retired generations, reused by writers.
-    pool: BufferPool,
-    page_shift: u32,
-    stripe_mask: u64,
-    stripes: Box<[Mutex<Stripe>]>,
+    /// Dirty and in-flight pages, the page pool, room, guards.
+    buffer: WriteBuffer,
     /// Clean pages read or written, under their own budget.
     cache: ReadCache,
-    /// Dirty plus in-flight bytes.
-    buffered: AtomicUsize,
     /// The logical, disk and written lengths, and the largest one.
     length: Length,
     flusher: Mutex<Flusher>,
@@ -203,15 +168,6 @@ pub struct PagedCachedFile {
     /// Emptied vectors of retired batches, reused by the next drain.
     spare_batches: Mutex<Vec<flush::BatchVecs>>,
     next_generation: AtomicU64,
-    /// Writers that find the buffer full of in-flight pages (which no flush
-    /// can release before their `fdatasync`) wait here for a settle.
-    /// Counts the events that may have freed room (settles, a poisoning);
-    /// a waiter sleeps only if none happened since it last looked.
-    room: Mutex<u64>,
-    room_freed: Condvar,
-    /// One per stripe: notified when a guard on a page of that stripe is
-    /// dropped.
-    unguarded: Box<[Condvar]>,
     /// Notified (under `generations`) when the last in-flight generation
     /// retires; `set_len` waits for it.
     all_settled: Condvar,
@@ -228,8 +184,6 @@ pub struct PagedCachedFile {
     /// Most bytes of one run: `max_write_bytes`, but never more than the
     /// write buffer holds (see [`max_run_bytes`]).
     max_run_bytes: usize,
-    /// Live guards; while 0, `discard` and `set_len` skip the guard scan.
-    guards: AtomicUsize,
     counters: Counters,
     /// Torn-page protection: atomic pieces, or the doublewrite area.
     torn: torn::TornProtection,
@@ -431,19 +385,13 @@ impl PagedCachedFile {
         Ok(Self {
             backend,
             io_mode,
-            pool: BufferPool::new(
+            buffer: WriteBuffer::new(
+                stripes,
+                config.max_write_buffer_bytes,
                 config.page_size,
                 config.page_align,
-                config.max_write_buffer_bytes,
-            )
-            .expect("alignment validated"),
-            page_shift: config.page_size.trailing_zeros(),
-            stripe_mask: stripes as u64 - 1,
-            stripes: (0..stripes)
-                .map(|_| Mutex::new(Stripe::default()))
-                .collect(),
+            ),
             cache: ReadCache::new(stripes, config.read_cache_bytes),
-            buffered: AtomicUsize::new(0),
             length: Length::new(len, max_len, config.page_size),
             flusher: Mutex::new(flusher),
             slots: Mutex::new(slots),
@@ -454,15 +402,11 @@ impl PagedCachedFile {
             gens_written: Condvar::new(),
             spare_batches: Mutex::new(Vec::new()),
             next_generation: AtomicU64::new(0),
-            room: Mutex::new(0),
-            room_freed: Condvar::new(),
-            unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
             all_settled: Condvar::new(),
             commit: Mutex::new(CommitState::default()),
             commit_rounds: (0..commit::ROUND_SLOTS).map(|_| Condvar::new()).collect(),
             life: Lifecycle::new(read_only, locked),
             max_run_bytes: max_run_bytes(&config),
-            guards: AtomicUsize::new(0),
             counters: Counters::default(),
             torn: torn::TornProtection::new(atomic_max, doublewrite, recovery),
             config,
@@ -527,8 +471,7 @@ impl PagedCachedFile {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        self.counters
-            .snapshot(self.buffered.load(Ordering::Relaxed) as u64)
+        self.counters.snapshot(self.buffer.buffered() as u64)
     }
 
     /// Writes `data` at byte `offset`. Both must be multiples of the page
@@ -553,11 +496,12 @@ impl PagedCachedFile {
         let _writer = self.life.begin_write()?;
         self.check_range(offset, data.len())?;
         self.length.check_max(offset, data.len() as u64)?;
-        self.check_not_own_guard(offset, data.len() as u64)?;
+        self.buffer.check_not_own_guard(offset, data.len() as u64)?;
         self.wait_for_room()?;
+        let first = self.buffer.page_no(offset);
         for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
-            let page = self.page_copy(chunk)?;
-            self.insert(self.page_no(offset) + i as u64, page.share())?;
+            let page = self.buffer.page_copy(chunk)?;
+            self.insert(first + i as u64, page.share())?;
         }
         Ok(())
     }
@@ -588,7 +532,7 @@ impl PagedCachedFile {
         for (i, chunk) in buf.chunks_mut(ps).enumerate() {
             let at = offset + (i * ps) as u64;
             if at < readable {
-                match self.read_page(self.page_no(at)) {
+                match self.read_page(self.buffer.page_no(at)) {
                     Ok(page) => chunk.copy_from_slice(&page),
                     Err(e) => {
                         // Nothing was written: drop the guard unapplied.
@@ -619,40 +563,24 @@ impl PagedCachedFile {
                 self.config.max_write_buffer_bytes
             )));
         }
-        self.check_not_own_guard(offset, len as u64)?;
+        self.buffer.check_not_own_guard(offset, len as u64)?;
         self.wait_for_room()?;
         // The memory first: a guard that cannot be had latches nothing.
-        let buf = self.alloc(len)?;
+        let buf = self.buffer.alloc(len)?;
         let ps = self.config.page_size;
         // A guard over several pages is split into pages when dropped,
         // where nothing can fail: their memory is taken now.
         let pages_mem = if len > ps {
             (0..len / ps)
-                .map(|_| self.page_buf())
+                .map(|_| self.buffer.page_buf())
                 .collect::<Result<Vec<_>>>()?
         } else {
             Vec::new()
         };
-        let first = self.page_no(offset);
-        let pages = (len >> self.page_shift) as u64;
-        let me = current_thread_id();
-        // Counted before the pages are marked: `discard`, `set_len` and
-        // `close` look for marks only while this is non-zero.
-        self.guards.fetch_add(1, Ordering::SeqCst);
-        // Latched in page order, so guards over overlapping ranges cannot
-        // wait on each other in a cycle.
-        for p in first..first + pages {
-            let mut s = self.stripe(p).lock();
-            if let Err(e) = self.wait_unguarded(&mut s, p) {
-                // Only this thread's own guard refuses (checked above, so
-                // not reached): unlatch what was latched.
-                drop(s);
-                self.unguard(first..p);
-                self.guards.fetch_sub(1, Ordering::SeqCst);
-                return Err(e);
-            }
-            s.guarded.push((p, me));
-        }
+        let first = self.buffer.page_no(offset);
+        // Only this thread's own guard refuses (checked above, so not
+        // reached); nothing stays latched then.
+        self.buffer.latch(first..first + (len / ps) as u64)?;
         // The guard holds the writer count until it is dropped.
         writer.keep();
         Ok(WritablePage {
@@ -661,33 +589,6 @@ impl PagedCachedFile {
             buf: Some(buf),
             pages: pages_mem,
         })
-    }
-
-    /// Removes the guard marks of `pages` and wakes their waiters.
-    fn unguard(&self, pages: std::ops::Range<u64>) {
-        for p in pages {
-            self.stripe(p).lock().guarded.retain(|&(g, _)| g != p);
-            self.unguarded[(p & self.stripe_mask) as usize].notify_all();
-        }
-    }
-
-    /// Waits, with page `page_no`'s stripe locked (`s`), until no guard
-    /// holds the page. A guard this thread holds would never be dropped
-    /// while it waits: [`Error::Busy`] instead.
-    fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) -> Result<()> {
-        if s.guarded.is_empty() {
-            return Ok(());
-        }
-        let me = current_thread_id();
-        while let Some(&(_, owner)) = s.guarded.iter().find(|(p, _)| *p == page_no) {
-            if owner == me {
-                return Err(Error::Busy {
-                    offset: page_no << self.page_shift,
-                });
-            }
-            self.unguarded[(page_no & self.stripe_mask) as usize].wait(s);
-        }
-        Ok(())
     }
 
     /// The newest bytes of `len` bytes at `offset`: from the write buffer,
@@ -714,7 +615,7 @@ impl PagedCachedFile {
         }
         let ps = self.config.page_size;
         if len == ps {
-            return self.read_page(self.page_no(offset));
+            return self.read_page(self.buffer.page_no(offset));
         }
         // A read of many pages is one buffer: memory the process cannot
         // get is a typed error, not an abort.
@@ -723,7 +624,7 @@ impl PagedCachedFile {
             Ok(None) | Err(_) => return Err(Error::NoMemory { bytes: len as u64 }),
         };
         for (i, chunk) in out.chunks_mut(ps).enumerate() {
-            chunk.copy_from_slice(&self.read_page(self.page_no(offset) + i as u64)?);
+            chunk.copy_from_slice(&self.read_page(self.buffer.page_no(offset) + i as u64)?);
         }
         Ok(Arc::new(out))
     }
@@ -787,9 +688,7 @@ impl PagedCachedFile {
         // from this thread: refuse instead of waiting.
         let closing = self.life.begin_close()?;
         while closing.writers() > 0 {
-            if self.guards.load(Ordering::SeqCst) > 0
-                && let Some(offset) = self.a_guarded_page()
-            {
+            if let Some(offset) = self.buffer.a_guarded_page() {
                 return Err(Error::Busy { offset });
             }
             std::thread::yield_now();
@@ -822,105 +721,7 @@ impl PagedCachedFile {
         }
     }
 
-    /// The byte offset of some page under a live guard, if any.
-    fn a_guarded_page(&self) -> Option<u64> {
-        self.stripes
-            .iter()
-            .find_map(|s| s.lock().guarded.first().map(|&(p, _)| p))
-            .map(|p| p << self.page_shift)
-    }
-
     // ---- internals ----
-
-    fn page_no(&self, offset: u64) -> u64 {
-        offset >> self.page_shift
-    }
-
-    fn stripe(&self, page_no: u64) -> &Mutex<Stripe> {
-        &self.stripes[(page_no & self.stripe_mask) as usize]
-    }
-
-    /// Zeroed memory of `len` bytes: from the pool for one page, fresh
-    /// otherwise. [`Error::NoMemory`] where the process cannot get it.
-    fn alloc(&self, len: usize) -> Result<UniqueBuf> {
-        if len == self.config.page_size {
-            return self.page_buf();
-        }
-        match AlignedBuf::try_zeroed(len, self.config.page_align) {
-            Ok(Some(b)) => Ok(UniqueBuf::new(b)),
-            Ok(None) | Err(_) => Err(Error::NoMemory { bytes: len as u64 }),
-        }
-    }
-
-    /// A zeroed page from the pool; [`Error::NoMemory`] where the process
-    /// cannot get one.
-    fn page_buf(&self) -> Result<UniqueBuf> {
-        self.pool.try_zeroed().ok_or(Error::NoMemory {
-            bytes: self.config.page_size as u64,
-        })
-    }
-
-    /// A page holding a copy of `bytes` (one page long);
-    /// [`Error::NoMemory`] where the process cannot get one.
-    fn page_copy(&self, bytes: &[u8]) -> Result<UniqueBuf> {
-        self.pool.try_copy_of(bytes).ok_or(Error::NoMemory {
-            bytes: self.config.page_size as u64,
-        })
-    }
-    /// Refuses `discard` or `set_len` over a page under a live guard
-    /// (checked up front, so a refused call changes nothing).
-    fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
-        self.check_guards(offset, len, None)
-    }
-
-    /// Refuses a write over a page under a guard this thread holds, before
-    /// anything is buffered (only this thread can add such a guard, so the
-    /// check cannot go stale): waiting for it would never end.
-    fn check_not_own_guard(&self, offset: u64, len: u64) -> Result<()> {
-        if self.guards.load(Ordering::SeqCst) == 0 {
-            return Ok(());
-        }
-        self.check_guards(offset, len, Some(current_thread_id()))
-    }
-
-    /// [`Error::Busy`] for the first page in `len` bytes at `offset` under
-    /// a live guard (one taken by `owner`, where given).
-    fn check_guards(&self, offset: u64, len: u64, owner: Option<ThreadId>) -> Result<()> {
-        if self.guards.load(Ordering::SeqCst) == 0 || len == 0 {
-            return Ok(());
-        }
-        let first = self.page_no(offset);
-        let last = self.page_no(offset.saturating_add(len - 1));
-        let hit =
-            |&(p, t): &(u64, ThreadId)| p >= first && p <= last && owner.is_none_or(|o| o == t);
-        let busy = |p: u64| {
-            Err(Error::Busy {
-                offset: p << self.page_shift,
-            })
-        };
-        // A huge range: look at the (few) guarded pages instead.
-        if last - first >= self.stripes.len() as u64 {
-            let mut found: Option<u64> = None;
-            for s in self.stripes.iter() {
-                for &(p, _) in s.lock().guarded.iter().filter(|g| hit(g)) {
-                    found = Some(found.map_or(p, |f| f.min(p)));
-                }
-            }
-            return found.map_or(Ok(()), busy);
-        }
-        for p in first..=last {
-            if self
-                .stripe(p)
-                .lock()
-                .guarded
-                .iter()
-                .any(|g| g.0 == p && hit(g))
-            {
-                return busy(p);
-            }
-        }
-        Ok(())
-    }
 
     /// Validates a page range; returns its end offset.
     fn check_range(&self, offset: u64, len: usize) -> Result<u64> {
@@ -940,134 +741,36 @@ impl PagedCachedFile {
             .ok_or(Error::Overflow { offset, len })
     }
 
-    /// Backpressure: while the buffer is at or over its bound, flush (or
-    /// wait for the running flush, by queueing on the flusher lock); if
-    /// nothing was left to flush, the bytes are in flight in commit rounds
-    /// waiting for their `fdatasync`: wait until one settles. Checked before
-    /// a writer's pages exist, so a writer holding a guard never waits on
-    /// memory its own guard holds; the bound is therefore exceeded by at
-    /// most the pages of writers between this check and their insert.
+    /// Backpressure before a write (see `WriteBuffer::wait_for_room`): a
+    /// full buffer is flushed here, or the call waits for a round to
+    /// settle.
     fn wait_for_room(&self) -> Result<()> {
-        let max = self.config.max_write_buffer_bytes;
-        if self.buffered.load(Ordering::Acquire) < max {
-            return Ok(());
-        }
-        add(&self.counters.backpressure_waits, 1);
-        while self.buffered.load(Ordering::Acquire) >= max {
-            self.life.check_writable()?;
-            let seen = *self.room.lock();
-            let before = self.buffered.load(Ordering::Acquire);
-            let flushed = match self.flush_to_os() {
-                Ok(flushed) => flushed,
-                // Pages that cannot be written stay dirty; if the flush
-                // still freed room, this writer goes on (the failed pages
-                // are the business of the next `sync`). If it freed
-                // nothing, waiting would spin: the error is the answer.
-                Err(Error::PagesFailed { .. })
-                    if self.buffered.load(Ordering::Acquire) < before =>
-                {
-                    true
-                }
-                Err(e) => return Err(e),
-            };
-            if !flushed {
-                let mut room = self.room.lock();
-                if *room == seen && self.buffered.load(Ordering::Acquire) >= max {
-                    // Nothing settled since before the flush: every event
-                    // that could free room, put pages back in the buffer
-                    // or poison the file bumps `room` and notifies under
-                    // it, so this cannot miss one (a settle between the
-                    // flush finding nothing and this check would otherwise
-                    // go unseen). The timeout only bounds a wait on a
-                    // round whose fdatasync hangs.
-                    self.room_freed
-                        .wait_for(&mut room, std::time::Duration::from_millis(100));
-                }
-            }
-        }
-        Ok(())
+        self.buffer.wait_for_room(
+            &self.counters,
+            || self.life.check_writable(),
+            || self.flush_to_os(),
+        )
     }
 
-    /// Wakes writers waiting for room (see `wait_for_room`): a settle freed
-    /// room or put pages back in the buffer, or the file was poisoned.
-    fn notify_room(&self) {
-        let mut room = self.room.lock();
-        *room = room.wrapping_add(1);
-        self.room_freed.notify_all();
-    }
-
-    /// Puts one whole page into the write buffer (after any other
-    /// thread's guard on it is dropped; [`Error::Busy`] over this thread's
-    /// own); the logical length grows to its end.
+    /// Puts one whole page into the write buffer; the logical length grows
+    /// to its end.
     fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
-        let end = (page_no + 1) << self.page_shift;
-        let mut stripe = self.stripe(page_no).lock();
-        self.wait_unguarded(&mut stripe, page_no)?;
-        self.insert_locked(&mut stripe, page_no, page, end);
-        Ok(())
+        self.buffer
+            .insert(page_no, page, &self.length, &self.counters)
     }
 
-    /// Puts one page into the write buffer under its stripe lock and grows
-    /// the logical length to `end` (bytes).
-    fn insert_locked(&self, stripe: &mut Stripe, page_no: u64, page: PageRef, end: u64) {
-        let bytes = page.len();
-        debug_assert_eq!(bytes, self.config.page_size);
-        debug_assert!(end > page_no << self.page_shift && end <= (page_no + 1) << self.page_shift);
-        stripe.seq = stripe.seq.wrapping_add(1);
-        if !stripe.discarded.is_empty() {
-            stripe.discarded.retain(|&p| p != page_no);
-        }
-        if stripe.dirty.insert(page_no, page).is_none() {
-            // Counted under the stripe lock: a drain (which takes this lock)
-            // must never see, and later subtract, a page not yet counted.
-            let now = self.buffered.fetch_add(bytes, Ordering::AcqRel) + bytes;
-            self.counters
-                .peak_buffered_bytes
-                .fetch_max(now as u64, Ordering::Relaxed);
-        }
-        // Under the stripe lock too: `set_len` holds every stripe lock when
-        // it lowers the length, so no page can be left buffered past it.
-        self.length.grow(end);
-        add(&self.counters.pages_dirtied, 1);
-    }
-
-    /// Inserts a guard's pages, dropping each page's guard mark under the
-    /// same lock (so no other write slips in between). A guard over several
-    /// pages is copied into `pages`, taken when the guard was.
+    /// Inserts a dropped guard's pages and ends its write call.
     fn insert_guarded(&self, offset: u64, buf: UniqueBuf, pages: Vec<UniqueBuf>) {
-        let ps = self.config.page_size;
-        let first = self.page_no(offset);
-        let one = |p: u64, page: PageRef| {
-            let mut s = self.stripe(p).lock();
-            s.guarded.retain(|&(g, _)| g != p);
-            self.insert_locked(&mut s, p, page, (p + 1) << self.page_shift);
-            self.unguarded[(p & self.stripe_mask) as usize].notify_all();
-        };
-        if buf.len() == ps {
-            one(first, buf.share());
-        } else {
-            debug_assert_eq!(pages.len() * ps, buf.len());
-            for (i, (chunk, mut page)) in buf.chunks(ps).zip(pages).enumerate() {
-                page.copy_from_slice(chunk);
-                one(first + i as u64, page.share());
-            }
-        }
-        self.guards.fetch_sub(1, Ordering::SeqCst);
+        self.buffer
+            .insert_guarded(offset, buf, pages, &self.length, &self.counters);
         self.life.end_kept_write();
     }
 
     /// The newest version of one page (see the module docs for the order).
     fn read_page(&self, page_no: u64) -> Result<PageRef> {
-        {
-            let stripe = self.stripe(page_no).lock();
-            let hit = stripe
-                .dirty
-                .get(&page_no)
-                .or_else(|| stripe.flushing.iter().rev().find_map(|g| g.get(&page_no)));
-            if let Some(page) = hit {
-                add(&self.counters.buffer_hits, 1);
-                return Ok(page.clone());
-            }
+        if let Some(page) = self.buffer.find(page_no) {
+            add(&self.counters.buffer_hits, 1);
+            return Ok(page);
         }
         let seq = match self.cache.lookup(page_no) {
             Ok(page) => {
@@ -1076,11 +779,12 @@ impl PagedCachedFile {
             }
             Err(seq) => seq,
         };
-        let mut buf = self.page_buf()?;
+        let mut buf = self.buffer.page_buf()?;
         self.read_disk_page(page_no, &mut buf)?;
         let page = buf.share();
         if let Some(seq) = seq {
-            self.cache.offer(page_no, seq, page.clone(), &self.pool);
+            self.cache
+                .offer(page_no, seq, page.clone(), self.buffer.pool());
         }
         Ok(page)
     }
@@ -1089,7 +793,7 @@ impl PagedCachedFile {
     /// caller): the part the backend holds; past it, zeros.
     fn read_disk_page(&self, page_no: u64, buf: &mut [u8]) -> Result<()> {
         let ps = self.config.page_size;
-        let offset = page_no << self.page_shift;
+        let offset = self.buffer.offset_of(page_no);
         self.length.read_disk("pread", offset, |disk_len| {
             buf.fill(0);
             if offset < disk_len {
@@ -1133,16 +837,10 @@ impl WritablePage<'_> {
     /// Drops the guard without writing its pages.
     fn abandon(mut self) {
         if let Some(buf) = self.buf.take() {
-            let first = self.file.page_no(self.offset);
-            let pages = (buf.len() >> self.file.page_shift) as u64;
-            self.file.unguard(first..first + pages);
-            self.file.pool.put_all([buf.share()]);
-            self.file.pool.put_all(
-                std::mem::take(&mut self.pages)
-                    .into_iter()
-                    .map(UniqueBuf::share),
-            );
-            self.file.guards.fetch_sub(1, Ordering::SeqCst);
+            let buffer = &self.file.buffer;
+            let first = buffer.page_no(self.offset);
+            let pages = (buf.len() / self.file.config.page_size) as u64;
+            buffer.unlatch(first..first + pages, buf, std::mem::take(&mut self.pages));
             self.file.life.end_kept_write();
         }
     }

@@ -1,0 +1,811 @@
+//! The write buffer: dirty pages and the pages in flight, in lock
+//! stripes; the page pool; the bound on buffered bytes and the writers
+//! waiting for room; and the page latches of live guards.
+//!
+//! Owns: the stripes (each its own lock, with a condvar for its guard
+//! waiters), the pool, `buffered` (dirty plus in-flight bytes), `guards`
+//! (live guards) and the room counter (a lock and a condvar). Calls: the
+//! lengths ([`Length::grow`], under a stripe lock) and the read cache
+//! (under a stripe lock: stripe before cache stripe). No I/O happens in
+//! here but the one disk read of a partial write, made with no lock held.
+//!
+//! Invariants:
+//! - page `n` lives in stripe `n & (stripes - 1)`; its newest version is
+//!   in the stripe's `dirty`, else in its youngest in-flight generation
+//!   (`flushing`), else in neither (the read cache or the disk has it);
+//! - `buffered` counts a page from its insert (under the stripe lock, so a
+//!   drain never sees and later subtracts a page not yet counted) until
+//!   its generation retires or it is dropped (`discard`, a cut);
+//! - a page under a live guard is written by no one but the guard's drop;
+//!   the thread that holds the guard is refused (`Busy`) instead of
+//!   waiting on itself;
+//! - every event that may free room (a retire, pages put back, a poison)
+//!   bumps `room` and notifies under its lock, so a writer that looked
+//!   before the event never sleeps through it.
+//!
+//! Lock order: stripe -> cache stripe; the room lock is a leaf. A drain,
+//! a requeue and a retire take one stripe at a time; a cut and a refresh
+//! take every stripe, in order.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::cache::ReadCache;
+use super::length::Length;
+use super::pages::{PageMap, PageRef};
+use super::stats::{Counters, add};
+use crate::buffer::{AlignedBuf, BufferPool, UniqueBuf};
+use crate::error::{Error, Result};
+use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, ThreadId, current_thread_id};
+
+/// Emptied maps a stripe keeps for its next drains (`Stripe::spare`): a
+/// commit pipeline has generations being written, one or two syncing and
+/// one settling, each holding a map.
+const SPARE_MAPS: usize = 4;
+
+/// Largest capacity (pages) of a map kept as a spare: one grown by a bulk
+/// flush is dropped, so the maps that go round stay small to iterate.
+pub(crate) const SPARE_MAP_MAX: usize = 1024;
+
+/// What one stripe's in-flight generation holds: the pages it drained from
+/// the stripe and the generation's number. Derefs to the pages.
+pub(crate) struct InFlight {
+    /// Generation number (drain order).
+    generation: u64,
+    pages: Arc<PageMap>,
+}
+
+impl std::ops::Deref for InFlight {
+    type Target = PageMap;
+    fn deref(&self) -> &PageMap {
+        &self.pages
+    }
+}
+
+/// One lock stripe of the write buffer.
+#[derive(Default)]
+pub(crate) struct Stripe {
+    /// Newest versions written since the last drain.
+    dirty: PageMap,
+    /// Bumped on every change to `dirty` or to the disk bytes of a page of
+    /// this stripe (`set_len`); a partial write that read a page from disk
+    /// without the lock inserts its merge only if this has not moved.
+    seq: u64,
+    /// Pages under a live guard, with the thread that took the guard
+    /// (few; usually none).
+    guarded: Vec<(u64, ThreadId)>,
+    /// Pages discarded while a version of them was in flight: if that
+    /// write fails, the page is not put back. Cleared when nothing of this
+    /// stripe is in flight any more.
+    discarded: Vec<u64>,
+    /// What each flush in progress drained from this stripe, oldest first,
+    /// until its writes (and for a commit round, its fdatasync) completed.
+    /// At most a few: the generations being written
+    /// (`Config::rounds_in_flight`), a few waiting to sync or syncing.
+    flushing: Vec<InFlight>,
+    /// Emptied maps of retired generations, each with its one `Arc` and
+    /// its capacity: the next drain swaps one in for `dirty`, so a steady
+    /// load allocates no map per drain (at most [`SPARE_MAPS`]).
+    spare: Vec<Arc<PageMap>>,
+}
+
+impl Stripe {
+    /// The newest buffered or in-flight version of page `n`.
+    fn newest(&self, n: u64) -> Option<&PageRef> {
+        self.dirty
+            .get(&n)
+            .or_else(|| self.flushing.iter().rev().find_map(|g| g.get(&n)))
+    }
+}
+
+/// What became of a page a failed write gave back ([`WriteBuffer::requeue`]).
+pub(crate) enum Requeued {
+    /// Back in the write buffer, still counted.
+    Kept,
+    /// A newer version is buffered or in flight: this one goes.
+    Newer,
+    /// The engine discarded the page while it was in flight: it stays gone.
+    Discarded,
+}
+
+/// The write buffer of one file (see the module docs).
+pub(crate) struct WriteBuffer {
+    stripes: Box<[Mutex<Stripe>]>,
+    /// One per stripe: notified when a guard on a page of that stripe is
+    /// dropped.
+    unguarded: Box<[Condvar]>,
+    /// Page buffers of retired generations, reused by writers.
+    pool: BufferPool,
+    /// Dirty plus in-flight bytes.
+    buffered: AtomicUsize,
+    /// Bound on `buffered` (`Config::max_write_buffer_bytes`).
+    max_bytes: usize,
+    /// Live guards; while 0, `discard`, `set_len` and `close` skip the
+    /// guard scan.
+    guards: AtomicUsize,
+    /// Writers that find the buffer full of in-flight pages (which no
+    /// flush can release before their `fdatasync`) wait here for a settle.
+    /// Counts the events that may have freed room (settles, a poisoning);
+    /// a waiter sleeps only if none happened since it last looked.
+    room: Mutex<u64>,
+    room_freed: Condvar,
+    page_size: usize,
+    page_align: usize,
+    page_shift: u32,
+    stripe_mask: u64,
+}
+
+impl WriteBuffer {
+    /// An empty buffer of `stripes` stripes (a power of two) bounded at
+    /// `max_bytes`, of pages of `page_size` bytes aligned to `page_align`.
+    ///
+    /// Panics: on an alignment `Config::validate` refuses.
+    pub(crate) fn new(
+        stripes: usize,
+        max_bytes: usize,
+        page_size: usize,
+        page_align: usize,
+    ) -> Self {
+        Self {
+            stripes: (0..stripes)
+                .map(|_| Mutex::new(Stripe::default()))
+                .collect(),
+            unguarded: (0..stripes).map(|_| Condvar::new()).collect(),
+            pool: BufferPool::new(page_size, page_align, max_bytes).expect("alignment validated"),
+            buffered: AtomicUsize::new(0),
+            max_bytes,
+            guards: AtomicUsize::new(0),
+            room: Mutex::new(0),
+            room_freed: Condvar::new(),
+            page_size,
+            page_align,
+            page_shift: page_size.trailing_zeros(),
+            stripe_mask: stripes as u64 - 1,
+        }
+    }
+
+    // ---- geometry and memory ----
+
+    /// The page that byte `offset` falls in.
+    pub(crate) fn page_no(&self, offset: u64) -> u64 {
+        offset >> self.page_shift
+    }
+
+    /// The first byte of page `page_no`.
+    pub(crate) fn offset_of(&self, page_no: u64) -> u64 {
+        page_no << self.page_shift
+    }
+
+    /// The stripe count.
+    pub(crate) fn stripe_count(&self) -> usize {
+        self.stripes.len()
+    }
+
+    fn stripe_no(&self, page_no: u64) -> usize {
+        (page_no & self.stripe_mask) as usize
+    }
+
+    fn stripe(&self, page_no: u64) -> &Mutex<Stripe> {
+        &self.stripes[self.stripe_no(page_no)]
+    }
+
+    /// The page pool (pages leave the read cache into it too).
+    pub(crate) fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Zeroed memory of `len` bytes: from the pool for one page, fresh
+    /// otherwise. [`Error::NoMemory`] where the process cannot get it.
+    pub(crate) fn alloc(&self, len: usize) -> Result<UniqueBuf> {
+        if len == self.page_size {
+            return self.page_buf();
+        }
+        match AlignedBuf::try_zeroed(len, self.page_align) {
+            Ok(Some(b)) => Ok(UniqueBuf::new(b)),
+            Ok(None) | Err(_) => Err(Error::NoMemory { bytes: len as u64 }),
+        }
+    }
+
+    /// A zeroed page from the pool; [`Error::NoMemory`] where the process
+    /// cannot get one.
+    pub(crate) fn page_buf(&self) -> Result<UniqueBuf> {
+        self.pool.try_zeroed().ok_or(Error::NoMemory {
+            bytes: self.page_size as u64,
+        })
+    }
+
+    /// A page holding a copy of `bytes` (one page long);
+    /// [`Error::NoMemory`] where the process cannot get one.
+    pub(crate) fn page_copy(&self, bytes: &[u8]) -> Result<UniqueBuf> {
+        self.pool.try_copy_of(bytes).ok_or(Error::NoMemory {
+            bytes: self.page_size as u64,
+        })
+    }
+
+    // ---- room (the bound on buffered bytes) ----
+
+    /// Dirty plus in-flight bytes.
+    pub(crate) fn buffered(&self) -> usize {
+        self.buffered.load(Ordering::Acquire)
+    }
+
+    /// Backpressure: while the buffer is at or over its bound, `flush`
+    /// (which writes what is dirty, or waits for the running flush, and
+    /// says whether anything was written); if nothing was left to flush,
+    /// the bytes are in flight in commit rounds waiting for their
+    /// `fdatasync`: wait until one settles. `check` refuses a file that
+    /// takes no writes. Called before a writer's pages exist, so a writer
+    /// holding a guard never waits on memory its own guard holds; the
+    /// bound is therefore exceeded by at most the pages of writers between
+    /// this check and their insert.
+    ///
+    /// Errors: `check`'s, or the flush's (a flush that failed for some
+    /// pages but still freed room is not an error here: the failed pages
+    /// are the next `sync`'s business).
+    pub(crate) fn wait_for_room(
+        &self,
+        counters: &Counters,
+        check: impl Fn() -> Result<()>,
+        mut flush: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        let max = self.max_bytes;
+        if self.buffered() < max {
+            return Ok(());
+        }
+        add(&counters.backpressure_waits, 1);
+        while self.buffered() >= max {
+            check()?;
+            let seen = *self.room.lock();
+            let before = self.buffered();
+            let flushed = match flush() {
+                Ok(flushed) => flushed,
+                // Pages that cannot be written stay dirty; if the flush
+                // still freed room, this writer goes on (the failed pages
+                // are the business of the next `sync`). If it freed
+                // nothing, waiting would spin: the error is the answer.
+                Err(Error::PagesFailed { .. }) if self.buffered() < before => true,
+                Err(e) => return Err(e),
+            };
+            if !flushed {
+                let mut room = self.room.lock();
+                if *room == seen && self.buffered() >= max {
+                    // Nothing settled since before the flush: every event
+                    // that could free room, put pages back in the buffer
+                    // or poison the file bumps `room` and notifies under
+                    // it, so this cannot miss one (a settle between the
+                    // flush finding nothing and this check would otherwise
+                    // go unseen). The timeout only bounds a wait on a
+                    // round whose fdatasync hangs.
+                    self.room_freed
+                        .wait_for(&mut room, std::time::Duration::from_millis(100));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wakes writers waiting for room (see `wait_for_room`): a settle freed
+    /// room or put pages back in the buffer, or the file was poisoned.
+    pub(crate) fn notify_room(&self) {
+        let mut room = self.room.lock();
+        *room = room.wrapping_add(1);
+        self.room_freed.notify_all();
+    }
+
+    /// Takes `bytes` dropped from the write buffer off the buffer bound and
+    /// wakes writers waiting for room.
+    fn release(&self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        self.uncount(bytes);
+        self.notify_room();
+    }
+
+    /// Takes `bytes` off the buffer bound (a retired generation's, less
+    /// what went back to `dirty`); the caller wakes the waiters.
+    pub(crate) fn uncount(&self, bytes: usize) {
+        debug_assert!(self.buffered() >= bytes, "buffered bytes would wrap");
+        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    // ---- writes ----
+
+    /// Puts one whole page into the write buffer (after any other thread's
+    /// guard on it is dropped; [`Error::Busy`] over this thread's own); the
+    /// logical length grows to its end.
+    pub(crate) fn insert(
+        &self,
+        page_no: u64,
+        page: PageRef,
+        length: &Length,
+        counters: &Counters,
+    ) -> Result<()> {
+        let end = (page_no + 1) << self.page_shift;
+        let mut stripe = self.stripe(page_no).lock();
+        self.wait_unguarded(&mut stripe, page_no)?;
+        self.insert_locked(&mut stripe, page_no, page, end, length, counters);
+        Ok(())
+    }
+
+    /// Puts one page into the write buffer under its stripe lock and grows
+    /// the logical length to `end` (bytes).
+    fn insert_locked(
+        &self,
+        stripe: &mut Stripe,
+        page_no: u64,
+        page: PageRef,
+        end: u64,
+        length: &Length,
+        counters: &Counters,
+    ) {
+        let bytes = page.len();
+        debug_assert_eq!(bytes, self.page_size);
+        debug_assert!(end > page_no << self.page_shift && end <= (page_no + 1) << self.page_shift);
+        stripe.seq = stripe.seq.wrapping_add(1);
+        if !stripe.discarded.is_empty() {
+            stripe.discarded.retain(|&p| p != page_no);
+        }
+        if stripe.dirty.insert(page_no, page).is_none() {
+            // Counted under the stripe lock: a drain (which takes this lock)
+            // must never see, and later subtract, a page not yet counted.
+            let now = self.buffered.fetch_add(bytes, Ordering::AcqRel) + bytes;
+            counters
+                .peak_buffered_bytes
+                .fetch_max(now as u64, Ordering::Relaxed);
+        }
+        // Under the stripe lock too: `set_len` holds every stripe lock when
+        // it lowers the length, so no page can be left buffered past it.
+        length.grow(end);
+        add(&counters.pages_dirtied, 1);
+    }
+
+    /// Merges `bytes` at `within` into page `page_no` and buffers the
+    /// result; the logical length grows to `end`. The page to merge into
+    /// is the buffered or in-flight version, else the cached one, else
+    /// `read_disk` reads it (into a zeroed page, with no lock held); the
+    /// merge goes in only if the stripe did not change meanwhile
+    /// (`Stripe::seq`), else it is redone. So two partial writes to one
+    /// page never lose each other's bytes.
+    ///
+    /// Errors: [`Error::Busy`] over a page this thread guards;
+    /// [`Error::NoMemory`]; `read_disk`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn merge(
+        &self,
+        page_no: u64,
+        within: usize,
+        bytes: &[u8],
+        end: u64,
+        length: &Length,
+        cache: &ReadCache,
+        counters: &Counters,
+        mut read_disk: impl FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let stripe = self.stripe(page_no);
+        loop {
+            let seq = {
+                let mut s = stripe.lock();
+                self.wait_unguarded(&mut s, page_no)?;
+                if let Some(page) = s.dirty.get_mut(&page_no).and_then(Arc::get_mut) {
+                    // Nobody else holds the buffered page: merge in place.
+                    page[within..within + bytes.len()].copy_from_slice(bytes);
+                    s.seq = s.seq.wrapping_add(1);
+                    length.grow(end);
+                    add(&counters.pages_dirtied, 1);
+                    return Ok(());
+                }
+                let newest = s.newest(page_no).cloned().or_else(|| cache.get(page_no));
+                if let Some(cur) = newest {
+                    let mut page = self.page_copy(&cur)?;
+                    page[within..within + bytes.len()].copy_from_slice(bytes);
+                    self.insert_locked(&mut s, page_no, page.share(), end, length, counters);
+                    return Ok(());
+                }
+                s.seq
+            };
+            // In no buffer: read it without the lock, then merge if the
+            // stripe did not change meanwhile.
+            let mut page = self.page_buf()?;
+            read_disk(&mut page)?;
+            page[within..within + bytes.len()].copy_from_slice(bytes);
+            let mut s = stripe.lock();
+            if s.seq == seq && !s.guarded.iter().any(|&(p, _)| p == page_no) {
+                self.insert_locked(&mut s, page_no, page.share(), end, length, counters);
+                return Ok(());
+            }
+            drop(s);
+            self.pool.put_all([page.share()]);
+        }
+    }
+
+    // ---- reads ----
+
+    /// The newest buffered or in-flight version of page `page_no`.
+    pub(crate) fn find(&self, page_no: u64) -> Option<PageRef> {
+        self.stripe(page_no).lock().newest(page_no).cloned()
+    }
+
+    /// Copies bytes `within..` of the newest buffered or in-flight version
+    /// of page `page_no` into `dst` (under the stripe lock, no reference
+    /// taken); `false` if it is in neither.
+    pub(crate) fn copy_newest(&self, page_no: u64, within: usize, dst: &mut [u8]) -> bool {
+        let s = self.stripe(page_no).lock();
+        match s.newest(page_no) {
+            Some(page) => {
+                dst.copy_from_slice(&page[within..within + dst.len()]);
+                true
+            }
+            None => false,
+        }
+    }
+
+    // ---- guards (page latches) ----
+
+    /// Latches pages `pages` for a new guard of this thread, in page order
+    /// (so guards over overlapping ranges cannot wait on each other in a
+    /// cycle), waiting for other threads' guards on them. Counted in
+    /// `guards` until [`unlatch`](Self::unlatch) or
+    /// [`insert_guarded`](Self::insert_guarded).
+    ///
+    /// Errors: [`Error::Busy`] over a page this thread guards (nothing
+    /// stays latched).
+    pub(crate) fn latch(&self, pages: std::ops::Range<u64>) -> Result<()> {
+        let me = current_thread_id();
+        // Counted before the pages are marked: `discard`, `set_len` and
+        // `close` look for marks only while this is non-zero.
+        self.guards.fetch_add(1, Ordering::SeqCst);
+        for p in pages.clone() {
+            let mut s = self.stripe(p).lock();
+            if let Err(e) = self.wait_unguarded(&mut s, p) {
+                drop(s);
+                self.unmark(pages.start..p);
+                self.guards.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
+            }
+            s.guarded.push((p, me));
+        }
+        Ok(())
+    }
+
+    /// Ends a guard without writing its pages: unlatches `pages` and gives
+    /// the guard's memory (`buf`, and the pages it would have been split
+    /// into) back to the pool.
+    pub(crate) fn unlatch(
+        &self,
+        pages: std::ops::Range<u64>,
+        buf: UniqueBuf,
+        split: Vec<UniqueBuf>,
+    ) {
+        self.unmark(pages);
+        self.pool.put_all([buf.share()]);
+        self.pool.put_all(split.into_iter().map(UniqueBuf::share));
+        self.guards.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Removes the guard marks of `pages` and wakes their waiters.
+    fn unmark(&self, pages: std::ops::Range<u64>) {
+        for p in pages {
+            self.stripe(p).lock().guarded.retain(|&(g, _)| g != p);
+            self.unguarded[self.stripe_no(p)].notify_all();
+        }
+    }
+
+    /// Inserts a guard's pages at byte `offset`, dropping each page's
+    /// guard mark under the same lock (so no other write slips in
+    /// between). A guard over several pages is copied into `pages`, taken
+    /// when the guard was.
+    pub(crate) fn insert_guarded(
+        &self,
+        offset: u64,
+        buf: UniqueBuf,
+        pages: Vec<UniqueBuf>,
+        length: &Length,
+        counters: &Counters,
+    ) {
+        let ps = self.page_size;
+        let first = self.page_no(offset);
+        let one = |p: u64, page: PageRef| {
+            let mut s = self.stripe(p).lock();
+            s.guarded.retain(|&(g, _)| g != p);
+            let end = (p + 1) << self.page_shift;
+            self.insert_locked(&mut s, p, page, end, length, counters);
+            self.unguarded[self.stripe_no(p)].notify_all();
+        };
+        if buf.len() == ps {
+            one(first, buf.share());
+        } else {
+            debug_assert_eq!(pages.len() * ps, buf.len());
+            for (i, (chunk, mut page)) in buf.chunks(ps).zip(pages).enumerate() {
+                page.copy_from_slice(chunk);
+                one(first + i as u64, page.share());
+            }
+        }
+        self.guards.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Waits, with page `page_no`'s stripe locked (`s`), until no guard
+    /// holds the page. A guard this thread holds would never be dropped
+    /// while it waits: [`Error::Busy`] instead.
+    fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) -> Result<()> {
+        if s.guarded.is_empty() {
+            return Ok(());
+        }
+        let me = current_thread_id();
+        while let Some(&(_, owner)) = s.guarded.iter().find(|(p, _)| *p == page_no) {
+            if owner == me {
+                return Err(Error::Busy {
+                    offset: page_no << self.page_shift,
+                });
+            }
+            self.unguarded[self.stripe_no(page_no)].wait(s);
+        }
+        Ok(())
+    }
+
+    /// Refuses `discard` or `set_len` over a page under a live guard
+    /// (checked up front, so a refused call changes nothing).
+    pub(crate) fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_guards(offset, len, None)
+    }
+
+    /// Refuses a write over a page under a guard this thread holds, before
+    /// anything is buffered (only this thread can add such a guard, so the
+    /// check cannot go stale): waiting for it would never end.
+    pub(crate) fn check_not_own_guard(&self, offset: u64, len: u64) -> Result<()> {
+        if self.guards.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        self.check_guards(offset, len, Some(current_thread_id()))
+    }
+
+    /// [`Error::Busy`] for the first page in `len` bytes at `offset` under
+    /// a live guard (one taken by `owner`, where given).
+    fn check_guards(&self, offset: u64, len: u64, owner: Option<ThreadId>) -> Result<()> {
+        if self.guards.load(Ordering::SeqCst) == 0 || len == 0 {
+            return Ok(());
+        }
+        let first = self.page_no(offset);
+        let last = self.page_no(offset.saturating_add(len - 1));
+        let hit =
+            |&(p, t): &(u64, ThreadId)| p >= first && p <= last && owner.is_none_or(|o| o == t);
+        let busy = |p: u64| {
+            Err(Error::Busy {
+                offset: p << self.page_shift,
+            })
+        };
+        // A huge range: look at the (few) guarded pages instead.
+        if last - first >= self.stripes.len() as u64 {
+            let mut found: Option<u64> = None;
+            for s in self.stripes.iter() {
+                for &(p, _) in s.lock().guarded.iter().filter(|g| hit(g)) {
+                    found = Some(found.map_or(p, |f| f.min(p)));
+                }
+            }
+            return found.map_or(Ok(()), busy);
+        }
+        for p in first..=last {
+            if self
+                .stripe(p)
+                .lock()
+                .guarded
+                .iter()
+                .any(|g| g.0 == p && hit(g))
+            {
+                return busy(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// The byte offset of some page under a live guard, if any guard lives.
+    pub(crate) fn a_guarded_page(&self) -> Option<u64> {
+        if self.guards.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        self.stripes
+            .iter()
+            .find_map(|s| s.lock().guarded.first().map(|&(p, _)| p))
+            .map(|p| p << self.page_shift)
+    }
+
+    // ---- drain, requeue, retire (the flush pipeline's side) ----
+
+    /// Moves every stripe's dirty pages to in-flight generation `id` (one
+    /// swap per stripe under its lock), appending each stripe's number and
+    /// map to `drained`. Returns the youngest older generation still in
+    /// flight that holds one of these pages (the write latch: this
+    /// generation writes only after every generation up to it has).
+    /// Called with `flusher` held, so generations follow drain order.
+    pub(crate) fn drain(&self, id: u64, drained: &mut Vec<(usize, Arc<PageMap>)>) -> Option<u64> {
+        let mut after: Option<u64> = None;
+        for (i, stripe) in self.stripes.iter().enumerate() {
+            let mut s = stripe.lock();
+            if s.dirty.is_empty() {
+                continue;
+            }
+            let mut map = s.spare.pop().unwrap_or_default();
+            let Some(empty) = Arc::get_mut(&mut map) else {
+                unreachable!("spare maps are unique: kept only after Arc::get_mut, never cloned")
+            };
+            std::mem::swap(empty, &mut s.dirty);
+            // The write latch: an older version of one of these pages still
+            // in flight must reach the OS before this one is written.
+            for older in &s.flushing {
+                if after.is_none_or(|a| older.generation > a)
+                    && map.keys().any(|p| older.contains_key(p))
+                {
+                    after = Some(older.generation);
+                }
+            }
+            s.flushing.push(InFlight {
+                generation: id,
+                pages: Arc::clone(&map),
+            });
+            drop(s);
+            drained.push((i, map));
+        }
+        after
+    }
+
+    /// Puts `page` (page `n`, whose write failed) back in the write buffer
+    /// from the in-flight generation that drained it (`drained`, as
+    /// [`drain`](Self::drain) filled it), unless a newer version exists
+    /// (dirty, or in a younger in-flight generation) or the engine
+    /// discarded it meanwhile. A page kept stays counted in `buffered`.
+    pub(crate) fn requeue(
+        &self,
+        n: u64,
+        page: &PageRef,
+        drained: &[(usize, Arc<PageMap>)],
+    ) -> Requeued {
+        let stripe_no = self.stripe_no(n);
+        let map = &drained
+            .iter()
+            .find(|(i, _)| *i == stripe_no)
+            .expect("a drained page's stripe was drained")
+            .1;
+        let mut s = self.stripes[stripe_no].lock();
+        let pos = s
+            .flushing
+            .iter()
+            .position(|g| Arc::ptr_eq(&g.pages, map))
+            .expect("generation still in flight");
+        let newer =
+            s.dirty.contains_key(&n) || s.flushing[pos + 1..].iter().any(|g| g.contains_key(&n));
+        // A page the engine discarded while it was in flight stays gone.
+        if !newer && !s.discarded.contains(&n) {
+            s.dirty.insert(n, Arc::clone(page));
+            s.seq = s.seq.wrapping_add(1);
+            Requeued::Kept
+        } else if s.discarded.contains(&n) {
+            Requeued::Discarded
+        } else {
+            Requeued::Newer
+        }
+    }
+
+    /// Removes a finished generation's `map` from stripe `stripe_no` and
+    /// keeps the emptied map as a spare for the next drain (one a bulk
+    /// flush grew large is freed outside the lock). Returns the bytes of
+    /// the pages it held. Every page is in `dirty`, or in the read cache /
+    /// on disk, before its in-flight entry goes.
+    pub(crate) fn retire(&self, stripe_no: usize, mut map: Arc<PageMap>) -> usize {
+        let total = map.values().map(|p| p.len()).sum::<usize>();
+        let mut s = self.stripes[stripe_no].lock();
+        s.flushing.retain(|g| !Arc::ptr_eq(&g.pages, &map));
+        if s.flushing.is_empty() {
+            s.discarded.clear();
+        }
+        // Out of `flushing`, the batch held the map's last reference.
+        // Emptying it drops its page references, so each page's last
+        // reference is the batch's and the pool can take it back.
+        let room = s.spare.len() < SPARE_MAPS;
+        match Arc::get_mut(&mut map) {
+            Some(m) if room && m.capacity() <= SPARE_MAP_MAX => {
+                m.clear();
+                s.spare.push(map);
+            }
+            // A bulk flush's large map is freed outside the lock.
+            _ => {
+                drop(s);
+                drop(map);
+            }
+        }
+        total
+    }
+
+    // ---- discard, cut, refresh ----
+
+    /// Drops the buffered pages `pages` (an engine's `discard`): dirty
+    /// ones leave the buffer (their bytes off the bound), in-flight ones
+    /// are marked so a failed write does not bring them back.
+    pub(crate) fn discard(&self, pages: std::ops::Range<u64>) {
+        let mut freed = 0usize;
+        let drop_in = |s: &mut Stripe, freed: &mut usize, p: u64| {
+            if let Some(page) = s.dirty.remove(&p) {
+                *freed += page.len();
+                s.seq = s.seq.wrapping_add(1);
+            }
+            if s.flushing.iter().any(|g| g.contains_key(&p)) && !s.discarded.contains(&p) {
+                s.discarded.push(p);
+            }
+        };
+        if pages.end - pages.start <= 4 * self.stripes.len() as u64 {
+            for p in pages.clone() {
+                drop_in(&mut self.stripe(p).lock(), &mut freed, p);
+            }
+        } else {
+            // A wide range: visit what is buffered instead of every page.
+            for stripe in self.stripes.iter() {
+                let mut s = stripe.lock();
+                let mut hit: Vec<u64> = s.dirty.keys().copied().collect();
+                for g in &s.flushing {
+                    hit.extend(g.keys().copied());
+                }
+                hit.retain(|p| pages.contains(p));
+                for p in hit {
+                    drop_in(&mut s, &mut freed, p);
+                }
+            }
+        }
+        self.release(freed);
+    }
+
+    /// Cuts the buffer at byte `len` (a `set_len` shrink, with nothing in
+    /// flight): with every stripe locked, pages wholly past `len` go, the
+    /// page `len` falls in keeps its head (copied into `tail_buf`, zeroed
+    /// past `len`; taken up front so nothing fails here), and `under_lock`
+    /// runs before any stripe opens again (the caller drops the cut pages
+    /// from the read cache and lowers the lengths there). Bytes freed
+    /// leave the bound; `tail_buf`, if unused, goes to the pool.
+    pub(crate) fn cut(&self, len: u64, tail_buf: Option<UniqueBuf>, under_lock: impl FnOnce()) {
+        let ps = self.page_size as u64;
+        let cut = (len + ps - 1) >> self.page_shift;
+        let tail = (!len.is_multiple_of(ps)).then(|| (self.page_no(len), (len % ps) as usize));
+        let mut tail_buf = tail_buf;
+        let mut freed = 0usize;
+        {
+            let mut locked: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
+            for s in locked.iter_mut() {
+                s.seq = s.seq.wrapping_add(1);
+                debug_assert!(s.flushing.is_empty(), "set_len waited for in-flight pages");
+                s.dirty.retain(|&p, page| {
+                    let keep = p < cut;
+                    if !keep {
+                        freed += page.len();
+                    }
+                    keep
+                });
+            }
+            if let Some((p, keep)) = tail {
+                let s = &mut locked[self.stripe_no(p)];
+                if let Some(page) = s.dirty.get_mut(&p) {
+                    let mut zeroed = tail_buf.take().expect("taken for an unaligned cut");
+                    zeroed[..keep].copy_from_slice(&page[..keep]);
+                    *page = zeroed.share();
+                }
+            }
+            under_lock();
+        }
+        if let Some(b) = tail_buf {
+            self.pool.put_all([b.share()]);
+        }
+        self.release(freed);
+    }
+
+    /// Runs `f` with every stripe locked if nothing is buffered (a
+    /// refresh: writers insert under a stripe lock and count the bytes
+    /// first, so with every stripe locked and nothing counted, nothing is
+    /// buffered, and no write can be until the stripes open again).
+    ///
+    /// Errors: [`Error::Buffered`] (then `f` did not run); `f`'s.
+    pub(crate) fn with_nothing_buffered(&self, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        let locked: Vec<_> = self.stripes.iter().map(|s| s.lock()).collect();
+        let bytes = self.buffered();
+        if bytes != 0 || locked.iter().any(|s| !s.dirty.is_empty()) {
+            return Err(Error::Buffered { bytes });
+        }
+        f()
+    }
+}
