@@ -220,7 +220,7 @@ impl std::str::FromStr for FlushEngine {
     /// Parses a [`name`](FlushEngine::name); io_uring engines get
     /// [`DEFAULT_QUEUE_DEPTH`] (see [`with_queue_depth`](FlushEngine::with_queue_depth)).
     ///
-    /// Errors: [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming
+    /// Errors: [`Error::InvalidConfig`] naming
     /// the engines there are.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let queue_depth = DEFAULT_QUEUE_DEPTH;

@@ -45,12 +45,12 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use crate::sync::MutexGuard;
-
-use super::PagedCachedFile;
-use super::flush::Batch;
+use super::batch::Batch;
+use super::flush::FlushPipeline;
+use super::parts::Parts;
 use super::stats::add;
 use crate::error::{Error, Result};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 
 /// Condvars for the rounds' callers (round number modulo this). Above the
 /// rounds usually in flight: one or a few writing, up to `sync_lanes` (4
@@ -63,7 +63,7 @@ pub(crate) const ROUND_SLOTS: usize = 16;
 pub(crate) const ROUND_SLOTS: usize = 2;
 
 #[derive(Debug, Default)]
-pub(crate) struct CommitState {
+struct CommitState {
     /// Last ticket handed out.
     next_ticket: u64,
     /// Every ticket at or below this one is durable.
@@ -130,9 +130,41 @@ impl CommitState {
     }
 }
 
-impl PagedCachedFile {
-    pub(super) fn group_commit(&self) -> Result<()> {
-        let mut st = self.commit.lock();
+/// The group commit of one file (see the module docs).
+pub(crate) struct GroupCommit {
+    state: Mutex<CommitState>,
+    /// `sync()` callers wait on the condvar of the round that covers them,
+    /// round number modulo [`ROUND_SLOTS`]: its publish wakes them, and
+    /// the callers of the next round to start are also woken when the
+    /// write stage frees (one of them leads it). Callers of other rounds
+    /// sleep on.
+    rounds: Box<[Condvar]>,
+    /// Most rounds in the write stage at once
+    /// ([`Config::rounds_in_flight`](crate::Config::rounds_in_flight)).
+    rounds_in_flight: usize,
+    /// A round of one commit may be written with `RWF_DSYNC`
+    /// ([`Config::commit_dsync`](crate::Config::commit_dsync)).
+    commit_dsync: bool,
+}
+
+impl GroupCommit {
+    pub(crate) fn new(rounds_in_flight: usize, commit_dsync: bool) -> Self {
+        Self {
+            state: Mutex::new(CommitState::default()),
+            rounds: (0..ROUND_SLOTS).map(|_| Condvar::new()).collect(),
+            rounds_in_flight,
+            commit_dsync,
+        }
+    }
+
+    /// A durable commit: returns once everything written before the call
+    /// (by any thread) is durable, sharing a round (one flush, one
+    /// `fdatasync`) with every caller it can.
+    ///
+    /// Errors: the error of the round that covered this caller (a write
+    /// error for its pages, or the `fdatasync`'s), or [`Error::Poisoned`].
+    pub(crate) fn sync(&self, p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
+        let mut st = self.state.lock();
         st.next_ticket += 1;
         let ticket = st.next_ticket;
         loop {
@@ -153,10 +185,10 @@ impl PagedCachedFile {
                 return Err(error);
             }
             if st.durable >= ticket {
-                add(&self.counters.commits, 1);
+                add(&p.counters.commits, 1);
                 return Ok(());
             }
-            if self.life.is_poisoned() {
+            if p.life.is_poisoned() {
                 return Err(Error::Poisoned);
             }
             if st.started >= ticket {
@@ -167,9 +199,7 @@ impl PagedCachedFile {
                 continue;
             }
             let waiting = st.next_ticket - st.started;
-            if st.writing >= self.config.rounds_in_flight
-                || (st.writing > 0 && waiting < st.last_group)
-            {
+            if st.writing >= self.rounds_in_flight || (st.writing > 0 && waiting < st.last_group) {
                 // Not covered yet, and the write stage is full, or a round
                 // is writing and fewer callers wait than it covers: the
                 // next round covers us. A round started beside a writing
@@ -183,14 +213,19 @@ impl PagedCachedFile {
                 self.round_slot(no).wait(&mut st);
                 continue;
             }
-            self.lead_round(&mut st);
+            self.lead_round(p, flush, &mut st);
         }
     }
 
     /// Runs one round, as its leader, for every ticket not yet covered.
     /// Returns once the round's outcome is recorded (published or queued
     /// behind an earlier round); the leader reads it like every waiter.
-    fn lead_round(&self, st: &mut MutexGuard<'_, CommitState>) {
+    fn lead_round(
+        &self,
+        p: &Parts<'_>,
+        flush: &FlushPipeline,
+        st: &mut MutexGuard<'_, CommitState>,
+    ) {
         st.writing += 1;
         st.rounds += 1;
         let no = st.rounds;
@@ -205,7 +240,7 @@ impl PagedCachedFile {
             hi,
             outcome: None,
         });
-        add(&self.counters.rounds_in_flight_sum, st.syncing.len() as u64);
+        add(&p.counters.rounds_in_flight_sum, st.syncing.len() as u64);
         // A durable write (`commit_dsync`) stands in for the fdatasync only
         // if no other round is in flight and every write before it is
         // synced (`flush_pass` checks that under the flusher lock, where
@@ -217,11 +252,11 @@ impl PagedCachedFile {
         // nothing to overlap its write with either: every engine writes it
         // inline.
         let alone = st.syncing.len() == 1;
-        let dsync_allowed = self.config.commit_dsync && hi - lo == 1 && alone;
+        let dsync_allowed = self.commit_dsync && hi - lo == 1 && alone;
         // What an fdatasync (or a durable write standing in for one)
         // covered: not a round made durable by the doublewrite area, whose
         // pages are not durable in place.
-        let synced_before = st.synced_seq.min(self.durability.fsynced());
+        let synced_before = st.synced_seq.min(p.durability.fsynced());
         // Returns once every write drained before or with this round's
         // completed; the length is made durable with the pages.
         //
@@ -231,8 +266,8 @@ impl PagedCachedFile {
         // write stage only with a sync lane (one comes back when a round's
         // sync ends, before it is published).
         let (pass, lane) = MutexGuard::unlocked(st, || {
-            let pass = self.flush_pass(dsync_allowed, synced_before, alone);
-            (pass, self.durability.take_lane())
+            let pass = flush.flush_pass(p, dsync_allowed, synced_before, alone);
+            (pass, p.durability.take_lane())
         });
         st.writing -= 1;
         // The next round may start writing now: one of its waiters (the
@@ -243,15 +278,15 @@ impl PagedCachedFile {
         // durable record, so the area makes the round durable.
         let by_area = pass.seq > st.synced_seq
             && pass.durable_seq.is_none()
-            && self.torn.area().is_some()
-            && pass.unstaged_at <= self.durability.fsynced();
+            && p.torn.area().is_some()
+            && pass.unstaged_at <= p.durability.fsynced();
         let needed = pass.seq > st.synced_seq && pass.durable_seq.is_none() && !by_area;
         let durable_seq = pass.durable_seq.or(by_area.then_some(pass.seq));
         let write_error = pass.error;
         let batch = pass.batch;
         let synced = MutexGuard::unlocked(st, || {
-            let synced = self.sync_batch(batch, needed, lane);
-            self.durability.put_lane(lane);
+            let synced = self.sync_batch(p, flush, batch, needed, lane);
+            p.durability.put_lane(lane);
             // The round's one durable write covered everything up to it.
             synced.map(|covered| durable_seq.or(covered))
         });
@@ -274,43 +309,20 @@ impl PagedCachedFile {
             .expect("round queued above");
         me.outcome = Some(outcome);
         // Wakes the callers of every round it publishes.
-        self.publish(st);
+        self.publish(p, st);
     }
 
-    /// `fdatasync` of the file outside a commit round, on a free sync lane
-    /// (a lane's calls never overlap): checkpoints of the doublewrite area,
-    /// a cut, a close. Tells the area its records up to here are durable
-    /// in place.
-    ///
-    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
-    /// is poisoned.
-    pub(super) fn sync_file_on_free_lane(&self) -> Result<()> {
-        match self
-            .durability
-            .sync_file(&*self.backend, &self.counters, &self.life)
-        {
-            Ok(covers) => {
-                self.torn.data_synced(covers);
-                Ok(())
-            }
-            Err(e) => {
-                self.buffer.notify_room();
-                Err(e)
-            }
-        }
-    }
-
-    fn round_slot(&self, no: u64) -> &crate::sync::Condvar {
-        &self.commit_rounds[(no % ROUND_SLOTS as u64) as usize]
+    fn round_slot(&self, no: u64) -> &Condvar {
+        &self.rounds[(no % ROUND_SLOTS as u64) as usize]
     }
 
     /// Publishes finished rounds in round order.
-    fn publish(&self, st: &mut CommitState) {
+    fn publish(&self, p: &Parts<'_>, st: &mut CommitState) {
         while st.syncing.front().is_some_and(|r| r.outcome.is_some()) {
             let round = st.syncing.pop_front().expect("checked");
             self.round_slot(round.no).notify_all();
-            add(&self.counters.commit_rounds, 1);
-            self.counters
+            add(&p.counters.commit_rounds, 1);
+            p.counters
                 .max_commit_group
                 .fetch_max(round.hi - round.lo, Ordering::Relaxed);
             let outcome = round.outcome.expect("checked");
@@ -319,8 +331,8 @@ impl PagedCachedFile {
                 if !outcome.by_area {
                     // An fdatasync, or a durable write with everything
                     // before it synced: durable in place up to `c`.
-                    self.durability.note_fsynced(c);
-                    self.torn.data_synced(c);
+                    p.durability.note_fsynced(c);
+                    p.torn.data_synced(c);
                 }
             }
             match outcome.error {
@@ -332,7 +344,7 @@ impl PagedCachedFile {
                 }),
                 // A success after a failed fdatasync proves nothing about
                 // the pages that one lost.
-                None if self.life.is_poisoned() => st.failures.push_back(FailedRound {
+                None if p.life.is_poisoned() => st.failures.push_back(FailedRound {
                     lo: round.lo,
                     hi: round.hi,
                     error: Error::Poisoned,
@@ -351,38 +363,45 @@ impl PagedCachedFile {
     /// round's batch. Returns the `write_seq` the `fdatasync` covered
     /// (`None` if none was issued). On failure the file is poisoned and the
     /// batch's pages go back to the write buffer, where they stay readable.
-    fn sync_batch(&self, batch: Option<Batch>, needed: bool, lane: usize) -> Result<Option<u64>> {
-        if self.life.is_poisoned() {
+    fn sync_batch(
+        &self,
+        p: &Parts<'_>,
+        flush: &FlushPipeline,
+        batch: Option<Batch>,
+        needed: bool,
+        lane: usize,
+    ) -> Result<Option<u64>> {
+        if p.life.is_poisoned() {
             // An earlier round's fdatasync failed while this one was writing.
             if let Some(b) = batch {
-                self.settle_failed(b);
+                flush.settle_failed(p, b);
             }
             return Err(Error::Poisoned);
         }
         if !needed {
             if let Some(b) = batch {
-                self.settle(b);
+                flush.settle(p, b);
             }
             return Ok(None);
         }
-        match self
+        match p
             .durability
-            .fdatasync_on(lane, &*self.backend, &self.counters, &self.life)
+            .fdatasync_on(lane, p.backend, p.counters, p.life)
         {
             Ok(covers) => {
                 if let Some(b) = batch {
-                    self.settle(b);
+                    flush.settle(p, b);
                 }
                 Ok(Some(covers))
             }
             Err(e) => {
                 if let Some(b) = batch {
-                    self.settle_failed(b);
+                    flush.settle_failed(p, b);
                 }
                 // Writers waiting for room would wait for a settle that
                 // frees nothing (the pages went back to the buffer): wake
                 // them to see the poison. Found by the shuttle model check.
-                self.buffer.notify_room();
+                p.buffer.notify_room();
                 Err(e)
             }
         }

@@ -1,5 +1,6 @@
-//! Configuration of a [`PagedCachedFile`](super::PagedCachedFile).
+//! Configuration of a [`PagedCachedFile`](crate::PagedCachedFile).
 
+use super::torn::TornWrites;
 use crate::backend::{DEFAULT_MAX_WRITE_BYTES, IOV_MAX};
 use crate::backend::{DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
 use crate::buffer::DEFAULT_ALIGN;
@@ -31,7 +32,7 @@ pub const DEFAULT_WRITE_THREADS: usize = 4;
 /// ([`Config::rounds_in_flight`]).
 pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
 
-/// Settings of a [`PagedCachedFile`](super::PagedCachedFile). Start from
+/// Settings of a [`PagedCachedFile`](crate::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -49,7 +50,7 @@ pub struct Config {
     /// How runs are written. Default [`FlushEngine::Auto`] at queue depth
     /// 32:
     /// io_uring where a ring can be set up on the file, else `pwritev`
-    /// ([`PagedCachedFile::io_mode`](super::PagedCachedFile::io_mode) says
+    /// ([`PagedCachedFile::io_mode`](crate::PagedCachedFile::io_mode) says
     /// which, and why). io_uring measured best at 8 committing threads
     /// (commit suite against fio on this crate's test machine: io_uring
     /// 1.00x fio, pwritev 0.86x, same run; `.project/commit-suite.md`), and
@@ -125,11 +126,11 @@ pub struct Config {
     /// device before raising it.
     pub rounds_in_flight: usize,
     /// Torn-page protection: none, `RWF_ATOMIC` writes, or a doublewrite
-    /// area ([`TornWrites`](super::TornWrites)). Default
-    /// [`TornWrites::Allow`](super::TornWrites::Allow): the others cost
+    /// area ([`TornWrites`]). Default
+    /// [`TornWrites::Allow`]: the others cost
     /// writes (`.project/torn-writes.md` has the figures), and engines that
     /// checksum copy-on-write pages do not need them.
-    pub torn_writes: super::TornWrites,
+    pub torn_writes: TornWrites,
 }
 
 impl Default for Config {
@@ -150,7 +151,7 @@ impl Default for Config {
             commit_dsync: false,
             write_threads: DEFAULT_WRITE_THREADS,
             rounds_in_flight: 1,
-            torn_writes: super::TornWrites::Allow,
+            torn_writes: TornWrites::Allow,
         }
     }
 }
@@ -228,7 +229,7 @@ impl Config {
     }
 
     /// Sets [`torn_writes`](Self::torn_writes).
-    pub fn torn_writes(mut self, mode: super::TornWrites) -> Self {
+    pub fn torn_writes(mut self, mode: TornWrites) -> Self {
         self.torn_writes = mode;
         self
     }

@@ -14,7 +14,7 @@ use crate::coalesce::Run;
 /// A copy buffer that a run's pages are gathered into, so the run goes
 /// out as one memory segment: the pieces of atomic writes (an atomic write
 /// takes one segment) and, under `O_DIRECT`, the pwritev engine's scattered
-/// runs ([`RunWriter::Vectored`]). Aligned for `O_DIRECT`, grown to the
+/// runs (`RunWriter::Vectored`). Aligned for `O_DIRECT`, grown to the
 /// largest run (at most `Config::max_write_bytes`), kept between flushes.
 pub(crate) struct GatherBuf {
     buf: Option<AlignedBuf>,

@@ -1,16 +1,23 @@
-//! Opening a cached file's backend: `O_DIRECT` fit, the flush engine and
-//! its ring, decided once at open from the [`Config`].
+//! Opening a cached file: its backend and `O_DIRECT` fit, the torn-page
+//! protection and the doublewrite recovery, the flush engine, its ring and
+//! the write slots, all decided once at open from the [`Config`]. Builds
+//! what the components are made of; holds no state.
 
-use super::TornWrites;
+use std::sync::Arc;
+
 use super::config::Config;
+use super::doublewrite::{self, Area, Recovery};
 use super::gather::GatherBuf;
+use super::slots::WriteSlot;
+use super::torn::TornWrites;
 use super::writer::RunWriter;
+use super::writer_pool::WriterPool;
 use crate::backend::{
-    FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
+    DirectIo, FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
 };
 use crate::error::{Error, Result};
 
-/// Opens `path` for a [`PagedCachedFile`](super::PagedCachedFile) with
+/// Opens `path` for a [`PagedCachedFile`](crate::PagedCachedFile) with
 /// `O_DIRECT` as `config.direct` asks, write caps and sync lanes set.
 pub(crate) fn open_file(
     path: &std::path::Path,
@@ -127,7 +134,7 @@ pub(crate) fn open_area(
     backend: &dyn StorageBackend,
     options: &OpenOptions,
     config: &Config,
-) -> Result<Option<std::sync::Arc<dyn StorageBackend>>> {
+) -> Result<Option<Arc<dyn StorageBackend>>> {
     let needed = match config.torn_writes {
         TornWrites::DoubleWrite => true,
         TornWrites::Auto => auto_atomic(backend, config).is_err(),
@@ -143,10 +150,10 @@ pub(crate) fn open_area(
         .read_only(read_only)
         .create(!read_only);
     match FileBackend::open_with(&area_path, &opts, false) {
-        Ok(b) => Ok(Some(std::sync::Arc::new(b))),
-        Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => Ok(Some(
-            std::sync::Arc::new(crate::backend::MemoryBackend::new()),
-        )),
+        Ok(b) => Ok(Some(Arc::new(b))),
+        Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(Some(Arc::new(crate::backend::MemoryBackend::new())))
+        }
         Err(e) => Err(Error::io("open doublewrite area", None, e)),
     }
 }
@@ -175,6 +182,101 @@ pub(crate) fn direct_misfit(backend: &dyn StorageBackend, config: &Config) -> Op
         )),
         _ => None,
     }
+}
+
+/// Refuses `DirectIo::On` over a buffered backend, and an `O_DIRECT`
+/// backend whose alignment the pages do not fit.
+///
+/// Errors: [`Error::InvalidConfig`].
+pub(crate) fn check_direct(backend: &dyn StorageBackend, config: &Config) -> Result<()> {
+    if config.direct == DirectIo::On && backend.dio_align().is_none() {
+        return Err(Error::InvalidConfig(
+            "DirectIo::On needs a backend opened with O_DIRECT (FileBackend::open_direct)".into(),
+        ));
+    }
+    if let Some(why) = direct_misfit(backend, config) {
+        return Err(Error::InvalidConfig(format!("O_DIRECT: {why}")));
+    }
+    Ok(())
+}
+
+/// With [`TornWrites::DoubleWrite`] in force: runs the recovery pass over
+/// `backend` from `area` and makes the area the file's (an empty report
+/// and no area otherwise).
+///
+/// Errors: the recovery's (`Error::Io`, op "doublewrite recovery: ...").
+pub(crate) fn recover_area(
+    backend: &dyn StorageBackend,
+    area: Option<Arc<dyn StorageBackend>>,
+    torn_writes: TornWrites,
+    config: &Config,
+    read_only: bool,
+) -> Result<(Option<Area>, Recovery)> {
+    match (torn_writes, area) {
+        (TornWrites::DoubleWrite, Some(area)) => {
+            let (report, next_seq) = doublewrite::recover(
+                backend,
+                &*area,
+                config.page_size,
+                config.page_align,
+                read_only,
+            )?;
+            let ident = doublewrite::file_identity(backend);
+            let a = Area::new(area, config.page_size, ident, next_seq);
+            Ok((Some(a), report))
+        }
+        _ => Ok((None, Recovery::default())),
+    }
+}
+
+/// The longest run a flush writes: `max_write_bytes`, capped at the write
+/// buffer's bound (a run of buffered pages cannot be longer, and the
+/// io_uring bounce buffers are sized by it).
+pub(crate) fn max_run_bytes(config: &Config) -> usize {
+    let ps = config.page_size;
+    let buffer_pages = (config.max_write_buffer_bytes / ps).max(1);
+    config.max_write_bytes.min(buffer_pages * ps).max(ps)
+}
+
+/// The write slots of a file: `writer` (resolved to `engine`) and one more
+/// writer of the same engine per further round in flight
+/// ([`Config::rounds_in_flight`]); pwritev writers get their writer
+/// threads ([`Config::write_threads`]), and with `atomic_max` every slot
+/// a copy buffer for atomic pieces.
+///
+/// Errors: as [`resolve_writer`] (a ring refused for a later slot is an
+/// error, not a silent mix of engines); `Error::Io` with op "spawn writer
+/// thread".
+pub(crate) fn write_slots(
+    backend: &Arc<dyn StorageBackend>,
+    config: &Config,
+    writer: RunWriter,
+    engine: FlushEngine,
+    atomic_max: Option<usize>,
+) -> Result<Vec<WriteSlot>> {
+    let run_bytes = max_run_bytes(config);
+    let mut writers = vec![writer];
+    for _ in 1..config.rounds_in_flight {
+        // Every slot writes with the engine the first resolved to.
+        let fixed = config.clone().engine(engine);
+        let (_, _, w) = resolve_writer(&**backend, &fixed, run_bytes, config.rounds_in_flight)?;
+        writers.push(w);
+    }
+    let mut slots = Vec::with_capacity(writers.len());
+    for mut w in writers {
+        if let RunWriter::Vectored { pool, .. } = &mut w
+            && config.write_threads > 1
+        {
+            let copy_align = backend.dio_align().map(|_| config.page_align);
+            let helpers =
+                WriterPool::new(Arc::clone(backend), config.write_threads - 1, copy_align)
+                    .map_err(|e| Error::io("spawn writer thread", None, e))?;
+            *pool = Some(Box::new(helpers));
+        }
+        let atomic_align = atomic_max.map(|_| config.page_align);
+        slots.push(WriteSlot::new(w, atomic_align));
+    }
+    Ok(slots)
 }
 
 /// The flush writer for `backend` as `config.engine` asks: the engine it

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use crate::buffer::AlignedBuf;
 
-/// A page (or a range of pages) as returned by [`PagedCachedFile::read`](super::PagedCachedFile::read):
-/// shared, immutable, aligned to [`Config::page_align`](super::Config::page_align). Derefs to `[u8]`.
+/// A page (or a range of pages) as returned by [`PagedCachedFile::read`](crate::PagedCachedFile::read):
+/// shared, immutable, aligned to [`Config::page_align`](crate::Config::page_align). Derefs to `[u8]`.
 pub type PageRef = Arc<AlignedBuf>;
 
 /// Hash for page numbers: Fibonacci multiply, enough for keys that are

@@ -1,4 +1,4 @@
-//! Counters of a [`PagedCachedFile`](super::PagedCachedFile).
+//! Counters of a [`PagedCachedFile`](crate::PagedCachedFile).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

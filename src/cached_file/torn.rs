@@ -28,7 +28,7 @@ pub enum TornWrites {
     /// ([`AtomicUnit`](crate::backend::AtomicUnit)), each one write from
     /// one memory segment, by the `pwritev` engines (`pwritev2`) and the
     /// io_uring engine (`rw_flags`). Open fails with
-    /// [`Error::TornWrites`] where the file reports no atomic unit (no
+    /// [`Error::TornWrites`](crate::Error::TornWrites) where the file reports no atomic unit (no
     /// `O_DIRECT`, a file system without atomic writes such as ext4 here)
     /// or the page size is outside it. Writer threads
     /// ([`Config::write_threads`](crate::Config::write_threads)) are not

@@ -34,7 +34,7 @@ pub(crate) enum RunWriter {
     Concat { scratch: GatherBuf },
     /// One `pwritev` per run (split at `IOV_MAX` by the backend); the
     /// iovec vector is kept between flushes. With a `pool`
-    /// ([`Config::write_threads`](super::Config::write_threads) > 1), the
+    /// ([`Config::write_threads`](crate::Config::write_threads) > 1), the
     /// runs of a flush that has several go out from several threads at
     /// once. With `copy` (under `O_DIRECT`), a run whose pages lie in more
     /// than [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory is copied into it

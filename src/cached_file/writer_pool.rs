@@ -8,13 +8,13 @@
 //! job (vectors kept between flushes, so nothing is allocated), wakes the
 //! helpers, takes runs itself, and returns when every run completed. Each
 //! run goes out as the engine writes it on one thread
-//! ([`write_run`](super::gather::write_run)): under `O_DIRECT`, scattered
+//! ([`write_run`]): under `O_DIRECT`, scattered
 //! pages from a copy in the writing thread's own buffer.
 //! Helpers hold the job's read lock while writing; a job is installed and
 //! let go under the write lock, so no helper sees a half-installed job and
 //! no page reference outlives its flush.
 //!
-//! [`Config::write_threads`]: super::Config::write_threads
+//! [`Config::write_threads`]: crate::Config::write_threads
 
 use std::io::IoSlice;
 use std::sync::Arc;

@@ -1,0 +1,331 @@
+//! A batch: the pages one flush drained, which are one in-flight
+//! generation in every stripe they came from, from the drain
+//! ([`Batch::drain`]) through the write (the flush pipeline's) to the
+//! requeue of what failed ([`Batch::requeue`]) and the retire
+//! ([`Batch::retire`]). Also what a flush reports ([`Pass`]) and the
+//! vectors retired batches leave for the next drain ([`SpareBatches`]).
+//!
+//! Owns: nothing shared but the spare vectors (a leaf lock). Calls: the
+//! write buffer (drain, requeue, retire), the generations (numbering),
+//! the read cache and lengths (retire), the doublewrite area (a discarded
+//! page's failed write no longer holds it).
+
+use std::sync::Arc;
+
+use super::generations::Generations;
+use super::pages::{PageMap, PageRef};
+use super::parts::Parts;
+use super::write_buffer::{Requeued, SPARE_MAP_MAX};
+use super::writer::WriteFailure;
+use crate::coalesce::Run;
+use crate::error::Error;
+use crate::sync::Mutex;
+
+/// Most emptied batch vectors kept ([`SpareBatches`]).
+const SPARE_BATCHES: usize = 4;
+
+/// What a settled generation carries until it retires: the batch, which
+/// of its entries failed (put back in the write buffer), and the bytes
+/// kept dirty.
+pub(crate) type Settled = (Batch, Vec<bool>, usize);
+
+/// The vectors of a retired [`Batch`], emptied, kept with their capacity
+/// for the next drain.
+#[derive(Default)]
+pub(crate) struct BatchVecs {
+    entries: Vec<(u64, PageRef)>,
+    drained: Vec<(usize, Arc<PageMap>)>,
+}
+
+/// Emptied vectors of retired batches, reused by the next drain.
+pub(crate) struct SpareBatches(Mutex<Vec<BatchVecs>>);
+
+impl SpareBatches {
+    pub(crate) fn new() -> Self {
+        Self(Mutex::new(Vec::new()))
+    }
+
+    fn take(&self) -> BatchVecs {
+        self.0.lock().pop().unwrap_or_default()
+    }
+
+    /// Keeps a retired batch's emptied vectors for the next drain (up to
+    /// [`SPARE_BATCHES`]; one a bulk flush grew past [`SPARE_MAP_MAX`]
+    /// pages per stripe is dropped).
+    fn keep(&self, vecs: BatchVecs, stripes: usize) {
+        debug_assert!(vecs.entries.is_empty() && vecs.drained.is_empty());
+        if vecs.entries.capacity() > SPARE_MAP_MAX * stripes {
+            return;
+        }
+        let mut spare = self.0.lock();
+        if spare.len() < SPARE_BATCHES {
+            spare.push(vecs);
+        }
+    }
+}
+
+/// The pages one flush drained: one in-flight generation.
+pub(crate) struct Batch {
+    /// Generation number (drain order).
+    pub(crate) id: u64,
+    /// The drain's number (`Generations::begin_drain`).
+    pub(crate) drain_no: u64,
+    /// The youngest older generation, still in flight at the drain, that
+    /// holds a page this one drained: this batch writes only after every
+    /// generation up to it has written (newest wins).
+    pub(crate) after: Option<u64>,
+    /// (byte offset, page), sorted by offset after `coalesce`.
+    pub(crate) entries: Vec<(u64, PageRef)>,
+    /// The stripes drained and the map each gave (also referenced from the
+    /// stripe's in-flight list until retired).
+    drained: Vec<(usize, Arc<PageMap>)>,
+    /// Entry ranges (of the sorted batch) that did not reach the OS, not
+    /// yet put back in the write buffer (see [`requeue`](Self::requeue)).
+    pub(crate) failed: Vec<std::ops::Range<usize>>,
+    /// Per entry, whether it failed and was put back (empty, no allocation,
+    /// until something fails).
+    is_failed: Vec<bool>,
+    /// Bytes of the pages put back in the write buffer.
+    kept: usize,
+    /// What the file holds after this batch's writes at most: the logical
+    /// length when the last page straddled it and the file was cut back.
+    pub(crate) disk_cap: u64,
+}
+
+impl Batch {
+    /// Moves every stripe's dirty pages to a new in-flight generation
+    /// (numbered by `gens`) and collects them; `None` if nothing was dirty.
+    /// Called with `flusher` held.
+    pub(crate) fn drain(
+        p: &Parts<'_>,
+        gens: &Generations<Settled>,
+        spare: &SpareBatches,
+        drain_no: u64,
+    ) -> Option<Batch> {
+        let BatchVecs {
+            mut entries,
+            mut drained,
+        } = spare.take();
+        // Called with `flusher` held: ids follow drain order.
+        let id = gens.next_id();
+        let after = p.buffer.drain(id, &mut drained);
+        if drained.is_empty() {
+            spare.keep(BatchVecs { entries, drained }, p.buffer.stripe_count());
+            return None;
+        }
+        gens.push(id);
+        let n = drained.iter().map(|(_, m)| m.len()).sum();
+        entries.reserve(n);
+        for (_, map) in &drained {
+            entries.extend(
+                map.iter()
+                    .map(|(&n, page)| (p.buffer.offset_of(n), Arc::clone(page))),
+            );
+        }
+        Some(Batch {
+            id,
+            drain_no,
+            after,
+            entries,
+            drained,
+            failed: Vec::new(),
+            is_failed: Vec::new(),
+            kept: 0,
+            disk_cap: u64::MAX,
+        })
+    }
+
+    /// Every entry failed (a failed `fdatasync`, or the file poisoned
+    /// meanwhile): all go back to the write buffer at the settle.
+    pub(crate) fn fail_all(&mut self) {
+        self.failed = std::iter::once(0..self.entries.len()).collect();
+    }
+
+    /// Puts the pages of `failed` back in the write buffer, unless a newer
+    /// version exists (dirty, or in a younger in-flight generation), and
+    /// empties `failed`.
+    ///
+    /// The write calls it, and records it (`Generations::log_requeue`),
+    /// before the generation counts as written: a flush that drained after
+    /// this batch, without these pages, finds the record once it waited
+    /// for this generation and drains again, so it never tells a caller who
+    /// wrote them Ok (a round that trusted its first drain could: found by
+    /// the shuttle model check,
+    /// `an_ok_sync_covers_pages_an_earlier_round_failed_to_write`).
+    pub(crate) fn requeue(&mut self, p: &Parts<'_>) {
+        if self.failed.is_empty() {
+            return;
+        }
+        let mut newly = vec![false; self.entries.len()];
+        for r in std::mem::take(&mut self.failed) {
+            newly[r].fill(true);
+        }
+        let mut is_failed = std::mem::take(&mut self.is_failed);
+        is_failed.resize(self.entries.len(), false);
+        let mut gone = Vec::new();
+        for (i, (off, page)) in self.entries.iter().enumerate() {
+            // Each page goes back once: one already back (an earlier
+            // requeue of this batch) is skipped.
+            if !newly[i] || is_failed[i] {
+                continue;
+            }
+            is_failed[i] = true;
+            match p
+                .buffer
+                .requeue(p.buffer.page_no(*off), page, &self.drained)
+            {
+                Requeued::Kept => self.kept += page.len(),
+                Requeued::Discarded => gone.push(*off),
+                Requeued::Newer => {}
+            }
+        }
+        self.is_failed = is_failed;
+        // Discarded: unspecified until written again, so the doublewrite
+        // area need not keep a record for their failed write.
+        for off in gone {
+            p.torn.forget_failed(off, off + 1);
+        }
+    }
+
+    /// Puts what failed back in the write buffer ([`requeue`](Self::requeue))
+    /// and hands the batch over for its retire.
+    pub(crate) fn into_settled(mut self, p: &Parts<'_>) -> Settled {
+        self.requeue(p);
+        let is_failed = std::mem::take(&mut self.is_failed);
+        let kept = self.kept;
+        (self, is_failed, kept)
+    }
+
+    /// Retires a settled batch (the oldest in flight): written pages update
+    /// the disk length and the read cache, then the generation leaves its
+    /// stripes and the memory of released pages leaves the buffer bound.
+    /// Every page is thus in the write buffer, or in the cache / on disk,
+    /// before its in-flight entry goes.
+    pub(crate) fn retire((batch, is_failed, kept): Settled, p: &Parts<'_>, spare: &SpareBatches) {
+        let written = || {
+            batch
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !is_failed.get(*i).copied().unwrap_or(false))
+                .map(|(_, e)| e)
+        };
+        if let Some((off, page)) = written().next_back() {
+            // Sorted: the last written page ends highest (but the file was
+            // cut back to an unaligned logical length, if it ended past it).
+            let end = (off + page.len() as u64).min(batch.disk_cap);
+            p.length.grow_disk(end);
+        }
+        if p.cache.is_enabled() {
+            for (off, page) in written() {
+                p.cache
+                    .update(p.buffer.page_no(*off), Arc::clone(page), p.buffer.pool());
+            }
+        }
+        let Batch {
+            mut entries,
+            mut drained,
+            ..
+        } = batch;
+        let mut total = 0usize;
+        for (i, map) in drained.drain(..) {
+            total += p.buffer.retire(i, map);
+        }
+        debug_assert!(total >= kept, "kept {kept} of {total} bytes");
+        p.buffer.uncount(total - kept);
+        // Recycle the pages nobody else holds (a reader, the read cache, or
+        // the write buffer after a failure).
+        p.buffer
+            .pool()
+            .put_all(entries.drain(..).map(|(_, page)| page));
+        spare.keep(BatchVecs { entries, drained }, p.buffer.stripe_count());
+        if total > 0 {
+            // Wake writers waiting for room (see `wait_for_room`): room was
+            // freed, or the pages went back to the write buffer, where a
+            // waiter can flush them itself.
+            p.buffer.notify_room();
+        }
+    }
+
+    /// The highest byte offset this batch wrote, if it wrote anything.
+    pub(crate) fn written_end(&self) -> Option<u64> {
+        // Entries are sorted: the last one not failed ends highest.
+        (0..self.entries.len())
+            .rev()
+            .find(|i| !self.failed.iter().any(|r| r.contains(i)))
+            .map(|i| self.entries[i].0 + self.entries[i].1.len() as u64)
+    }
+
+    /// The byte ranges of the entries in `failed`, adjacent ones merged.
+    pub(crate) fn failed_ranges(&self) -> Vec<std::ops::Range<u64>> {
+        let mut out: Vec<std::ops::Range<u64>> = Vec::new();
+        for r in &self.failed {
+            for (off, page) in &self.entries[r.clone()] {
+                let end = off + page.len() as u64;
+                match out.last_mut() {
+                    Some(last) if last.end == *off => last.end = end,
+                    _ => out.push(*off..end),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// What a flush did (`FlushPipeline::flush_pass`).
+pub(crate) struct Pass {
+    /// The last batch written, to settle (its failed pages are already back
+    /// in the write buffer); `None` if the flush found nothing dirty.
+    pub(crate) batch: Option<Batch>,
+    /// The first error: pages that failed to write (`PagesFailed`, naming
+    /// them), or the file could not be extended or cut to its length.
+    pub(crate) error: Option<Error>,
+    /// The batch was one run written with `RWF_DSYNC` without error, with
+    /// the file's length unchanged, while no other write was in flight:
+    /// everything up to this `write_seq` is durable without an
+    /// `fdatasync`.
+    pub(crate) durable_seq: Option<u64>,
+    /// `write_seq` once every write drained up to this flush completed.
+    pub(crate) seq: u64,
+    /// `unstaged_at`, read together with `seq`.
+    pub(crate) unstaged_at: u64,
+    /// Something reached the OS or the file's length changed.
+    pub(crate) wrote: bool,
+}
+
+/// One batch's write: the batch (to settle; its failed entries are back
+/// in the write buffer), the error of what failed, and the `write_seq` up
+/// to which it made the file durable, if it was written with `RWF_DSYNC`.
+pub(crate) struct Written {
+    pub(crate) batch: Batch,
+    pub(crate) error: Option<Error>,
+    pub(crate) durable_seq: Option<u64>,
+}
+
+/// The failure of a batch whose doublewrite record could not be staged:
+/// no run was written.
+pub(crate) fn unstaged(runs: &[Run], e: &std::io::Error) -> WriteFailure {
+    WriteFailure {
+        failed: runs.iter().map(Run::entries).collect(),
+        some_written: false,
+        offset: runs.first().map_or(0, |r| r.offset),
+        op: "doublewrite area",
+        error: match e.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(e.kind(), e.to_string()),
+        },
+    }
+}
+
+/// Every run failed: the backend panicked while writing them (some may
+/// have reached the OS, so `some_written`: the next sync must not be
+/// skipped).
+pub(crate) fn panicked(runs: &[Run]) -> WriteFailure {
+    WriteFailure {
+        failed: runs.iter().map(Run::entries).collect(),
+        some_written: true,
+        offset: runs.first().map_or(0, |r| r.offset),
+        op: "write",
+        error: std::io::Error::other("the backend panicked while writing"),
+    }
+}

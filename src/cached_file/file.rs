@@ -1,0 +1,821 @@
+//! [`PagedCachedFile`]: the file an engine holds, a thin composition of
+//! the components of `cached_file` (see the module docs there for where a
+//! page lives and the lock order). Its methods check their arguments and
+//! the file's state, then call the components; the mechanisms live in the
+//! components' own files.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::cache::ReadCache;
+use super::commit::GroupCommit;
+use super::config::Config;
+use super::doublewrite::Recovery;
+use super::durability::Durability;
+use super::flush::FlushPipeline;
+use super::guard::WritablePage;
+use super::length::Length;
+use super::lifecycle::Lifecycle;
+use super::open;
+use super::pages::PageRef;
+use super::parts::Parts;
+use super::read;
+use super::stats::{Counters, Stats};
+use super::torn::{TornProtection, TornWrites};
+use super::write_buffer::WriteBuffer;
+use crate::backend::{IoMode, OpenOptions, StorageBackend};
+use crate::buffer::AlignedBuf;
+use crate::error::{Error, Result};
+
+/// A file of fixed-size pages with a bounded, striped write buffer.
+///
+/// Many threads write pages ([`write_page`](Self::write_page),
+/// [`write`](Self::write), [`overwrite`](Self::overwrite)) and read them
+/// back ([`read`](Self::read)) concurrently. [`flush`](Self::flush) hands
+/// the buffered pages to the OS, sorted and coalesced into runs, one write
+/// call per run; [`sync`](Self::sync) makes them durable with group commit.
+///
+/// `Send + Sync`: share it with `Arc` or scoped threads.
+///
+/// # Drop
+///
+/// Dropping the file without [`close`](Self::close) makes a best-effort
+/// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
+/// successful `sync` or `close` covered is promised durable.
+pub struct PagedCachedFile {
+    /// Where the bytes go.
+    backend: Arc<dyn StorageBackend>,
+    config: Config,
+    /// The engine, `O_DIRECT` and torn-page protection in force.
+    io_mode: IoMode,
+    counters: Counters,
+    /// Dirty and in-flight pages, the page pool, room, guard latches.
+    buffer: WriteBuffer,
+    /// Clean pages read or written, under their own budget.
+    cache: ReadCache,
+    /// The logical, disk and written lengths, and the largest one.
+    length: Length,
+    /// Write sequence, durable watermark, sync lanes.
+    durability: Durability,
+    /// Open, read-only, closing, closed or poisoned; write calls in
+    /// progress.
+    life: Lifecycle,
+    /// Atomic pieces, or the doublewrite area and its recovery.
+    torn: TornProtection,
+    /// Drain, write slots, generations, the file's size on the OS.
+    flush: FlushPipeline,
+    /// Rounds of `sync` callers.
+    commit: GroupCommit,
+}
+
+impl std::fmt::Debug for PagedCachedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedCachedFile")
+            .field("backend", &self.backend)
+            .field("config", &self.config)
+            .field("logical_len", &self.length.get())
+            .field("poisoned", &self.life.is_poisoned())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PagedCachedFile {
+    /// Opens (creating if missing, never truncating) the file at `path` with
+    /// a [`FileBackend`](crate::FileBackend): `O_DIRECT` per `config.direct`, write cap
+    /// `config.max_write_bytes`, `config.sync_lanes` sync lanes.
+    ///
+    /// Errors: a bad `config` (see [`Config::validate`]); `Error::Io` with op
+    /// "open" if the file cannot be opened read-write (a directory, a
+    /// read-only file, a missing parent directory); "open O_DIRECT" with
+    /// [`DirectIo::On`](crate::DirectIo::On) where the file system refuses `O_DIRECT`;
+    /// `Error::InvalidConfig` with `DirectIo::On` where the page size or
+    /// alignment does not fit the device's; "io_uring setup" for
+    /// [`FlushEngine::IoUring`](crate::FlushEngine::IoUring) where no ring can be set up; "reopen for
+    /// sync lanes" if the extra descriptions cannot be opened (use
+    /// `sync_lanes(1)` where `/proc` is missing).
+    ///
+    /// The file is locked (an exclusive advisory lock; a second open of it
+    /// fails with [`Error::Locked`]). For read-only, must-exist or unlocked
+    /// opens, use [`open_with`](Self::open_with).
+    pub fn open(path: impl AsRef<Path>, config: Config) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::new(), config)
+    }
+
+    /// Opens the file at `path` as `options` say (read-only or read-write,
+    /// create or must-exist, locked or not), otherwise as
+    /// [`open`](Self::open).
+    ///
+    /// Errors: as [`open`](Self::open); [`Error::Locked`] when `options`
+    /// lock and another open holds the lock; `Error::Io` with op "open" and
+    /// `NotFound` for a missing file that may not be created.
+    pub fn open_with(
+        path: impl AsRef<Path>,
+        options: &OpenOptions,
+        config: Config,
+    ) -> Result<Self> {
+        config.validate()?;
+        let (backend, direct_fallback) = open::open_file(path.as_ref(), options, &config)?;
+        let area = open::open_area(path.as_ref(), &backend, options, &config)?;
+        let mut file = Self::build(
+            backend,
+            area,
+            config,
+            options.is_read_only(),
+            options.is_locking(),
+        )?;
+        file.io_mode.direct_fallback = direct_fallback;
+        Ok(file)
+    }
+
+    /// Puts a write buffer over `backend` with `area` as its doublewrite
+    /// area ([`TornWrites::DoubleWrite`], or `Auto` where the backend has
+    /// no atomic writes): the recovery pass runs first, repairing pages of
+    /// `backend` from `area` ([`recovery`](Self::recovery) reports it).
+    /// `area` is a byte file of its own that this file owns from now on
+    /// (it is rewritten from offset 0 and truncated); it is not used with
+    /// `Allow` or `Atomic`.
+    ///
+    /// Errors: as [`new`](Self::new); the recovery's I/O errors
+    /// (`Error::Io`, op "doublewrite recovery: ...").
+    pub fn with_doublewrite(
+        backend: impl StorageBackend + 'static,
+        area: Arc<dyn StorageBackend>,
+        config: Config,
+    ) -> Result<Self> {
+        Self::build(backend, Some(area), config, false, false)
+    }
+
+    /// Puts a write buffer over `backend`. The file does `O_DIRECT` if the
+    /// backend does ([`StorageBackend::dio_align`]).
+    ///
+    /// Errors: a bad `config`; `Error::InvalidConfig` if `config.direct` is
+    /// [`DirectIo::On`](crate::DirectIo::On) and the backend is buffered, or the backend is
+    /// `O_DIRECT` and pages do not fit its alignment; as
+    /// [`open`](Self::open) for io_uring; `Error::Io` with op "fstat" if
+    /// the backend's length cannot be read.
+    pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
+        Self::build(backend, None, config, false, false)
+    }
+
+    fn build(
+        backend: impl StorageBackend + 'static,
+        area: Option<Arc<dyn StorageBackend>>,
+        config: Config,
+        read_only: bool,
+        locked: bool,
+    ) -> Result<Self> {
+        config.validate()?;
+        let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
+        let max_len = backend.max_file_size().unwrap_or(u64::MAX);
+        open::check_direct(&backend, &config)?;
+        // Before the ring is set up: a ring dropped on a refusal would keep
+        // the file (and its lock) until the kernel's deferred teardown.
+        let (torn_writes, torn_writes_why) = open::resolve_torn(&backend, &config, area.is_some())?;
+        // Recovery too: a failed one (a full disk) must not leave a ring
+        // holding the file.
+        let (area, recovery) = open::recover_area(&backend, area, torn_writes, &config, read_only)?;
+        let run_bytes = open::max_run_bytes(&config);
+        // A run is at most `max_write_bytes` and never more than what the
+        // write buffer holds, and the runs in flight together hold at most
+        // the buffer: the io_uring writer's buffers are sized by both, so a
+        // 1 GiB write cap at queue depth 32 does not ask for 32 GiB.
+        let (engine, engine_fallback, writer) =
+            open::resolve_writer(&backend, &config, run_bytes, config.rounds_in_flight)?;
+        let io_mode = IoMode {
+            engine,
+            engine_fallback,
+            direct: backend.dio_align(),
+            direct_fallback: None,
+            torn_writes,
+            torn_writes_why,
+        };
+        let backend: Arc<dyn StorageBackend> = Arc::new(backend);
+        let atomic_max = (torn_writes == TornWrites::Atomic).then(|| {
+            let unit = backend
+                .atomic_write_unit()
+                .expect("checked by resolve_torn");
+            (unit.max as usize).min(run_bytes)
+        });
+        // Recovery may have grown the file (a page staged past the end, or
+        // the length a record carries).
+        let len = if recovery.repaired.is_empty() && !recovery.resized {
+            len
+        } else {
+            backend.len().map_err(|e| Error::io("fstat", None, e))?
+        };
+        let slots = open::write_slots(&backend, &config, writer, engine, atomic_max)?;
+        let lanes = config.sync_lanes.min(backend.sync_lanes());
+        let stripes = config.stripes;
+        Ok(Self {
+            backend,
+            io_mode,
+            counters: Counters::default(),
+            buffer: WriteBuffer::new(
+                stripes,
+                config.max_write_buffer_bytes,
+                config.page_size,
+                config.page_align,
+            ),
+            cache: ReadCache::new(stripes, config.read_cache_bytes),
+            length: Length::new(len, max_len, config.page_size),
+            durability: Durability::new(lanes),
+            life: Lifecycle::new(read_only, locked),
+            torn: TornProtection::new(atomic_max, area, recovery),
+            flush: FlushPipeline::new(len, slots, run_bytes),
+            commit: GroupCommit::new(config.rounds_in_flight, config.commit_dsync),
+            config,
+        })
+    }
+
+    /// The components below the flush pipeline, borrowed together.
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            backend: &*self.backend,
+            config: &self.config,
+            counters: &self.counters,
+            buffer: &self.buffer,
+            cache: &self.cache,
+            length: &self.length,
+            durability: &self.durability,
+            life: &self.life,
+            torn: &self.torn,
+            direct: self.io_mode.direct.is_some(),
+        }
+    }
+
+    /// What the doublewrite recovery pass did at open: records read, pages
+    /// repaired, warnings (see [`TornWrites::DoubleWrite`]). Empty when no
+    /// doublewrite area is in use or the area was empty.
+    pub fn recovery(&self) -> &Recovery {
+        self.torn.recovery()
+    }
+
+    /// The I/O actually done: engine and `O_DIRECT`, with the reason for any
+    /// fallback.
+    pub fn io_mode(&self) -> &IoMode {
+        &self.io_mode
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.config.page_size
+    }
+
+    /// The backend (for its own counters, say).
+    pub fn backend(&self) -> &dyn StorageBackend {
+        &*self.backend
+    }
+
+    /// The open file behind the backend, for engines that lock byte ranges
+    /// or query the file themselves; `None` for a backend without one.
+    /// Writing through it bypasses the write buffer (and its ordering).
+    pub fn file(&self) -> Option<&std::fs::File> {
+        self.backend.file()
+    }
+
+    /// Whether the file was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.life.is_read_only()
+    }
+
+    /// Logical length in bytes: the backend's length at open, grown by every
+    /// write past it and set by [`set_len`](Self::set_len) both ways.
+    pub fn len(&self) -> u64 {
+        self.length.get()
+    }
+
+    /// Whether [`len`](Self::len) is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether an earlier `fdatasync` failed (see [`Error::Poisoned`]).
+    pub fn is_poisoned(&self) -> bool {
+        self.life.is_poisoned()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot(self.buffer.buffered() as u64)
+    }
+
+    /// Writes `data` at byte `offset`. Both must be multiples of the page
+    /// size; `data` may span several pages. The bytes are copied into the
+    /// write buffer; they reach the OS at the next flush and are durable
+    /// after the next successful [`sync`](Self::sync).
+    ///
+    /// If the buffer holds `max_write_buffer_bytes` or more, this call first
+    /// flushes (or waits for the flush in progress).
+    ///
+    /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
+    /// [`Error::Overflow`], [`Error::FileTooLarge`] past the file system's
+    /// largest file, [`Error::Closed`], [`Error::Poisoned`],
+    /// [`Error::ReadOnly`], [`Error::Busy`] over a page under a guard this
+    /// thread holds, or the error of the flush that backpressure ran (then
+    /// nothing was written); [`Error::NoMemory`] for page memory the
+    /// process cannot get (the pages before it are buffered).
+    ///
+    /// A page under a live guard of another thread is written after that
+    /// guard is dropped (the call waits, as on a page latch).
+    pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let _writer = self.life.begin_write()?;
+        self.check_range(offset, data.len())?;
+        self.length.check_max(offset, data.len() as u64)?;
+        self.buffer.check_not_own_guard(offset, data.len() as u64)?;
+        self.wait_for_room()?;
+        let first = self.buffer.page_no(offset);
+        for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
+            let page = self.buffer.page_copy(chunk)?;
+            self.insert(first + i as u64, page.share())?;
+        }
+        Ok(())
+    }
+
+    /// A guard over `len` bytes at `offset` holding the newest contents of
+    /// those pages (zeros past the end of the file). Change them through
+    /// `&mut [u8]`; dropping the guard puts them in the write buffer.
+    ///
+    /// Errors: as [`write_page`](Self::write_page), plus an `Error::Io` from
+    /// reading the current contents.
+    ///
+    /// A guard is a latch on its pages. While it lives, another thread's
+    /// guard or write over any of them waits until it is dropped (guards
+    /// over several pages latch them in page order, so two such guards
+    /// never wait on each other in a cycle; guards taken one after another
+    /// in different orders by two threads can, as with any latches). The
+    /// thread that took the guard gets [`Error::Busy`] for a guard or write
+    /// over its pages instead of waiting on itself forever (the guard
+    /// records the thread that took it; a guard sent to another thread
+    /// still counts as its taker's). `discard` and `set_len` over guarded
+    /// pages, and `close` while any guard lives, never wait: they fail with
+    /// [`Error::Busy`] from any thread.
+    pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        let mut guard = self.guard(offset, len)?;
+        let buf: &mut [u8] = &mut guard;
+        let ps = self.config.page_size;
+        let readable = self.length.readable();
+        for (i, chunk) in buf.chunks_mut(ps).enumerate() {
+            let at = offset + (i * ps) as u64;
+            if at < readable {
+                match read::read_page(&self.parts(), self.buffer.page_no(at)) {
+                    Ok(page) => chunk.copy_from_slice(&page),
+                    Err(e) => {
+                        // Nothing was written: drop the guard unapplied.
+                        guard.abandon();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(guard)
+    }
+
+    /// Like [`write`](Self::write) for pages the caller will fill entirely:
+    /// the guard starts zeroed and nothing is read.
+    pub fn overwrite(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.guard(offset, len)
+    }
+
+    /// A zeroed guard over `len` bytes at `offset`, its pages marked.
+    fn guard(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        let writer = self.life.begin_write()?;
+        self.check_range(offset, len)?;
+        self.length.check_max(offset, len as u64)?;
+        if len > self.config.max_write_buffer_bytes {
+            // One guard's pages must fit in the write buffer.
+            return Err(Error::InvalidConfig(format!(
+                "a guard of {len} bytes exceeds max_write_buffer_bytes {}",
+                self.config.max_write_buffer_bytes
+            )));
+        }
+        self.buffer.check_not_own_guard(offset, len as u64)?;
+        self.wait_for_room()?;
+        // The memory first: a guard that cannot be had latches nothing.
+        let buf = self.buffer.alloc(len)?;
+        let ps = self.config.page_size;
+        // A guard over several pages is split into pages when dropped,
+        // where nothing can fail: their memory is taken now.
+        let pages_mem = if len > ps {
+            (0..len / ps)
+                .map(|_| self.buffer.page_buf())
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
+        let first = self.buffer.page_no(offset);
+        // Only this thread's own guard refuses (checked above, so not
+        // reached); nothing stays latched then.
+        self.buffer.latch(first..first + (len / ps) as u64)?;
+        // The guard holds the writer count until it is dropped.
+        writer.keep();
+        Ok(WritablePage::new(self.parts(), offset, buf, pages_mem))
+    }
+
+    /// The newest bytes of `len` bytes at `offset`: from the write buffer,
+    /// the in-flight set, the read cache or the backend. Bytes never written
+    /// inside the file read as zeros. A one-page read of a buffered page
+    /// returns the buffered page itself (no copy).
+    ///
+    /// Works on a poisoned file (buffered pages stay readable).
+    ///
+    /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
+    /// [`Error::Overflow`], [`Error::OutOfBounds`] past the logical length
+    /// (rounded up to a page), [`Error::Closed`], `Error::Io` from `pread`
+    /// (`UnexpectedEof` if the file was truncated by someone else).
+    pub fn read(&self, offset: u64, len: usize) -> Result<PageRef> {
+        self.life.check_open()?;
+        let end = self.check_range(offset, len)?;
+        let file_len = self.length.readable();
+        if end > file_len {
+            return Err(Error::OutOfBounds {
+                offset,
+                len,
+                file_len,
+            });
+        }
+        let ps = self.config.page_size;
+        if len == ps {
+            return read::read_page(&self.parts(), self.buffer.page_no(offset));
+        }
+        // A read of many pages is one buffer: memory the process cannot
+        // get is a typed error, not an abort.
+        let mut out = match AlignedBuf::try_zeroed(len, self.config.page_align) {
+            Ok(Some(b)) => b,
+            Ok(None) | Err(_) => return Err(Error::NoMemory { bytes: len as u64 }),
+        };
+        let p = self.parts();
+        let first = self.buffer.page_no(offset);
+        for (i, chunk) in out.chunks_mut(ps).enumerate() {
+            chunk.copy_from_slice(&read::read_page(&p, first + i as u64)?);
+        }
+        Ok(Arc::new(out))
+    }
+
+    /// Hands every buffered page to the OS: drain, sort, coalesce, one write
+    /// call per run. Not durable; see [`sync`](Self::sync).
+    ///
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`], `Error::Io` from a
+    /// write. On a write error the pages that were not written stay dirty
+    /// (unless a newer version was written meanwhile) and a later flush
+    /// retries them.
+    pub fn flush(&self) -> Result<()> {
+        if self.life.is_read_only() && !self.life.is_closed() {
+            return Ok(());
+        }
+        self.life.check_writable()?;
+        self.flush_to_os().map(|_| ())
+    }
+
+    /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
+    /// page written before the call (by any thread) survives a crash, and
+    /// so does the length [`len`](Self::len) reported before the call (a
+    /// file whose last pages were discarded is extended to it with zeros).
+    ///
+    /// Group commit: concurrent callers share one flush and one
+    /// `fdatasync`. One caller leads a round; the others wait for it and
+    /// return with its result. If nothing was written since the last
+    /// `fdatasync`, none is issued.
+    ///
+    /// Errors: [`Error::Closed`]; [`Error::Poisoned`] if an earlier
+    /// `fdatasync` failed; `Error::Io` from a write (pages stay dirty, a later
+    /// `sync` retries) or from `fdatasync` (the file is poisoned from then
+    /// on; the pages of that round stay in memory and readable).
+    pub fn sync(&self) -> Result<()> {
+        if self.life.is_read_only() && !self.life.is_closed() {
+            // Nothing can have been written.
+            return Ok(());
+        }
+        self.life.check_writable()?;
+        self.commit.sync(&self.parts(), &self.flush)
+    }
+
+    /// Syncs and closes. Afterwards every call but [`stats`](Self::stats)
+    /// returns [`Error::Closed`]. A write call running when `close` starts
+    /// is waited for and made durable with the rest; one started after it
+    /// fails with [`Error::Closed`].
+    ///
+    /// Errors: [`Error::Busy`] while a [`WritablePage`] guard lives (its
+    /// pages would otherwise be lost when it drops); as
+    /// [`sync`](Self::sync). On error the file stays open so the caller can
+    /// retry or read its pages back.
+    ///
+    /// A refused or failed close changes nothing for other threads: while
+    /// it runs, their new write calls wait for its outcome (and then fail
+    /// with [`Error::Closed`] or go ahead), and reads go on; no thread is
+    /// told the file is closed unless it is.
+    pub fn close(&self) -> Result<()> {
+        // From here new write calls wait for the outcome (dropping
+        // `closing` on an error lets them go on); wait for the ones already
+        // counted. A guard is counted until it drops, which could be never
+        // from this thread: refuse instead of waiting.
+        let closing = self.life.begin_close()?;
+        while closing.writers() > 0 {
+            if let Some(offset) = self.buffer.a_guarded_page() {
+                return Err(Error::Busy { offset });
+            }
+            std::thread::yield_now();
+        }
+        if !self.life.is_read_only() {
+            self.commit.sync(&self.parts(), &self.flush)?;
+            if let Some(area) = self.torn.area() {
+                // The commit may have been durable on the area alone: make
+                // the pages durable in place, then no page needs the area
+                // (best effort: records left behind hold only synced
+                // pages).
+                self.flush.sync_file(&self.parts())?;
+                let _ = area.clear();
+            }
+        }
+        closing.finish();
+        self.unlock();
+        Ok(())
+    }
+
+    /// Writes all of `buf` at byte `offset`: any offset, any length. Whole
+    /// pages are copied into the write buffer; a partial page is merged
+    /// with its newest version (buffered, in flight or cached, with no
+    /// read; else read once from disk). The logical length grows to
+    /// `offset + buf.len()` (rounded up to a page under `O_DIRECT`, where
+    /// the file is always a whole number of pages). The bytes reach the OS
+    /// at the next flush and are durable after the next successful
+    /// [`sync`](Self::sync). An empty `buf` is accepted and does nothing.
+    ///
+    /// Backpressure applies per page, so a `buf` larger than the write
+    /// buffer is fine; if a flush it runs fails, the pages before that point
+    /// are buffered and the error returned.
+    ///
+    /// A page under another thread's live guard is written after the guard
+    /// is dropped (the call waits); see [`write`](Self::write).
+    ///
+    /// A partial page of a file that a racing [`set_len`](Self::set_len)
+    /// cuts merges with the bytes before the cut or after it (zeros past
+    /// it), never an error.
+    ///
+    /// Errors: [`Error::Overflow`], [`Error::FileTooLarge`],
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`],
+    /// [`Error::Busy`] over a page under a guard this thread holds (all
+    /// before anything is buffered); `Error::Io` from reading a partial
+    /// page, [`Error::NoMemory`], or the error of a backpressure flush.
+    pub fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        let _writer = self.life.begin_write()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let len = buf.len() as u64;
+        offset.checked_add(len).ok_or(Error::Overflow {
+            offset,
+            len: buf.len(),
+        })?;
+        self.length.check_max(offset, len)?;
+        self.buffer.check_not_own_guard(offset, len)?;
+        let ps = self.config.page_size;
+        let mask = ps as u64 - 1;
+        let direct = self.io_mode.direct.is_some();
+        let (mut at, mut rest) = (offset, buf);
+        while !rest.is_empty() {
+            self.wait_for_room()?;
+            let page_no = self.buffer.page_no(at);
+            let within = (at & mask) as usize;
+            let n = (ps - within).min(rest.len());
+            let (chunk, tail) = rest.split_at(n);
+            if n == ps {
+                self.insert(page_no, self.buffer.page_copy(chunk)?.share())?;
+            } else {
+                let end = at + n as u64;
+                let end = if direct { (end + mask) & !mask } else { end };
+                self.merge_into(page_no, within, chunk, end)?;
+            }
+            at += n as u64;
+            rest = tail;
+        }
+        Ok(())
+    }
+
+    /// Fills `buf` with the newest bytes from byte `offset`: buffered and
+    /// in-flight pages are copied in, and every stretch of pages in neither
+    /// is read with one call (`pread` straight into `buf` for a buffered
+    /// file without a read cache; `preadv` into pool pages under `O_DIRECT`
+    /// or when the read cache keeps them). Bytes never written inside the
+    /// file read as zeros. Works on a poisoned file. An empty `buf` is
+    /// accepted.
+    ///
+    /// Errors: [`Error::Overflow`], [`Error::OutOfBounds`] past
+    /// [`len`](Self::len), [`Error::Closed`], `Error::Io` from the read
+    /// (`UnexpectedEof` if the file was truncated by someone else).
+    pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.life.check_open()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let len = buf.len();
+        let end = offset
+            .checked_add(len as u64)
+            .ok_or(Error::Overflow { offset, len })?;
+        let file_len = self.len();
+        if end > file_len {
+            return Err(Error::OutOfBounds {
+                offset,
+                len,
+                file_len,
+            });
+        }
+        read::read_into(&self.parts(), offset, buf)
+    }
+
+    /// Drops the buffered pages in `len` bytes at `offset` (both multiples
+    /// of the page size) and their read-cache copies: an engine freeing
+    /// pages, cancelling a write, or dropping pages that failed to write
+    /// for good ([`Error::PagesFailed`]). A version already in flight is not
+    /// called back; if its write fails it is not retried. Until a page is
+    /// written again its bytes are unspecified: whatever the file held, or
+    /// the version in flight (zeros for a page never written).
+    ///
+    /// The length is not changed: pages discarded at the end of the file
+    /// are zeros there after the next `sync`, which makes
+    /// [`len`](Self::len) durable whatever was discarded. To drop them from
+    /// the file, [`set_len`](Self::set_len).
+    ///
+    /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
+    /// [`Error::Overflow`], [`Error::Busy`] over a guarded page,
+    /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`]; a refused
+    /// call changes nothing.
+    pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let _writer = self.life.begin_write()?;
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let ps = self.config.page_size as u64;
+        let as_usize = usize::try_from(len).unwrap_or(usize::MAX);
+        if !offset.is_multiple_of(ps) || !len.is_multiple_of(ps) {
+            return Err(Error::Unaligned {
+                offset,
+                len: as_usize,
+                page_size: ps as usize,
+            });
+        }
+        let end = offset.checked_add(len).ok_or(Error::Overflow {
+            offset,
+            len: as_usize,
+        })?;
+        self.buffer.check_unguarded(offset, len)?;
+        let pages = self.buffer.page_no(offset)..self.buffer.page_no(end);
+        self.buffer.discard(pages.clone());
+        self.cache
+            .remove_where(|p| pages.contains(&p), self.buffer.pool());
+        self.torn.forget_failed(offset, end);
+        Ok(())
+    }
+
+    /// Follows a change another writer made to the file (another process,
+    /// or another handle on the same file in this one, taking turns under
+    /// a lock of their own, as redb's multi-process modes do): drops every
+    /// read-cache page and takes the file's length from the OS. Reads
+    /// after it see what the OS holds.
+    ///
+    /// Only between writes: with pages in the write buffer or in flight
+    /// it changes nothing and returns [`Error::Buffered`]
+    /// ([`flush`](Self::flush) first; what was buffered is then with the
+    /// OS). A write racing with it is not lost: it makes the call fail.
+    ///
+    /// Errors: [`Error::Buffered`]; [`Error::Closed`];
+    /// [`Error::InvalidConfig`] with a doublewrite area (whose records
+    /// another writer does not follow); `Error::Io` with op "fstat".
+    pub fn refresh(&self) -> Result<()> {
+        self.life.check_open()?;
+        if self.torn.area().is_some() {
+            return Err(Error::InvalidConfig(
+                "refresh: a doublewrite area cannot follow another writer".into(),
+            ));
+        }
+        self.flush.refresh(&self.parts())
+    }
+
+    /// Sets the logical length to `len` bytes, ordered with everything
+    /// buffered: growing extends the file with zeros now; shrinking first
+    /// waits for the in-flight writes (a round waiting for its `fdatasync`
+    /// included), cuts the file, then drops every buffered and cached page
+    /// past `len` and zeroes the buffered tail of the page `len` falls in,
+    /// so nothing past the new end is written afterwards. [`len`](Self::len)
+    /// follows at once, both ways; the next [`sync`](Self::sync) makes the
+    /// new length durable even if no page was written.
+    ///
+    /// Writes racing with a shrink over the pages it cuts land before or
+    /// after it, page by page; an engine orders them itself.
+    ///
+    /// With [`TornWrites::DoubleWrite`] a
+    /// shrink empties the doublewrite area: it first makes the pages
+    /// written in place durable (`fdatasync`), after flushing any page
+    /// whose earlier write failed (and may be torn on disk).
+    ///
+    /// Errors: [`Error::Unaligned`] for a length that is not a whole number
+    /// of pages under `O_DIRECT`; [`Error::FileTooLarge`]; with a
+    /// doublewrite area, the flush's errors (nothing changed) and
+    /// `Error::Io` with op "fdatasync" (the file is poisoned);
+    /// [`Error::Busy`] if a guarded page would be cut; [`Error::Closed`],
+    /// [`Error::Poisoned`], [`Error::ReadOnly`]; `Error::Io` with op
+    /// "ftruncate" (then nothing changed).
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        let _writer = self.life.begin_write()?;
+        let ps = self.config.page_size as u64;
+        if self.io_mode.direct.is_some() && !len.is_multiple_of(ps) {
+            return Err(Error::Unaligned {
+                offset: len,
+                len: 0,
+                page_size: ps as usize,
+            });
+        }
+        if len > self.length.max() {
+            return Err(Error::FileTooLarge {
+                offset: 0,
+                len,
+                max: self.length.max(),
+            });
+        }
+        self.flush.set_len(&self.parts(), len)
+    }
+
+    /// Releases the open's advisory lock, if it took one. Explicitly, not
+    /// by closing the descriptor: an io_uring ring with the file registered
+    /// keeps the open file description (and so the lock) alive until the
+    /// kernel's deferred ring teardown, after the file was dropped.
+    fn unlock(&self) {
+        if self.life.is_locked()
+            && let Some(file) = self.backend.file()
+        {
+            let _ = file.unlock();
+        }
+    }
+
+    // ---- internals ----
+
+    /// Validates a page range; returns its end offset.
+    fn check_range(&self, offset: u64, len: usize) -> Result<u64> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        let ps = self.config.page_size;
+        if !offset.is_multiple_of(ps as u64) || !len.is_multiple_of(ps) {
+            return Err(Error::Unaligned {
+                offset,
+                len,
+                page_size: ps,
+            });
+        }
+        offset
+            .checked_add(len as u64)
+            .ok_or(Error::Overflow { offset, len })
+    }
+
+    /// Backpressure before a write (see `WriteBuffer::wait_for_room`): a
+    /// full buffer is flushed here, or the call waits for a round to
+    /// settle.
+    fn wait_for_room(&self) -> Result<()> {
+        self.buffer.wait_for_room(
+            &self.counters,
+            || self.life.check_writable(),
+            || self.flush_to_os(),
+        )
+    }
+
+    /// Puts one whole page into the write buffer; the logical length grows
+    /// to its end.
+    fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
+        self.buffer
+            .insert(page_no, page, &self.length, &self.counters)
+    }
+
+    /// Flush without `fdatasync` (see `FlushPipeline::flush_to_os`).
+    fn flush_to_os(&self) -> Result<bool> {
+        self.flush.flush_to_os(&self.parts())
+    }
+
+    /// Merges `bytes` at `within` into page `page_no` and buffers the result;
+    /// the logical length grows to `end`.
+    fn merge_into(&self, page_no: u64, within: usize, bytes: &[u8], end: u64) -> Result<()> {
+        let p = self.parts();
+        self.buffer.merge(
+            page_no,
+            within,
+            bytes,
+            end,
+            &self.length,
+            &self.cache,
+            &self.counters,
+            |page| read::read_disk_page(&p, page_no, page),
+        )
+    }
+}
+
+impl Drop for PagedCachedFile {
+    fn drop(&mut self) {
+        if !self.life.is_closed() && !self.is_poisoned() && !self.life.is_read_only() {
+            let _ = self.flush_to_os();
+        }
+        self.unlock();
+    }
+}

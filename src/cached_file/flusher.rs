@@ -1,0 +1,246 @@
+//! What the holder of `flusher` (the drain lock) owns: the file's size as
+//! the OS will hold it once every drained write completed, and every
+//! change of that size: the `ftruncate` that extends the file to its
+//! logical length, the `fallocate` of runs past the end under `O_DIRECT`,
+//! the cut of a tail written past an unaligned length, the cut back after
+//! a failed write, and `set_len`'s own.
+//!
+//! Owns: `os_len`, under the flush pipeline's `flusher` lock (a method
+//! that changes the size takes `&mut Flusher`: the lock guard is the proof
+//! the lock is held). Calls: the backend (`ftruncate`, `fallocate`), the
+//! lengths and the write sequence (a change of length is a `write_seq`
+//! step the next `fdatasync` must cover).
+//!
+//! Invariant: sizes change only with `flusher` held, before the writes
+//! they precede; one that must see no write in flight (a cut) is made
+//! only when every older generation has written.
+
+use super::batch::Batch;
+use super::parts::Parts;
+use super::slots::WriteSlot;
+use crate::error::{Error, Result};
+
+/// Largest hole between two runs past the end of an `O_DIRECT` file that
+/// one `fallocate` covers (bytes): 64 KiB. Writers filling fresh pages side
+/// by side leave such holes for a moment; a page further out gets its own
+/// call, so sparse files stay sparse.
+pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
+
+/// The state under the `flusher` lock (see the module docs).
+pub(crate) struct Flusher {
+    /// The file's length as the OS will hold it once every write drained so
+    /// far completed (grown at each drain by its pages, and by every
+    /// `fallocate` and `ftruncate`, all made with `flusher` held): what a
+    /// flush compares the logical length with.
+    os_len: u64,
+}
+
+impl Flusher {
+    /// A flusher over a file of `os_len` bytes.
+    pub(crate) fn new(os_len: u64) -> Self {
+        Self { os_len }
+    }
+
+    /// The runs of a batch just drained end at `end`: the file will be at
+    /// least that long once they are written.
+    pub(crate) fn expect_end(&mut self, end: u64) {
+        self.os_len = self.os_len.max(end);
+    }
+
+    /// Extends the file to `len` bytes (the logical length read before the
+    /// flush drained) where its writes will leave it shorter: the pages at
+    /// the end were discarded, or `write_all_at` reached past the last page
+    /// written. Length is data: what `len()` reports when a `sync` returns
+    /// is what is durable. Bumps `write_seq`, so the next `fdatasync`
+    /// covers the new length. Returns whether it extended.
+    ///
+    /// Called before the flush's writes: every write in flight ends at or
+    /// below `os_len`, so this only ever grows the file.
+    ///
+    /// `staging`: the caller stages a doublewrite record carrying `len`
+    /// and makes the `write_seq` step itself once it knows whether the
+    /// record is durable (a plain step if it is, else
+    /// `Durability::step_unstaged`). Otherwise the step is marked unstaged
+    /// here.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate".
+    pub(crate) fn extend_to(&mut self, p: &Parts<'_>, len: u64, staging: bool) -> Result<bool> {
+        if len <= self.os_len {
+            return Ok(false);
+        }
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        self.os_len = len;
+        p.length.grow_written(len);
+        p.length.grow_disk(len);
+        if !staging {
+            p.durability.step_unstaged();
+        }
+        Ok(true)
+    }
+
+    /// A page straddling an unaligned logical length was written whole, so
+    /// the file grew past the length: cut it back (the bytes past it are
+    /// zeros in the page, but nothing past the end may be left on disk).
+    /// Returns whether it cut. With no other write in flight.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate".
+    pub(crate) fn cut_tail(&mut self, p: &Parts<'_>, batch: &mut Batch) -> Result<bool> {
+        let len = p.length.get();
+        let Some(end) = batch.written_end() else {
+            return Ok(false);
+        };
+        if end <= len {
+            return Ok(false);
+        }
+        batch.disk_cap = len;
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        self.os_len = len;
+        p.length.set_written(len);
+        Ok(true)
+    }
+
+    /// After a failed write, with no write in flight: a write that failed
+    /// partway may have extended the file (a short write into a full disk
+    /// ends mid-page where blocks are smaller than pages), and nothing past
+    /// what completed is data. Cuts the file back to the written length, so
+    /// it stays a whole number of pages and an `O_DIRECT` open with the
+    /// same options takes it again. The failed pages are back in the write
+    /// buffer and are written again whole. Best effort: the write's error
+    /// is what the caller reports.
+    pub(crate) fn cut_back(&mut self, p: &Parts<'_>) {
+        let to = p.length.written();
+        if let Ok(len) = p.backend.len()
+            && len > to
+        {
+            let _ = p.backend.set_len(to);
+        }
+        self.os_len = to;
+    }
+
+    /// `set_len` growing the file to `len` bytes: extends it with zeros
+    /// now; every length follows, and the step is one only an `fdatasync`
+    /// covers.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate" (nothing changed).
+    pub(crate) fn grow(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        self.os_len = self.os_len.max(len);
+        p.length.grow_all(len);
+        p.durability.step_unstaged();
+        Ok(())
+    }
+
+    /// `set_len` cutting the file to `len` bytes, with nothing in flight:
+    /// begins the cut readers see ([`Length::begin_cut`](super::length::Length::begin_cut);
+    /// the caller ends it once the buffer and the lengths follow) and cuts
+    /// the file.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate" (nothing changed, the cut
+    /// ended).
+    pub(crate) fn shrink(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
+        // Readers that meet the new end early read again (`read_disk`).
+        p.length.begin_cut();
+        if let Err(e) = p.backend.set_len(len) {
+            p.length.end_cut();
+            return Err(Error::io("ftruncate", Some(len), e));
+        }
+        self.os_len = len;
+        p.length.set_written(len);
+        Ok(())
+    }
+
+    /// The file was found `len` bytes long on the OS (a refresh).
+    pub(crate) fn reset(&mut self, len: u64) {
+        self.os_len = len;
+    }
+
+    /// With `O_DIRECT`, reserves blocks for the runs that write past the
+    /// file's end before writing them: `fallocate` mode 0 over each group of
+    /// such runs whose gaps are at most [`PREALLOC_MAX_GAP`] bytes, so a far
+    /// page allocates its own page, never the gap before it, while pages
+    /// that concurrent writers left a few pages apart cost one call.
+    /// ext4 serializes `O_DIRECT` writes that extend the file under the
+    /// exclusive inode lock, and io_uring then queues them in worker
+    /// threads; inside the file, over allocated blocks, they run under the
+    /// shared lock, in parallel. So only a flush whose writes are in flight
+    /// beside others (`!RunWriter::writes_inline`) preallocates. One
+    /// that writes one call at a time gains nothing from it and pays for it:
+    /// the blocks `fallocate` reserves are unwritten extents, which each
+    /// write then converts, while an extending write allocates written
+    /// blocks at once. Measured without it (`scripts/ab-scale.sh`, one
+    /// committer, vectored): 1.09x commits/s in two runs of `--rewrite 0
+    /// --direct on` (CPU per GB 0.86-0.91x), 1.19x with `scale`'s
+    /// defaults; level at 8 committers (`.project/commit-suite.md`). A
+    /// backend that cannot preallocate is written as is. Runs whose
+    /// `fallocate` fails (`ENOSPC`) are not written: they leave `slot.runs`,
+    /// their entries go to `batch.failed` and the error into `first`
+    /// (lowest offset wins).
+    pub(crate) fn preallocate(
+        &mut self,
+        p: &Parts<'_>,
+        slot: &mut WriteSlot,
+        batch: &mut Batch,
+        first: &mut Option<(u64, &'static str, std::io::Error)>,
+        alone: bool,
+    ) {
+        if !p.direct || slot.writer.writes_inline(slot.runs.len(), alone) {
+            return;
+        }
+        let disk = p.length.disk();
+        let Some(start) = slot
+            .runs
+            .iter()
+            .position(|r| r.offset + r.len as u64 > disk)
+        else {
+            return;
+        };
+        slot.alloc_failed.clear();
+        slot.alloc_failed.resize(slot.runs.len(), false);
+        let mut i = start;
+        while i < slot.runs.len() {
+            // One group: runs i..j, each within PREALLOC_MAX_GAP of the last.
+            let from = slot.runs[i].offset;
+            let mut to = from + slot.runs[i].len as u64;
+            let mut j = i + 1;
+            while j < slot.runs.len() && slot.runs[j].offset - to <= PREALLOC_MAX_GAP {
+                to = slot.runs[j].offset + slot.runs[j].len as u64;
+                j += 1;
+            }
+            match p.backend.allocate(from, to - from) {
+                Ok(()) => {
+                    p.length.grow_disk(to);
+                    p.length.grow_written(to);
+                    self.os_len = self.os_len.max(to);
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Unsupported
+                        || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                {
+                    return;
+                }
+                Err(e) => {
+                    slot.alloc_failed[i..j].fill(true);
+                    for run in &slot.runs[i..j] {
+                        batch.failed.push(run.entries());
+                    }
+                    if first.as_ref().is_none_or(|(at, ..)| from < *at) {
+                        *first = Some((from, "fallocate", e));
+                    }
+                }
+            }
+            i = j;
+        }
+        let mut k = 0;
+        let failed = &slot.alloc_failed;
+        slot.runs.retain(|_| {
+            k += 1;
+            !failed[k - 1]
+        });
+    }
+}

@@ -1,0 +1,204 @@
+//! The in-flight generations: what each flush drained, numbered in drain
+//! order, from the drain until the generation retires. Generic over what a
+//! settled generation carries (`T`: the flush pipeline's batch); no I/O.
+//!
+//! Owns: the queue and the drain bookkeeping under one lock, two condvars
+//! (a generation has written; the last one retired), and the next
+//! generation's number. Calls: nothing but the `retire` callback it is
+//! handed, run under its lock.
+//!
+//! Invariants:
+//! - generations are numbered and queued in drain order (every drain is
+//!   made with `flusher` held), and retire in that order: a younger
+//!   generation shadows an older one for readers, so removing it first
+//!   would let a reader find the older version of a page;
+//! - a generation counts as written once its writes completed, whether or
+//!   not they succeeded; a failed write records that its pages went back
+//!   to the write buffer ([`log_requeue`](Generations::log_requeue))
+//!   before it counts as written, so a flush that waited for it and
+//!   drained without those pages learns it
+//!   ([`wait_written_then_check`](Generations::wait_written_then_check)).
+//!
+//! Lock order: `flusher` -> `slots` -> this -> stripe -> cache stripe (the
+//! retire callback takes stripe and cache locks under it).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use crate::sync::{AtomicU64, Condvar, Mutex};
+
+/// The generations in flight (see the module docs).
+pub(crate) struct Generations<T> {
+    state: Mutex<Queue<T>>,
+    /// Notified when a generation has written.
+    written: Condvar,
+    /// Notified (under the lock) when the last generation in flight
+    /// retires; `set_len` waits for it.
+    settled: Condvar,
+    /// The next generation's number. Written only with `flusher` held.
+    next: AtomicU64,
+}
+
+struct Queue<T> {
+    /// In drain order.
+    queue: VecDeque<Generation<T>>,
+    /// Drains made so far (empty ones included): a flush's drain number
+    /// orders it against the generations' drains and requeues.
+    drains: u64,
+    /// Drain numbers of the flushes that drained and have not yet checked
+    /// `requeues` (`wait_written_then_check`).
+    checking: Vec<u64>,
+    /// Per failed write whose pages went back to the write buffer: the
+    /// generation's drain number and the drain count when they went back.
+    /// A flush whose drain number lies in `(drained, requeued]` drained
+    /// without them. Kept until no flush that could be in that range is
+    /// still checking.
+    requeues: Vec<(u64, u64)>,
+}
+
+/// An in-flight generation; `written` once its writes completed
+/// (successfully or not), `done` once it settled.
+struct Generation<T> {
+    id: u64,
+    written: bool,
+    done: Option<T>,
+}
+
+impl<T> Generations<T> {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(Queue {
+                queue: VecDeque::new(),
+                drains: 0,
+                checking: Vec::new(),
+                requeues: Vec::new(),
+            }),
+            written: Condvar::new(),
+            settled: Condvar::new(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    /// The number the next generation gets: every generation below it was
+    /// drained by now. Read with `flusher` held for a drain's own number.
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// Numbers a drain (with `flusher` held) and registers its flush as
+    /// one that will check the requeue records
+    /// ([`wait_written_then_check`](Self::wait_written_then_check)).
+    pub(crate) fn begin_drain(&self) -> u64 {
+        let mut g = self.state.lock();
+        g.drains += 1;
+        let no = g.drains;
+        g.checking.push(no);
+        no
+    }
+
+    /// Queues generation `id` (the one [`next_id`](Self::next_id) gave,
+    /// with `flusher` held), not yet written.
+    pub(crate) fn push(&self, id: u64) {
+        self.next.store(id + 1, Ordering::Release);
+        self.state.lock().queue.push_back(Generation {
+            id,
+            written: false,
+            done: None,
+        });
+    }
+
+    /// Records that the failed pages of the generation drained as
+    /// `drain_no` went back to the write buffer now.
+    pub(crate) fn log_requeue(&self, drain_no: u64) {
+        let mut g = self.state.lock();
+        let now = g.drains;
+        if now > drain_no {
+            g.requeues.push((drain_no, now));
+        }
+    }
+
+    /// Waits until every generation numbered below `mark` has written
+    /// (`wait_written`), then tells whether an older generation's failed
+    /// pages went back to the write buffer after the drain numbered
+    /// `drain_no` (so it did without them), and ends that flush's check.
+    /// Every such requeue was recorded before its generation counted as
+    /// written, so none is missed.
+    pub(crate) fn wait_written_then_check(&self, mark: u64, drain_no: u64) -> bool {
+        let mut g = self.state.lock();
+        while g.queue.iter().any(|x| x.id < mark && !x.written) {
+            self.written.wait(&mut g);
+        }
+        let missed = g
+            .requeues
+            .iter()
+            .any(|&(drained, requeued)| drained < drain_no && drain_no <= requeued);
+        if let Some(i) = g.checking.iter().position(|&d| d == drain_no) {
+            g.checking.swap_remove(i);
+        }
+        // A record no flush still checking can fall under is dropped (a
+        // later drain is numbered above every record).
+        let oldest = g.checking.iter().copied().min();
+        g.requeues
+            .retain(|&(_, requeued)| oldest.is_some_and(|d| d <= requeued));
+        missed
+    }
+
+    /// Waits until every generation numbered below `mark` has written (its
+    /// writes completed, successfully or not).
+    pub(crate) fn wait_written(&self, mark: u64) {
+        let mut g = self.state.lock();
+        while g.queue.iter().any(|x| x.id < mark && !x.written) {
+            self.written.wait(&mut g);
+        }
+    }
+
+    /// Marks generation `id` written and wakes whoever waits for it.
+    pub(crate) fn mark_written(&self, id: u64) {
+        let mut g = self.state.lock();
+        if let Some(x) = g.queue.iter_mut().find(|x| x.id == id) {
+            x.written = true;
+        }
+        self.written.notify_all();
+    }
+
+    /// Whether every generation in flight has written (none is writing).
+    pub(crate) fn all_written(&self) -> bool {
+        self.state.lock().queue.iter().all(|g| g.written)
+    }
+
+    /// Whether no generation is in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.state.lock().queue.is_empty()
+    }
+
+    /// Settles generation `id` with `done`, then retires every settled
+    /// generation at the front of the queue, oldest first, with `retire`
+    /// (under this lock), and wakes `set_len` when none is left.
+    pub(crate) fn settle(&self, id: u64, done: T, mut retire: impl FnMut(T)) {
+        let mut g = self.state.lock();
+        let slot = g
+            .queue
+            .iter_mut()
+            .find(|x| x.id == id)
+            .expect("generation registered at drain");
+        slot.done = Some(done);
+        let mut retired = false;
+        while g.queue.front().is_some_and(|x| x.done.is_some()) {
+            let done = g.queue.pop_front().and_then(|x| x.done).expect("checked");
+            retire(done);
+            retired = true;
+        }
+        if retired && g.queue.is_empty() {
+            self.settled.notify_all();
+        }
+    }
+
+    /// Waits until no generation is in flight (a round waiting for its
+    /// `fdatasync` included).
+    pub(crate) fn wait_all_settled(&self) {
+        let mut g = self.state.lock();
+        while !g.queue.is_empty() {
+            self.settled.wait(&mut g);
+        }
+    }
+}
