@@ -12,10 +12,12 @@
 //!   (`pagewriter-bench`), which drive the ring's buffers themselves with
 //!   [`push`](SlotRing::push) and [`wait`](SlotRing::wait).
 //!
-//! The ring owns a fixed set of aligned buffers ("slots"), optionally
+//! The ring owns a fixed set of aligned buffers ("slots", `buffers.rs`:
+//! who holds each, the ring, a lent [`SlotBuf`] or the kernel), optionally
 //! registered with the kernel (`IORING_REGISTER_BUFFERS`, then
 //! `IORING_OP_{READ,WRITE}_FIXED`), and a duplicate of the file's
-//! descriptor, optionally registered (`IORING_REGISTER_FILES`).
+//! descriptor, optionally registered (`IORING_REGISTER_FILES`). This file
+//! is the submission side: SQEs queued, submitted, their CQEs reaped.
 //!
 //! Memory the kernel may touch stays valid:
 //! - A slot with an SQE in flight cannot be touched: [`buf`](SlotRing::buf),
@@ -35,17 +37,20 @@
 //! completion is resubmitted (up to [`MAX_RETRIES`] times), and a read
 //! that returns 0 bytes (end of file) is reported with the bytes it got.
 
-use std::cell::UnsafeCell;
 use std::fs::File;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, squeue, types};
 
 use super::{IOV_MAX, MAX_QUEUE_DEPTH, UringFault};
 use crate::buffer::AlignedBuf;
+
+mod buffers;
+
+pub use buffers::SlotBuf;
+use buffers::SlotBuffers;
 
 /// Resubmissions of one transfer after `EAGAIN` or `EINTR` before its error
 /// is reported.
@@ -174,66 +179,6 @@ struct Pending {
     start: Instant,
 }
 
-/// A slot's buffer, owned jointly by the ring and a [`SlotBuf`] lent out.
-struct SlotMem(UnsafeCell<AlignedBuf>);
-
-// SAFETY: the buffer is reached only through the ring (while the slot is
-// home, under `&self`/`&mut self` of the ring) or through the one
-// `SlotBuf` lent out (while the slot is lent, the ring does not touch it);
-// never both at once. `AlignedBuf` itself is `Send` and `Sync`.
-unsafe impl Sync for SlotMem {}
-
-/// A slot's buffer lent out of the ring by [`SlotRing::take`], to fill on
-/// any thread; give it back with [`SlotRing::put`]. Dropping it does not
-/// free the memory (the ring still owns it) but leaves the slot empty.
-pub struct SlotBuf {
-    mem: Arc<SlotMem>,
-    slot: usize,
-}
-
-impl SlotBuf {
-    /// The slot this buffer belongs to.
-    pub fn slot(&self) -> usize {
-        self.slot
-    }
-}
-
-impl std::fmt::Debug for SlotBuf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SlotBuf")
-            .field("slot", &self.slot)
-            .field("len", &self.len())
-            .finish()
-    }
-}
-
-impl std::ops::Deref for SlotBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: while this `SlotBuf` exists its slot is lent and the ring
-        // neither reads nor writes the buffer nor submits it (see
-        // `SlotMem`); there is one `SlotBuf` per slot.
-        unsafe { &*self.mem.0.get() }
-    }
-}
-
-impl std::ops::DerefMut for SlotBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `deref`; `&mut self` makes this the only access.
-        unsafe { &mut *self.mem.0.get() }
-    }
-}
-
-struct Slot {
-    mem: Arc<SlotMem>,
-    /// Address and length of the buffer (fixed for the slot's life).
-    base: usize,
-    len: usize,
-    /// Lent out as a `SlotBuf`.
-    lent: bool,
-    pending: Option<Pending>,
-}
-
 /// A vectored transfer's state: the caller's segments, and the iovecs of
 /// the SQE in flight (kept alive until its CQE).
 #[derive(Default)]
@@ -257,7 +202,10 @@ pub struct SlotRing {
     /// descriptor that was closed (or reused) behind the ring's back.
     fd: OwnedFd,
     opts: RingOptions,
-    slots: Vec<Slot>,
+    /// The slots' memory and who holds each.
+    buffers: SlotBuffers,
+    /// Per slot: the transfer in flight from it.
+    slot_io: Vec<Option<Pending>>,
     buffers_registered: bool,
     /// One per tag of `write_vectored` (`queue_depth` of them, made at
     /// its first call).
@@ -283,7 +231,7 @@ impl std::fmt::Debug for SlotRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotRing")
             .field("opts", &self.opts)
-            .field("slots", &self.slots.len())
+            .field("slots", &self.buffers.count())
             .field("in_flight", &self.in_flight)
             .finish_non_exhaustive()
     }
@@ -364,28 +312,13 @@ impl SlotRing {
                 .register_files(&[fd.as_raw_fd()])
                 .map_err(|e| fail("register files", e))?;
         }
-        let slots: Vec<Slot> = bufs
-            .into_iter()
-            .map(|mut buf| Slot {
-                base: buf.as_mut_ptr() as usize,
-                len: buf.len(),
-                mem: Arc::new(SlotMem(UnsafeCell::new(buf))),
-                lent: false,
-                pending: None,
-            })
-            .collect();
+        let buffers = SlotBuffers::new(bufs);
         let mut buffers_registered = false;
-        if opts.fixed_buffers && !slots.is_empty() {
-            let iovecs: Vec<libc::iovec> = slots
-                .iter()
-                .map(|s| libc::iovec {
-                    iov_base: s.base as *mut libc::c_void,
-                    iov_len: s.len,
-                })
-                .collect();
-            // SAFETY: every iovec describes a live buffer owned by `slots`,
-            // whose memory is freed only after `Drop` unregistered it (a
-            // `SlotBuf` lent out shares ownership, see `SlotMem`).
+        if opts.fixed_buffers && buffers.count() > 0 {
+            let iovecs = buffers.iovecs();
+            // SAFETY: every iovec describes a live buffer owned by
+            // `buffers`, whose memory is freed only after `Drop`
+            // unregistered it (a `SlotBuf` lent out shares ownership).
             unsafe { ring.submitter().register_buffers(&iovecs) }
                 .map_err(|e| fail("register buffers", e))?;
             buffers_registered = true;
@@ -398,8 +331,9 @@ impl SlotRing {
             buffers_registered,
             vec_io: Vec::new(),
             free_tags: Vec::new(),
-            job_of: vec![0; qd.max(slots.len())],
-            slots,
+            job_of: vec![0; qd.max(buffers.count())],
+            slot_io: (0..buffers.count()).map(|_| None).collect(),
+            buffers,
             in_flight: 0,
             unsubmitted: 0,
             enter_calls: 0,
@@ -416,7 +350,7 @@ impl SlotRing {
 
     /// Number of slots.
     pub fn slots(&self) -> usize {
-        self.slots.len()
+        self.buffers.count()
     }
 
     /// Whether the slots' buffers are registered (the `_FIXED` opcodes).
@@ -436,50 +370,25 @@ impl SlotRing {
 
     /// The slot's buffer; `None` while it is in flight or lent out.
     pub fn buf(&self, slot: usize) -> Option<&[u8]> {
-        let s = self.slots.get(slot)?;
-        if s.pending.is_some() || s.lent {
-            return None;
-        }
-        // SAFETY: the slot is home (not lent, nothing in flight), so only
-        // the ring reaches its buffer, and `&self` excludes writers.
-        Some(unsafe { &*s.mem.0.get() })
+        self.buffers.get(slot)
     }
 
     /// The slot's buffer to fill; `None` while it is in flight or lent out.
     pub fn buf_mut(&mut self, slot: usize) -> Option<&mut [u8]> {
-        let s = self.slots.get_mut(slot)?;
-        if s.pending.is_some() || s.lent {
-            return None;
-        }
-        // SAFETY: as in `buf`; `&mut self` makes this the only access.
-        Some(unsafe { &mut *s.mem.0.get() })
+        self.buffers.get_mut(slot)
     }
 
     /// Lends the slot's buffer out (to fill on another thread); `None`
     /// while it is in flight or already out. The slot cannot be used until
     /// the buffer is [`put`](Self::put) back.
     pub fn take(&mut self, slot: usize) -> Option<SlotBuf> {
-        let s = self.slots.get_mut(slot)?;
-        if s.pending.is_some() || s.lent {
-            return None;
-        }
-        s.lent = true;
-        Some(SlotBuf {
-            mem: Arc::clone(&s.mem),
-            slot,
-        })
+        self.buffers.lend(slot)
     }
 
     /// Puts a lent buffer back into its slot; gives it back if it is not
     /// this ring's.
     pub fn put(&mut self, buf: SlotBuf) -> Result<(), SlotBuf> {
-        match self.slots.get_mut(buf.slot) {
-            Some(s) if s.lent && Arc::ptr_eq(&s.mem, &buf.mem) => {
-                s.lent = false;
-                Ok(())
-            }
-            _ => Err(buf),
-        }
+        self.buffers.put(buf)
     }
 
     /// Queues `op` on bytes `start..start + len` of the slot's buffer, at
@@ -509,27 +418,14 @@ impl SlotRing {
         len: usize,
         fault: FaultHook<'_>,
     ) -> io::Result<()> {
-        let invalid = |m: &str| io::Error::new(io::ErrorKind::InvalidInput, m.to_string());
         if self.in_flight >= self.opts.queue_depth {
-            return Err(invalid("queue depth reached"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "queue depth reached",
+            ));
         }
-        let s = self
-            .slots
-            .get_mut(slot)
-            .ok_or_else(|| invalid("no such slot"))?;
-        if s.pending.is_some() {
-            return Err(invalid("slot in flight"));
-        }
-        if s.lent {
-            return Err(invalid("slot's buffer is lent out"));
-        }
-        let end = start
-            .checked_add(len)
-            .ok_or_else(|| invalid("range overflows"))?;
-        if end > s.len || len > i32::MAX as usize {
-            return Err(invalid("range outside the slot's buffer"));
-        }
-        s.pending = Some(Pending::new(op, offset, len, start));
+        self.buffers.give_to_kernel(slot, start, len)?;
+        self.slot_io[slot] = Some(Pending::new(op, offset, len, start));
         self.start(slot as u64, fault)
     }
 
@@ -561,6 +457,9 @@ impl SlotRing {
         let sqe = self.next_sqe(id, fault);
         if let Err(e) = self.queue(&sqe) {
             self.pending_mut(id).take();
+            if id & VECTORED == 0 {
+                self.buffers.returned(id as usize);
+            }
             return Err(e);
         }
         self.in_flight += 1;
@@ -571,7 +470,7 @@ impl SlotRing {
         if id & VECTORED != 0 {
             &mut self.vec_io[(id & !VECTORED) as usize].pending
         } else {
-            &mut self.slots[id as usize].pending
+            &mut self.slot_io[id as usize]
         }
     }
 
@@ -641,9 +540,9 @@ impl SlotRing {
             return with_fd!(writev).user_data(id);
         }
         let slot = id as usize;
-        let s = &mut self.slots[slot];
-        let p = s.pending.as_mut().expect("a transfer in flight");
-        let ptr = (s.base + p.at + p.done) as *mut u8;
+        let base = self.buffers.base(slot);
+        let p = self.slot_io[slot].as_mut().expect("a transfer in flight");
+        let ptr = (base + p.at + p.done) as *mut u8;
         let at = p.offset + p.done as u64;
         let mut len = (p.len - p.done) as u32;
         match fault.and_then(|f| f(at, len as usize)) {
@@ -811,6 +710,9 @@ impl SlotRing {
                 }
             };
             let p = self.pending_mut(id).take().expect("checked above");
+            if id & VECTORED == 0 {
+                self.buffers.returned(id as usize);
+            }
             self.in_flight -= 1;
             n += 1;
             out.push(Completion {
@@ -951,14 +853,14 @@ impl SlotRing {
         errors: &mut Vec<Option<io::Error>>,
         fault: FaultHook<'_>,
     ) -> io::Result<()> {
-        let shortest = self.slots.iter().map(|s| s.len).min().unwrap_or(0);
-        if self.slots.is_empty() || jobs.iter().any(|j| j.len > shortest) {
+        let shortest = self.buffers.shortest();
+        if self.buffers.count() == 0 || jobs.iter().any(|j| j.len > shortest) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "no slot, or a job longer than a slot's buffer",
             ));
         }
-        let capacity = self.opts.queue_depth.min(self.slots.len() as u32);
+        let capacity = self.opts.queue_depth.min(self.buffers.count() as u32);
         errors.clear();
         errors.resize_with(jobs.len(), || None);
         let mut begin = |ring: &mut Self, j: usize| {
@@ -967,9 +869,8 @@ impl SlotRing {
                 return Ok(());
             }
             let slot = ring
-                .slots
-                .iter()
-                .position(|s| s.pending.is_none() && !s.lent)
+                .buffers
+                .first_home()
                 .ok_or_else(|| io::Error::other("no free slot"))?;
             fill(j, &mut ring.buf_mut(slot).expect("a free slot")[..job.len]);
             ring.job_of[slot] = j;
@@ -1019,293 +920,9 @@ impl Drop for SlotRing {
             !self.buffers_registered || self.ring.submitter().unregister_buffers().is_ok();
         if self.in_flight > 0 || !unregistered {
             // The kernel may still use these buffers: never free them.
-            for s in &self.slots {
-                std::mem::forget(Arc::clone(&s.mem));
-            }
+            self.buffers.leak();
         }
     }
 }
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::FileExt;
-
-    fn bufs(n: usize, len: usize) -> Vec<AlignedBuf> {
-        (0..n)
-            .map(|_| AlignedBuf::zeroed(len, 4096).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn writes_and_reads_back_through_fixed_and_plain_buffers() {
-        let f = tempfile::tempfile().unwrap();
-        for (fixed, file) in [(true, true), (false, false), (true, false), (false, true)] {
-            let opts = RingOptions {
-                queue_depth: 4,
-                register_file: file,
-                fixed_buffers: fixed,
-                single_issuer: true,
-                sqpoll: false,
-                iopoll: false,
-            };
-            let mut ring = match SlotRing::new(&f, opts, bufs(4, 8192)) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("io_uring unavailable ({e}); skipped");
-                    return;
-                }
-            };
-            for slot in 0..4 {
-                ring.buf_mut(slot).unwrap().fill(slot as u8 + 1);
-                ring.push(slot, RingOp::Write, slot as u64 * 8192, 0, 8192)
-                    .unwrap();
-                assert!(ring.buf(slot).is_none(), "in flight slot must be hidden");
-                assert!(ring.take(slot).is_none());
-            }
-            assert!(
-                ring.push(0, RingOp::Write, 0, 0, 1).is_err(),
-                "slot 0 is busy"
-            );
-            let mut done = Vec::new();
-            while done.len() < 4 {
-                ring.wait(4 - done.len(), &mut done).unwrap();
-            }
-            for c in &done {
-                assert_eq!(c.result.as_ref().unwrap(), &8192);
-            }
-            let mut back = vec![0u8; 8192];
-            for slot in 0..4u64 {
-                f.read_exact_at(&mut back, slot * 8192).unwrap();
-                assert!(back.iter().all(|&b| b == slot as u8 + 1));
-            }
-            // Read back through the ring into slot 2.
-            ring.buf_mut(2).unwrap().fill(0);
-            ring.push(2, RingOp::Read, 3 * 8192, 0, 8192).unwrap();
-            done.clear();
-            ring.wait(1, &mut done).unwrap();
-            assert_eq!(done[0].slot, 2);
-            assert!(ring.buf(2).unwrap().iter().all(|&b| b == 4));
-        }
-    }
-
-    #[test]
-    fn a_lent_buffer_is_filled_elsewhere_and_never_freed_by_its_holder() {
-        let f = tempfile::tempfile().unwrap();
-        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(2), bufs(2, 4096)) else {
-            eprintln!("io_uring unavailable; skipped");
-            return;
-        };
-        let mut lent = ring.take(0).unwrap();
-        assert!(ring.take(0).is_none(), "one lender per slot");
-        assert!(ring.buf(0).is_none());
-        assert!(
-            ring.push(0, RingOp::Write, 0, 0, 4096).is_err(),
-            "slot is out"
-        );
-        let other = ring.take(1).unwrap();
-        std::thread::scope(|s| {
-            s.spawn(|| lent.fill(9));
-        });
-        ring.put(lent).unwrap();
-        ring.push(0, RingOp::Write, 0, 0, 4096).unwrap();
-        let mut done = Vec::new();
-        ring.wait(1, &mut done).unwrap();
-        assert_eq!(done[0].result.as_ref().unwrap(), &4096);
-        let mut back = vec![0u8; 4096];
-        f.read_exact_at(&mut back, 0).unwrap();
-        assert!(back.iter().all(|&b| b == 9));
-        // A buffer of another ring is refused; a dropped one leaves its
-        // slot empty but the memory with the ring.
-        let Ok(mut second) = SlotRing::new(&f, RingOptions::new(2), bufs(2, 4096)) else {
-            return;
-        };
-        let foreign = second.take(1).unwrap();
-        let foreign = ring.put(foreign).unwrap_err();
-        second.put(foreign).unwrap();
-        drop(other);
-        assert!(ring.buf(1).is_none() && ring.take(1).is_none());
-        assert_eq!(
-            Arc::strong_count(&ring.slots[1].mem),
-            1,
-            "the ring still owns it"
-        );
-    }
-
-    #[test]
-    fn short_and_interrupted_transfers_are_continued_by_the_ring() {
-        let f = tempfile::tempfile().unwrap();
-        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(2), bufs(2, 8192)) else {
-            eprintln!("io_uring unavailable; skipped");
-            return;
-        };
-        // Job 3 goes out as 100 bytes, then 3000, then EAGAIN, then the
-        // rest; job 5 fails. 7 jobs through 2 slots.
-        let jobs: Vec<CopyJob> = (0..7u64)
-            .map(|i| CopyJob {
-                offset: i * 10_000,
-                len: 8192,
-            })
-            .collect();
-        let plan = std::cell::RefCell::new(vec![
-            Some(UringFault::Errno(libc::EAGAIN)),
-            Some(UringFault::Short(3000)),
-            Some(UringFault::Short(100)),
-        ]);
-        let fault = |off: u64, _len: usize| match off {
-            50_000 => Some(UringFault::Errno(libc::EIO)),
-            o if (30_000..40_000).contains(&o) => plan.borrow_mut().pop().flatten(),
-            _ => None,
-        };
-        let mut fill = |j: usize, buf: &mut [u8]| buf.fill(j as u8 + 1);
-        let mut errs = Vec::new();
-        ring.write_copied(&jobs, &mut fill, &mut errs, Some(&fault))
-            .unwrap();
-        for (j, e) in errs.iter().enumerate() {
-            assert_eq!(e.is_some(), j == 5, "job {j}: {e:?}");
-        }
-        for j in [0u64, 1, 2, 3, 4, 6] {
-            let mut back = vec![0u8; 8192];
-            f.read_exact_at(&mut back, j * 10_000).unwrap();
-            assert!(back.iter().all(|&b| b == j as u8 + 1), "job {j}");
-        }
-        assert!(plan.borrow().is_empty(), "every fault was acted out");
-        assert!(
-            ring.write_copied(
-                &[CopyJob {
-                    offset: 0,
-                    len: 8193
-                }],
-                &mut fill,
-                &mut errs,
-                None
-            )
-            .is_err(),
-            "a job longer than a slot"
-        );
-        // A short read is continued; a read at the end of the file comes
-        // back with the bytes there were.
-        let injected = std::cell::Cell::new(false);
-        let short_once =
-            |_: u64, _: usize| (!injected.replace(true)).then_some(UringFault::Short(1000));
-        ring.buf_mut(0).unwrap().fill(0);
-        ring.push_slot(0, RingOp::Read, 60_000, 0, 8192, Some(&short_once))
-            .unwrap();
-        let mut done = Vec::new();
-        ring.wait_with(1, &mut done, Some(&short_once)).unwrap();
-        assert_eq!(done[0].result.as_ref().unwrap(), &(68_192 - 60_000));
-        assert!(ring.buf(0).unwrap()[..8192].iter().all(|&b| b == 7));
-        assert!(injected.get());
-    }
-
-    #[test]
-    fn vectored_runs_at_queue_depth_and_beyond_iov_max() {
-        let f = tempfile::tempfile().unwrap();
-        let Ok(mut ring) = SlotRing::new(&f, RingOptions::new(4), Vec::new()) else {
-            eprintln!("io_uring unavailable; skipped");
-            return;
-        };
-        // 10 runs of 3 pages with gaps, and one run of 1500 512-byte
-        // segments (more than IOV_MAX, so it takes two SQEs), with a short
-        // write crossing a segment in run 2.
-        let pages: Vec<Vec<u8>> = (0..30u8).map(|i| vec![i + 1; 4096]).collect();
-        let small: Vec<Vec<u8>> = (0..1500u32)
-            .map(|i| vec![(i % 200) as u8 + 1; 512])
-            .collect();
-        let iovs: Vec<Vec<IoSlice<'_>>> = pages
-            .chunks(3)
-            .map(|c| c.iter().map(|p| IoSlice::new(p)).collect())
-            .collect();
-        let big: Vec<IoSlice<'_>> = small.iter().map(|p| IoSlice::new(p)).collect();
-        let mut runs: Vec<VectoredRun<'_, '_>> = iovs
-            .iter()
-            .enumerate()
-            .map(|(i, v)| VectoredRun {
-                offset: i as u64 * 4 * 4096,
-                bufs: v,
-            })
-            .collect();
-        runs.push(VectoredRun {
-            offset: 1 << 20,
-            bufs: &big,
-        });
-        let shorts = std::cell::Cell::new(0);
-        let fault = |off: u64, _len: usize| {
-            (off == 2 * 4 * 4096 && shorts.get() == 0).then(|| {
-                shorts.set(1);
-                UringFault::Short(5000)
-            })
-        };
-        let mut errs = vec![Some(io::Error::other("stale"))];
-        ring.write_vectored(&runs, &mut errs, Some(&fault)).unwrap();
-        assert_eq!(errs.len(), runs.len());
-        assert!(errs.iter().all(|e| e.is_none()), "{errs:?}");
-        assert_eq!(shorts.get(), 1);
-        for (i, p) in pages.iter().enumerate() {
-            let at = (i / 3) * 4 * 4096 + (i % 3) * 4096;
-            let mut back = vec![0u8; 4096];
-            f.read_exact_at(&mut back, at as u64).unwrap();
-            assert_eq!(&back, p, "page {i}");
-        }
-        let mut back = vec![0u8; 1500 * 512];
-        f.read_exact_at(&mut back, 1 << 20).unwrap();
-        assert_eq!(back, small.concat());
-    }
-
-    #[test]
-    fn a_failed_vectored_run_does_not_stop_the_others() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f");
-        std::fs::write(&path, b"x").unwrap();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let Ok(mut ring) = SlotRing::new(&file, RingOptions::new(2), Vec::new()) else {
-            eprintln!("io_uring unavailable; skipped");
-            return;
-        };
-        let page = vec![1u8; 4096];
-        let one = [IoSlice::new(&page)];
-        let runs: Vec<VectoredRun<'_, '_>> = (0..3)
-            .map(|i| VectoredRun {
-                offset: i * 8192,
-                bufs: &one,
-            })
-            .collect();
-        let fault = |off: u64, _: usize| (off == 8192).then_some(UringFault::Errno(libc::EIO));
-        let mut errs = Vec::new();
-        ring.write_vectored(&runs, &mut errs, Some(&fault)).unwrap();
-        let codes: Vec<_> = errs
-            .iter()
-            .map(|e| e.as_ref().and_then(|e| e.raw_os_error()))
-            .collect();
-        assert_eq!(codes, [None, Some(libc::EIO), None]);
-        let mut back = vec![0u8; 4096];
-        file.read_exact_at(&mut back, 16384).unwrap();
-        assert_eq!(back, page);
-    }
-
-    #[test]
-    fn errors_come_back_per_io_and_bad_pushes_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ro");
-        std::fs::write(&path, b"x").unwrap();
-        let ro = std::fs::File::open(&path).unwrap();
-        let Ok(mut ring) = SlotRing::new(&ro, RingOptions::new(2), bufs(2, 4096)) else {
-            return;
-        };
-        assert!(ring.push(5, RingOp::Write, 0, 0, 1).is_err());
-        assert!(ring.push(0, RingOp::Write, 0, 4000, 200).is_err());
-        ring.push(0, RingOp::Write, 0, 0, 4096).unwrap();
-        let mut done = Vec::new();
-        ring.wait(1, &mut done).unwrap();
-        assert_eq!(
-            done[0].result.as_ref().unwrap_err().raw_os_error(),
-            Some(libc::EBADF)
-        );
-        assert!(ring.buf(0).is_some(), "slot is free again after its CQE");
-        assert!(SlotRing::new(&ro, RingOptions::new(0), Vec::new()).is_err());
-        assert!(SlotRing::new(&ro, RingOptions::new(MAX_QUEUE_DEPTH + 1), Vec::new()).is_err());
-    }
-}
+mod tests;
