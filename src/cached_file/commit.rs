@@ -1,6 +1,16 @@
 //! Group commit: many `sync()` callers, one flush and one `fdatasync` per
 //! round, rounds pipelined.
 //!
+//! Owns: the commit state (tickets, rounds in flight and their outcomes,
+//! failed rounds) under one lock, and the round condvars. Calls: the flush
+//! pipeline (a round's leader runs `FlushPipeline::flush_pass` and settles
+//! its batch), the sync lanes and watermark (`Durability`), the doublewrite
+//! area (a published round tells it what was synced), the lifecycle (a
+//! failed `fdatasync` poisons). Lock order: the commit lock is taken
+//! before any other of the file's locks and released around every call
+//! that takes one or does I/O (`MutexGuard::unlocked`); under it only the
+//! doublewrite area's leaf lock is taken (at publish).
+//!
 //! Each caller takes a ticket under the commit lock; whatever it wrote
 //! before that moment is in the write buffer, in flight, or on the OS. A
 //! round covers every ticket taken before it started: its drain begins
