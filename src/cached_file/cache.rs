@@ -47,6 +47,7 @@ impl ReadCache {
     }
 
     /// Whether pages are kept at all.
+    #[inline]
     pub(crate) fn is_enabled(&self) -> bool {
         !self.stripes.is_empty()
     }

@@ -66,6 +66,7 @@ impl Durability {
     }
 
     /// The write sequence now.
+    #[inline]
     pub(crate) fn write_seq(&self) -> u64 {
         self.write_seq.load(Ordering::Acquire)
     }
@@ -73,6 +74,7 @@ impl Durability {
     /// Counts a batch that reached the OS (its writes completed), or a
     /// change of length a durable doublewrite record carries. Returns the
     /// new `write_seq`.
+    #[inline]
     pub(crate) fn step(&self) -> u64 {
         self.write_seq.fetch_add(1, Ordering::AcqRel) + 1
     }
@@ -93,6 +95,7 @@ impl Durability {
     }
 
     /// The `write_seq` the latest successful `fdatasync` covered.
+    #[inline]
     pub(crate) fn fsynced(&self) -> u64 {
         self.fsynced.load(Ordering::Acquire)
     }
@@ -100,6 +103,7 @@ impl Durability {
     /// Records a successful `fdatasync` (or a durable write with
     /// everything before it synced) that covered `write_seq` up to
     /// `covers`.
+    #[inline]
     pub(crate) fn note_fsynced(&self, covers: u64) {
         self.fsynced.fetch_max(covers, Ordering::AcqRel);
     }

@@ -228,6 +228,7 @@ impl PagedCachedFile {
     }
 
     /// The components below the flush pipeline, borrowed together.
+    #[inline]
     fn parts(&self) -> Parts<'_> {
         Parts {
             backend: &*self.backend,

@@ -81,6 +81,7 @@ impl<T> Generations<T> {
 
     /// The number the next generation gets: every generation below it was
     /// drained by now. Read with `flusher` held for a drain's own number.
+    #[inline]
     pub(crate) fn next_id(&self) -> u64 {
         self.next.load(Ordering::Acquire)
     }

@@ -59,17 +59,20 @@ impl Length {
     }
 
     /// The logical length.
+    #[inline]
     pub(crate) fn get(&self) -> u64 {
         self.logical.load(Ordering::Acquire)
     }
 
     /// The length reads may reach: the logical length rounded up to a page.
+    #[inline]
     pub(crate) fn readable(&self) -> u64 {
         let mask = self.page_size - 1;
         self.get().checked_add(mask).map_or(!mask, |n| n & !mask)
     }
 
     /// Grows the logical length to `end` (never shrinks it).
+    #[inline]
     pub(crate) fn grow(&self, end: u64) {
         self.logical.fetch_max(end, Ordering::AcqRel);
     }
@@ -80,12 +83,14 @@ impl Length {
     }
 
     /// The largest length the file system takes.
+    #[inline]
     pub(crate) fn max(&self) -> u64 {
         self.max
     }
 
     /// [`Error::FileTooLarge`] for `len` bytes at `offset` ending past
     /// [`max`](Self::max).
+    #[inline]
     pub(crate) fn check_max(&self, offset: u64, len: u64) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.max => Ok(()),
@@ -98,23 +103,27 @@ impl Length {
     }
 
     /// The disk length.
+    #[inline]
     pub(crate) fn disk(&self) -> u64 {
         self.disk.load(Ordering::Acquire)
     }
 
     /// A write, `fallocate` or `ftruncate` made the backend hold `end`
     /// bytes at least.
+    #[inline]
     pub(crate) fn grow_disk(&self, end: u64) {
         self.disk.fetch_max(end, Ordering::AcqRel);
     }
 
     /// The written length.
+    #[inline]
     pub(crate) fn written(&self) -> u64 {
         self.written.load(Ordering::Acquire)
     }
 
     /// A completed write, `fallocate` or `ftruncate` left the file `end`
     /// bytes long at least.
+    #[inline]
     pub(crate) fn grow_written(&self, end: u64) {
         self.written.fetch_max(end, Ordering::AcqRel);
     }

@@ -60,6 +60,7 @@ impl Lifecycle {
         }
     }
 
+    #[inline]
     pub(crate) fn is_read_only(&self) -> bool {
         self.read_only
     }
@@ -69,11 +70,13 @@ impl Lifecycle {
         self.locked
     }
 
+    #[inline]
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
 
     /// [`Error::Closed`] once the file is closed (reads take this check).
+    #[inline]
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.is_closed() {
             return Err(Error::Closed);
@@ -81,6 +84,7 @@ impl Lifecycle {
         Ok(())
     }
 
+    #[inline]
     pub(crate) fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Acquire)
     }
@@ -92,6 +96,7 @@ impl Lifecycle {
 
     /// [`Error::Closed`], [`Error::Poisoned`] or [`Error::ReadOnly`] for a
     /// file that takes no writes.
+    #[inline]
     pub(crate) fn check_writable(&self) -> Result<()> {
         if self.is_closed() {
             return Err(Error::Closed);
@@ -108,6 +113,7 @@ impl Lifecycle {
     /// Counts a write call in progress (see `close`), then checks that the
     /// file takes writes. The count is dropped with the token. While a
     /// close runs, waits for its outcome uncounted.
+    #[inline]
     pub(crate) fn begin_write(&self) -> Result<WriterToken<'_>> {
         loop {
             // SeqCst pairs with `close`: it sets `closing` then reads
@@ -129,6 +135,7 @@ impl Lifecycle {
 
     /// Ends a write call whose token was kept past its call (a guard's,
     /// with [`WriterToken::keep`]).
+    #[inline]
     pub(crate) fn end_kept_write(&self) {
         self.writers.fetch_sub(1, Ordering::SeqCst);
     }
@@ -196,6 +203,7 @@ pub(crate) struct WriterToken<'a>(&'a AtomicUsize);
 impl WriterToken<'_> {
     /// Keeps the count past the call (a guard holds it until it drops,
     /// then calls [`Lifecycle::end_kept_write`]).
+    #[inline]
     pub(crate) fn keep(self) {
         std::mem::forget(self);
     }

@@ -98,11 +98,13 @@ impl TornProtection {
 
     /// The largest atomic piece in bytes, with [`TornWrites::Atomic`] in
     /// force.
+    #[inline]
     pub(crate) fn atomic_max(&self) -> Option<usize> {
         self.atomic_max
     }
 
     /// The doublewrite area, with [`TornWrites::DoubleWrite`] in force.
+    #[inline]
     pub(crate) fn area(&self) -> Option<&Area> {
         self.area.as_ref()
     }
@@ -114,6 +116,7 @@ impl TornProtection {
 
     /// An `fdatasync` of the data file covered `write_seq` up to `covered`:
     /// the area's records up to there are durable in place.
+    #[inline]
     pub(crate) fn data_synced(&self, covered: u64) {
         if let Some(area) = &self.area {
             area.data_synced(covered);
@@ -122,6 +125,7 @@ impl TornProtection {
 
     /// Pages in `[start, end)` were discarded: a failed write of theirs no
     /// longer holds the area.
+    #[inline]
     pub(crate) fn forget_failed(&self, start: u64, end: u64) {
         if let Some(area) = &self.area {
             area.forget_failed(start, end);

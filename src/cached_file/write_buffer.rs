@@ -167,29 +167,35 @@ impl WriteBuffer {
     // ---- geometry and memory ----
 
     /// The page that byte `offset` falls in.
+    #[inline]
     pub(crate) fn page_no(&self, offset: u64) -> u64 {
         offset >> self.page_shift
     }
 
     /// The first byte of page `page_no`.
+    #[inline]
     pub(crate) fn offset_of(&self, page_no: u64) -> u64 {
         page_no << self.page_shift
     }
 
     /// The stripe count.
+    #[inline]
     pub(crate) fn stripe_count(&self) -> usize {
         self.stripes.len()
     }
 
+    #[inline]
     fn stripe_no(&self, page_no: u64) -> usize {
         (page_no & self.stripe_mask) as usize
     }
 
+    #[inline]
     fn stripe(&self, page_no: u64) -> &Mutex<Stripe> {
         &self.stripes[self.stripe_no(page_no)]
     }
 
     /// The page pool (pages leave the read cache into it too).
+    #[inline]
     pub(crate) fn pool(&self) -> &BufferPool {
         &self.pool
     }
@@ -225,6 +231,7 @@ impl WriteBuffer {
     // ---- room (the bound on buffered bytes) ----
 
     /// Dirty plus in-flight bytes.
+    #[inline]
     pub(crate) fn buffered(&self) -> usize {
         self.buffered.load(Ordering::Acquire)
     }
@@ -304,6 +311,7 @@ impl WriteBuffer {
 
     /// Takes `bytes` off the buffer bound (a retired generation's, less
     /// what went back to `dirty`); the caller wakes the waiters.
+    #[inline]
     pub(crate) fn uncount(&self, bytes: usize) {
         debug_assert!(self.buffered() >= bytes, "buffered bytes would wrap");
         self.buffered.fetch_sub(bytes, Ordering::AcqRel);
@@ -552,6 +560,7 @@ impl WriteBuffer {
     /// Refuses a write over a page under a guard this thread holds, before
     /// anything is buffered (only this thread can add such a guard, so the
     /// check cannot go stale): waiting for it would never end.
+    #[inline]
     pub(crate) fn check_not_own_guard(&self, offset: u64, len: u64) -> Result<()> {
         if self.guards.load(Ordering::SeqCst) == 0 {
             return Ok(());
