@@ -161,6 +161,11 @@ fn model_checker() -> Res<String> {
                 dir: None,
                 direct: false,
                 torn_writes: pagewriter::TornWrites::Allow,
+                commit_strategy: [
+                    pagewriter::CommitStrategy::Auto,
+                    pagewriter::CommitStrategy::Group,
+                    pagewriter::CommitStrategy::Direct,
+                ][rng.below(3) as usize],
             };
             let ops: Vec<Op> = (0..40).map(|_| random_op(&mut rng)).collect();
             model::check(&cfg, &ops).map_err(|e| format!("{cfg:?}: {e}"))?;

@@ -67,8 +67,9 @@ pub mod testing;
 
 pub use backend::{FileBackend, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
-    Config, DEFAULT_WRITE_THREADS, DirectIo, FlushEngine, IoMode, MAX_PAGE_SIZE,
-    MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef,
-    PagedCachedFile, Recovery, Stats, TornWrites, WritablePage,
+    CommitStrategy, Config, DEFAULT_WRITE_THREADS, DirectIo, FlushEngine, IoMode,
+    MAX_DIRECT_WRITERS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES, MAX_SYNC_LANES,
+    MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef, PagedCachedFile, Recovery, Stats, TornWrites,
+    WritablePage,
 };
 pub use error::{Error, Result};

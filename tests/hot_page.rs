@@ -1,7 +1,8 @@
 //! The write latch's worst case: eight threads commit, and every commit
 //! rewrites the same hot page (plus a page of the thread's own), with one
-//! and with four rounds in flight, on a real file (`O_DIRECT` where the file system takes
-//! it), for every engine that runs on a file. After each `sync` returns Ok,
+//! and with four rounds in flight, and with direct commits (each caller
+//! writing its own drain beside the others'), on a real file (`O_DIRECT`
+//! where the file system takes it), for every engine that runs on a file. After each `sync` returns Ok,
 //! the file holds the hot page at the version that caller wrote or a newer
 //! one, and the caller's own page; at the end the hot page holds the last
 //! version written. Prints commits/s per engine (figures, not a speed test).
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{file_engines, page, tag_of};
-use pagewriter::{Config, DirectIo, PagedCachedFile};
+use pagewriter::{CommitStrategy, Config, DirectIo, PagedCachedFile};
 
 const PS: usize = 4096;
 const THREADS: u64 = 8;
@@ -39,11 +40,24 @@ fn on_disk(file: &std::fs::File, page_no: u64) -> (u64, u64) {
 #[test]
 fn every_commit_rewrites_one_hot_page() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    for (engine, rounds) in file_engines().into_iter().flat_map(|e| [(e, 1), (e, 4)]) {
-        let path = dir.path().join(format!("hot-{}-{rounds}", engine.name()));
+    let ways = [
+        (CommitStrategy::Group, 1),
+        (CommitStrategy::Group, 4),
+        (CommitStrategy::Direct, 1),
+    ];
+    for (engine, (strategy, rounds)) in file_engines()
+        .into_iter()
+        .flat_map(|e| ways.map(|w| (e, w)))
+    {
+        let path = dir.path().join(format!(
+            "hot-{}-{}-{rounds}",
+            engine.name(),
+            strategy.name()
+        ));
         let config = Config::default()
             .engine(engine)
             .direct(DirectIo::Auto)
+            .commit_strategy(strategy)
             .rounds_in_flight(rounds);
         let f = Arc::new(PagedCachedFile::open(&path, config).unwrap());
         let reader = std::fs::File::open(&path).unwrap();
@@ -91,14 +105,15 @@ fn every_commit_rewrites_one_hot_page() {
         );
         assert!(n >= THREADS, "{engine:?}: {n} commits");
         eprintln!(
-            "hot page, {} ({}), 8 threads, rounds_in_flight {rounds}: {:.0} commits/s, \
-             {:.2} commits per round, {:.2} rounds in flight",
+            "hot page, {} ({}), 8 threads, {} commits, rounds_in_flight {rounds}: \
+             {:.0} commits/s, {:.2} commits per round, {:.2} rounds in flight",
             engine.name(),
             if f.io_mode().direct.is_some() {
                 "O_DIRECT"
             } else {
                 "buffered"
             },
+            strategy.name(),
             n as f64 / secs,
             stats.avg_commit_group(),
             stats.mean_rounds_in_flight(),

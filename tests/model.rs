@@ -1,14 +1,15 @@
 //! Model-based property test: random sequences of writes, guards, reads,
 //! flushes, syncs, injected write and fdatasync faults, crashes and
 //! close/reopen, for every engine and random page sizes, buffer bounds,
-//! read caches, stripes and sync lanes, checked by
+//! read caches, stripes, sync lanes and commit strategies (`Auto`
+//! switching every few commits), checked by
 //! `pagewriter::testing::model::check` (see its docs for what is checked).
 //!
 //! `PROPTEST_CASES=100000 cargo test --release --test model` for a long run.
 
 use pagewriter::testing::WriteFault;
 use pagewriter::testing::model::{MAX_PAGES, ModelConfig, Op, check, check_torn};
-use pagewriter::{FlushEngine, TornWrites};
+use pagewriter::{CommitStrategy, FlushEngine, TornWrites};
 use proptest::prelude::*;
 
 fn cases() -> u32 {
@@ -66,6 +67,11 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
             TornWrites::Atomic,
             TornWrites::DoubleWrite,
         ]),
+        prop::sample::select(vec![
+            CommitStrategy::Auto,
+            CommitStrategy::Group,
+            CommitStrategy::Direct,
+        ]),
     )
         .prop_map(
             |(
@@ -78,6 +84,7 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                 commit_dsync,
                 rounds_in_flight,
                 torn_writes,
+                commit_strategy,
             )| {
                 ModelConfig {
                     engine,
@@ -91,6 +98,7 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                     dir: None,
                     direct: false,
                     torn_writes,
+                    commit_strategy,
                 }
             },
         )
@@ -101,6 +109,9 @@ proptest! {
 
     #[test]
     fn file_matches_model(cfg in model_config(), ops in prop::collection::vec(op(), 1..150)) {
+        // `Auto` ends an epoch every commit and probes every other epoch:
+        // a sequence switches between group and direct commits.
+        pagewriter::testing::auto_commit_epochs(1, 1);
         if let Err(e) = check(&cfg, &ops) {
             prop_assert!(false, "{e}\nconfig {cfg:?}");
         }
@@ -112,6 +123,7 @@ proptest! {
 /// are skipped there). A quarter of the cases: every case makes a file.
 #[test]
 fn real_file_matches_model() {
+    pagewriter::testing::auto_commit_epochs(1, 1);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let uring = {
         let probe = pagewriter::PagedCachedFile::open(
@@ -175,6 +187,7 @@ fn checker_reports_disagreements() {
         dir: None,
         direct: false,
         torn_writes: pagewriter::TornWrites::Allow,
+        commit_strategy: CommitStrategy::Group,
     };
     // A plain sequence passes.
     let ok = vec![
@@ -232,6 +245,7 @@ fn crashy_op() -> impl Strategy<Value = Op> {
 /// from `TORN_CASES=10000`).
 #[test]
 fn torn_pages_only_where_allowed() {
+    pagewriter::testing::auto_commit_epochs(1, 1);
     let cases: u32 = std::env::var("TORN_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -275,6 +289,7 @@ fn torn_pages_only_where_allowed() {
                         dir: None,
                         direct: false,
                         torn_writes: mode,
+                        commit_strategy: CommitStrategy::Auto,
                     };
                     crashes.set(
                         crashes.get()

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pagewriter::testing::{CrashBackend, FaultyBackend, WriteFault};
-use pagewriter::{Config, Error, PagedCachedFile};
+use pagewriter::{CommitStrategy, Config, Error, PagedCachedFile};
 
 const PS: usize = 512;
 
@@ -75,7 +75,16 @@ fn assert_page(img: &[u8], page: u64, version: u64, what: &str) {
 /// and the shared page ends as the last version written.
 #[test]
 fn a_successful_sync_covers_everything_written_before_it() {
-    check(|| sync_covers_everything(false));
+    check(|| sync_covers_everything(config(3)));
+}
+
+/// The same with every commit direct: each caller writes what it drained
+/// and `fdatasync`s itself unless a completed `fdatasync` covers its
+/// writes. A caller that skipped its `fdatasync` on a watermark that does
+/// not cover it would find a page missing from the durable image.
+#[test]
+fn a_direct_commit_never_skips_an_fdatasync_its_writes_need() {
+    check(|| sync_covers_everything(config(3).commit_strategy(CommitStrategy::Direct)));
 }
 
 /// The same with `commit_dsync`: a round that goes out as one durable
@@ -83,12 +92,12 @@ fn a_successful_sync_covers_everything_written_before_it() {
 /// taken for a sync of pages another flush wrote before it.
 #[test]
 fn a_durable_write_round_covers_everything_written_before_it() {
-    check(|| sync_covers_everything(true));
+    check(|| sync_covers_everything(config(3).commit_dsync(true)));
 }
 
-fn sync_covers_everything(commit_dsync: bool) {
+fn sync_covers_everything(config: Config) {
     {
-        let (be, f) = file_with(config(3).commit_dsync(commit_dsync));
+        let (be, f) = file_with(config);
         let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
         let writers: Vec<_> = (0..3u64)
             .map(|t| {
@@ -128,8 +137,19 @@ fn sync_covers_everything(commit_dsync: bool) {
 /// poisoned from then on.
 #[test]
 fn a_failed_fdatasync_poisons_and_nobody_hangs() {
-    check(|| {
-        let (be, f) = file();
+    check(|| failed_fdatasync(config(3)));
+}
+
+/// The same with every commit direct (the callers' `fdatasync`s overlap on
+/// their own lanes).
+#[test]
+fn a_failed_direct_fdatasync_poisons_and_nobody_hangs() {
+    check(|| failed_fdatasync(config(3).commit_strategy(CommitStrategy::Direct)));
+}
+
+fn failed_fdatasync(config: Config) {
+    {
+        let (be, f) = file_with(config);
         // The second fdatasync fails.
         be.schedule_syncs([false, true]);
         let workers: Vec<_> = (0..3u64)
@@ -167,7 +187,7 @@ fn a_failed_fdatasync_poisons_and_nobody_hangs() {
         if f.is_poisoned() {
             assert!(matches!(f.sync(), Err(Error::Poisoned)));
         }
-    });
+    }
 }
 
 /// A commit round whose write fails puts its pages back in the write
@@ -236,6 +256,16 @@ fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
 #[test]
 fn writer_threads_write_every_run_and_report_the_failed_one() {
     check(|| failed_write_under_concurrent_commits(config(8).write_threads(2)));
+}
+
+/// The same with direct commits: a caller's flush that drained after a
+/// failed write of another caller's drain writes those pages again before
+/// it syncs.
+#[test]
+fn a_direct_commit_covers_pages_another_caller_failed_to_write() {
+    check(|| {
+        failed_write_under_concurrent_commits(config(8).commit_strategy(CommitStrategy::Direct))
+    });
 }
 
 fn failed_write_under_concurrent_commits(config: Config) {
@@ -484,8 +514,19 @@ fn rounds_in_flight_never_write_one_page_twice_at_once() {
 /// round's `fdatasync` starts only after every write drained before it.
 #[test]
 fn no_crash_image_loses_an_acknowledged_commit_while_rounds_overlap() {
-    check(|| {
-        let (be, f) = file_with(config(8).rounds_in_flight(3));
+    check(|| no_crash_image_loses_a_commit(config(8).rounds_in_flight(3)));
+}
+
+/// The same with direct commits: the callers' writes of the hot page
+/// overlap (each from its own inline slot) and their `fdatasync`s too.
+#[test]
+fn no_crash_image_loses_an_acknowledged_direct_commit() {
+    check(|| no_crash_image_loses_a_commit(config(8).commit_strategy(CommitStrategy::Direct)));
+}
+
+fn no_crash_image_loses_a_commit(config: Config) {
+    {
+        let (be, f) = file_with(config);
         let seen = Arc::clone(&be);
         hot_page_committers(&f, move |t, i, p, v| {
             for seed in 0..4 {
@@ -500,7 +541,7 @@ fn no_crash_image_loses_an_acknowledged_commit_while_rounds_overlap() {
             }
         });
         f.close().unwrap();
-    });
+    }
 }
 
 /// `flush` hands every page buffered before it to the OS, even one that a

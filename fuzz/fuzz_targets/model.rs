@@ -27,6 +27,11 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
         dir: None,
         direct: false,
         torn_writes: pagewriter::TornWrites::Allow,
+        commit_strategy: match u.int_in_range(0..=2u8)? {
+            0 => pagewriter::CommitStrategy::Auto,
+            1 => pagewriter::CommitStrategy::Group,
+            _ => pagewriter::CommitStrategy::Direct,
+        },
     })
 }
 

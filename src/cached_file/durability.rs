@@ -119,6 +119,21 @@ impl Durability {
         }
     }
 
+    /// Takes a free lane, unless (or until, while waiting for one) a
+    /// completed `fdatasync` covered `write_seq` up to `covers`: `None`.
+    pub(crate) fn take_lane_unless_covered(&self, covers: u64) -> Option<usize> {
+        let mut lanes = self.lanes.lock();
+        loop {
+            if self.fsynced() >= covers {
+                return None;
+            }
+            if let Some(lane) = lanes.pop() {
+                return Some(lane);
+            }
+            self.lane_free.wait(&mut lanes);
+        }
+    }
+
     /// Gives a lane back.
     pub(crate) fn put_lane(&self, lane: usize) {
         self.lanes.lock().push(lane);

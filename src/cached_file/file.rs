@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::cache::ReadCache;
-use super::commit::GroupCommit;
+use super::commit::Commit;
 use super::config::Config;
 use super::doublewrite::Recovery;
 use super::durability::Durability;
@@ -64,8 +64,8 @@ pub struct PagedCachedFile {
     torn: TornProtection,
     /// Drain, write slots, generations, the file's size on the OS.
     flush: FlushPipeline,
-    /// Rounds of `sync` callers.
-    commit: GroupCommit,
+    /// Group or direct commits, and the chooser between them.
+    commit: Commit,
 }
 
 impl std::fmt::Debug for PagedCachedFile {
@@ -205,6 +205,7 @@ impl PagedCachedFile {
         };
         let slots = open::write_slots(&backend, &config, writer, engine, atomic_max)?;
         let lanes = config.sync_lanes.min(backend.sync_lanes());
+        let inline_copy_align = io_mode.direct.map(|_| config.page_align);
         let stripes = config.stripes;
         Ok(Self {
             backend,
@@ -221,8 +222,18 @@ impl PagedCachedFile {
             durability: Durability::new(lanes),
             life: Lifecycle::new(read_only, locked),
             torn: TornProtection::new(atomic_max, area, recovery),
-            flush: FlushPipeline::new(len, slots, run_bytes),
-            commit: GroupCommit::new(config.rounds_in_flight, config.commit_dsync),
+            flush: FlushPipeline::new(
+                len,
+                slots,
+                run_bytes,
+                inline_copy_align,
+                atomic_max.map(|_| config.page_align),
+            ),
+            commit: Commit::new(
+                config.commit_strategy,
+                config.rounds_in_flight,
+                config.commit_dsync,
+            ),
             config,
         })
     }
@@ -302,7 +313,10 @@ impl PagedCachedFile {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        self.counters.snapshot(self.buffer.buffered() as u64)
+        let mut s = self.counters.snapshot(self.buffer.buffered() as u64);
+        s.direct_commits = self.commit.direct_commits();
+        s.strategy_switches = self.commit.switches();
+        s
     }
 
     /// Writes `data` at byte `offset`. Both must be multiples of the page

@@ -64,13 +64,19 @@ use std::sync::atomic::Ordering;
 use super::batch::{Batch, Pass, Settled, SpareBatches, Written, panicked, unstaged};
 use super::doublewrite::{Area, CHECKPOINT_BYTES};
 use super::flusher::Flusher;
+use super::gather::GatherBuf;
 use super::generations::Generations;
 use super::parts::Parts;
 use super::slots::{WriteSlot, WriteSlots};
 use super::stats::{add, add_elapsed};
+use super::writer::RunWriter;
 use crate::coalesce::{RunLimits, coalesce, split_for_atomic};
 use crate::error::{Error, Result};
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
+
+/// Most direct commits writing at once (each from an inline write slot of
+/// its own); more wait for a slot.
+pub const MAX_DIRECT_WRITERS: usize = 64;
 
 /// The flush pipeline of one file (see the module docs).
 pub(crate) struct FlushPipeline {
@@ -79,6 +85,14 @@ pub(crate) struct FlushPipeline {
     flusher: Mutex<Flusher>,
     /// Free write slots ([`Config::rounds_in_flight`](crate::Config::rounds_in_flight)).
     slots: WriteSlots,
+    /// Inline write slots of direct commits (`pwritev` from the committing
+    /// thread), made on demand up to [`MAX_DIRECT_WRITERS`].
+    inline: WriteSlots,
+    /// How an inline slot copies: under `O_DIRECT` the page alignment
+    /// (scattered runs are gathered), and with atomic pieces the page
+    /// alignment for their copy buffer.
+    inline_copy_align: Option<usize>,
+    inline_atomic_align: Option<usize>,
     /// In-flight generations, in drain order.
     gens: Generations<Settled>,
     /// Emptied vectors of retired batches, reused by the next drain.
@@ -93,11 +107,22 @@ pub(crate) struct FlushPipeline {
 
 impl FlushPipeline {
     /// A pipeline over a file of `os_len` bytes writing from `slots`, runs
-    /// of at most `max_run_bytes`.
-    pub(crate) fn new(os_len: u64, slots: Vec<WriteSlot>, max_run_bytes: usize) -> Self {
+    /// of at most `max_run_bytes`; inline slots copy runs aligned to
+    /// `inline_copy_align` (under `O_DIRECT`) and atomic pieces aligned to
+    /// `inline_atomic_align`.
+    pub(crate) fn new(
+        os_len: u64,
+        slots: Vec<WriteSlot>,
+        max_run_bytes: usize,
+        inline_copy_align: Option<usize>,
+        inline_atomic_align: Option<usize>,
+    ) -> Self {
         Self {
             flusher: Mutex::new(Flusher::new(os_len)),
             slots: WriteSlots::new(slots),
+            inline: WriteSlots::new(Vec::new()),
+            inline_copy_align,
+            inline_atomic_align,
             gens: Generations::new(),
             spare: SpareBatches::new(),
             cut_pending: AtomicBool::new(false),
@@ -112,7 +137,7 @@ impl FlushPipeline {
     /// Errors: pages that failed to write (`PagesFailed`; they stay dirty),
     /// or the file could not be extended to its length.
     pub(crate) fn flush_to_os(&self, p: &Parts<'_>) -> Result<bool> {
-        let pass = self.flush_pass(p, false, 0, false);
+        let pass = self.flush_pass(p, false, 0, false, false);
         if let Some(batch) = pass.batch {
             self.settle(p, batch);
         }
@@ -136,13 +161,16 @@ impl FlushPipeline {
     /// engine can, `write_seq` still equals `synced_before` and no other
     /// write is in flight (`Pass::durable_seq`). `alone`: no commit round
     /// is syncing meanwhile, so a one-run batch goes out inline whatever
-    /// the engine (`RunWriter::writes_inline`).
+    /// the engine (`RunWriter::writes_inline`). `inline`: a direct commit,
+    /// whose batch is written from this thread with `pwritev` from an
+    /// inline slot of its own, beside other direct commits' writes.
     pub(crate) fn flush_pass(
         &self,
         p: &Parts<'_>,
         dsync: bool,
         synced_before: u64,
         alone: bool,
+        inline: bool,
     ) -> Pass {
         let mut pass = Pass {
             batch: None,
@@ -176,7 +204,7 @@ impl FlushPipeline {
                 }
                 Some(batch) => {
                     let dsync = (dsync && first_pass).then_some(synced_before);
-                    let w = self.write_batch(p, f, batch, dsync, alone, len);
+                    let w = self.write_batch(p, f, batch, dsync, alone, len, inline);
                     pass.wrote = true;
                     pass.durable_seq = w.durable_seq;
                     if let Some(e) = w.error {
@@ -210,6 +238,7 @@ impl FlushPipeline {
     /// length (whose tail is cut after the write) is written under `f`
     /// once every older generation has written: no other write is in flight
     /// beside it.
+    #[allow(clippy::too_many_arguments)]
     fn write_batch(
         &self,
         p: &Parts<'_>,
@@ -218,8 +247,15 @@ impl FlushPipeline {
         dsync: Option<u64>,
         alone: bool,
         len: u64,
+        inline: bool,
     ) -> Written {
-        let mut slot = self.slots.take();
+        let slots = if inline { &self.inline } else { &self.slots };
+        let mut slot = if inline {
+            self.inline
+                .take_or_make(MAX_DIRECT_WRITERS, || self.inline_slot())
+        } else {
+            self.slots.take()
+        };
         let limits = RunLimits {
             max_pages: p.config.max_run_pages,
             max_bytes: self.max_run_bytes,
@@ -231,7 +267,7 @@ impl FlushPipeline {
             batch.requeue(p);
             self.gens.log_requeue(batch.drain_no);
             self.gens.mark_written(batch.id);
-            self.slots.put(slot);
+            slots.put(slot);
             return Written {
                 batch,
                 error: Some(e),
@@ -328,7 +364,7 @@ impl FlushPipeline {
                 w.some_written
             }
         };
-        self.slots.put(slot);
+        slots.put(slot);
         let mut seq_after = None;
         if some_written {
             // Those runs reached the OS: a later sync must cover them.
@@ -388,6 +424,18 @@ impl FlushPipeline {
             error,
             durable_seq,
         }
+    }
+
+    /// A write slot of a direct commit: `pwritev` from the committing
+    /// thread (no writer threads, no ring), copying scattered runs under
+    /// `O_DIRECT` as the pwritev engine does.
+    fn inline_slot(&self) -> WriteSlot {
+        let writer = RunWriter::Vectored {
+            iovecs: Vec::new(),
+            pool: None,
+            copy: self.inline_copy_align.map(GatherBuf::new),
+        };
+        WriteSlot::new(writer, self.inline_atomic_align)
     }
 
     /// After a failed write (`cut_pending`): once no write is in flight

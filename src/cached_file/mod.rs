@@ -36,7 +36,7 @@
 //! | `Durability` | `durability.rs` | `write_seq`, the durable watermark, `unstaged_at`, the sync lanes |
 //! | `TornProtection` | `torn.rs`, `doublewrite.rs` | atomic piece size, or the doublewrite area and its recovery |
 //! | `FlushPipeline` | `flush.rs` (+ `flusher.rs`, `generations.rs`, `slots.rs`, `batch.rs`) | the drain lock and the file's size on the OS, write slots, in-flight generations |
-//! | `GroupCommit` | `commit.rs` | tickets, rounds, their condvars |
+//! | `Commit` | `commit.rs` (+ `group.rs`, `direct.rs`, `chooser.rs`) | group commit rounds (tickets, rounds, their condvars), direct commits, the chooser between them |
 //!
 //! The read path (`read.rs`) and the guard type (`guard.rs`) own nothing;
 //! the run writers (`writer.rs`, `writer_pool.rs`, `gather.rs`) are what a
@@ -56,8 +56,10 @@
 
 mod batch;
 mod cache;
+mod chooser;
 mod commit;
 mod config;
+mod direct;
 mod doublewrite;
 mod durability;
 mod file;
@@ -65,6 +67,7 @@ mod flush;
 mod flusher;
 mod gather;
 mod generations;
+mod group;
 mod guard;
 mod length;
 mod lifecycle;
@@ -80,13 +83,18 @@ mod writer;
 mod writer_pool;
 
 pub use crate::backend::{DirectIo, FlushEngine, IoMode};
+pub use chooser::CommitStrategy;
 pub use config::{
     Config, DEFAULT_WRITE_THREADS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
     MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
 };
 pub use doublewrite::Recovery;
 pub use file::PagedCachedFile;
+pub use flush::MAX_DIRECT_WRITERS;
 pub use guard::WritablePage;
 pub use pages::PageRef;
 pub use stats::Stats;
 pub use torn::TornWrites;
+
+#[cfg(feature = "testing")]
+pub(crate) use chooser::set_test_tuning;

@@ -264,8 +264,14 @@ pub(crate) fn write_slots(
     }
     let mut slots = Vec::with_capacity(writers.len());
     for mut w in writers {
+        // No writer threads on a buffered file: its writes copy into the
+        // page cache, where more threads cost CPU for no more GB/s (see
+        // `Config::write_threads`). A backend without a file writes as it
+        // writes, and gets them.
+        let page_cache = backend.file().is_some() && backend.dio_align().is_none();
         if let RunWriter::Vectored { pool, .. } = &mut w
             && config.write_threads > 1
+            && !page_cache
         {
             let copy_align = backend.dio_align().map(|_| config.page_align);
             let helpers =

@@ -1,6 +1,9 @@
 //! Write slots: what one flush writes with (its runs, their scratch and
 //! the run writer), one per flush writing at once
-//! ([`Config::rounds_in_flight`](crate::Config::rounds_in_flight) of them).
+//! ([`Config::rounds_in_flight`](crate::Config::rounds_in_flight) of them
+//! for flushes and group commit rounds; the inline slots of direct
+//! commits are made as committers need them, up to
+//! [`MAX_DIRECT_WRITERS`](crate::MAX_DIRECT_WRITERS)).
 //!
 //! Owns: the free slots under one lock and a condvar. Calls: nothing.
 //! A flush takes a free slot with `flusher` held (waiting while all are
@@ -41,33 +44,60 @@ impl WriteSlot {
 
 /// The free write slots (see the module docs).
 pub(crate) struct WriteSlots {
-    free: Mutex<Vec<WriteSlot>>,
+    free: Mutex<Free>,
     slot_free: Condvar,
+}
+
+struct Free {
+    slots: Vec<WriteSlot>,
+    /// Slots made so far (free or in use).
+    made: usize,
 }
 
 impl WriteSlots {
     pub(crate) fn new(slots: Vec<WriteSlot>) -> Self {
         Self {
-            free: Mutex::new(slots),
+            free: Mutex::new(Free {
+                made: slots.len(),
+                slots,
+            }),
             slot_free: Condvar::new(),
+        }
+    }
+
+    /// Takes a free slot, or makes one with `make` while fewer than `max`
+    /// exist (slots of direct commits, one per committer writing at
+    /// once), else waits for one.
+    pub(crate) fn take_or_make(&self, max: usize, make: impl FnOnce() -> WriteSlot) -> WriteSlot {
+        let mut free = self.free.lock();
+        loop {
+            if let Some(slot) = free.slots.pop() {
+                return slot;
+            }
+            if free.made < max {
+                free.made += 1;
+                drop(free);
+                return make();
+            }
+            self.slot_free.wait(&mut free);
         }
     }
 
     /// Takes a free write slot, waiting for one while all are writing.
     /// Called with `flusher` held (slots come back without it).
     pub(crate) fn take(&self) -> WriteSlot {
-        let mut slots = self.free.lock();
+        let mut free = self.free.lock();
         loop {
-            if let Some(slot) = slots.pop() {
+            if let Some(slot) = free.slots.pop() {
                 return slot;
             }
-            self.slot_free.wait(&mut slots);
+            self.slot_free.wait(&mut free);
         }
     }
 
     /// Gives a slot back once its writes completed.
     pub(crate) fn put(&self, slot: WriteSlot) {
-        self.free.lock().push(slot);
+        self.free.lock().slots.push(slot);
         self.slot_free.notify_one();
     }
 }

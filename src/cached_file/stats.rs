@@ -52,6 +52,13 @@ pub struct Stats {
     pub commit_rounds: u64,
     /// Largest number of `sync()` callers served by one round.
     pub max_commit_group: u64,
+    /// Of `commits`, those made as direct commits (each caller its own
+    /// leader, [`CommitStrategy::Direct`](crate::CommitStrategy::Direct),
+    /// or where `Auto` found it faster); the rest went through rounds.
+    pub direct_commits: u64,
+    /// Times [`CommitStrategy::Auto`](crate::CommitStrategy::Auto)
+    /// switched between group and direct commits.
+    pub strategy_switches: u64,
     /// Sum over the rounds started of the rounds in flight (writing or
     /// syncing, not yet published) at each start, that one included: see
     /// [`mean_rounds_in_flight`](Self::mean_rounds_in_flight).
@@ -71,12 +78,13 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Average number of `sync()` callers per group-commit round.
+    /// Average number of `sync()` callers per group-commit round (direct
+    /// commits left out).
     pub fn avg_commit_group(&self) -> f64 {
         if self.commit_rounds == 0 {
             0.0
         } else {
-            self.commits as f64 / self.commit_rounds as f64
+            self.commits.saturating_sub(self.direct_commits) as f64 / self.commit_rounds as f64
         }
     }
 
@@ -138,6 +146,8 @@ impl Counters {
             commits: self.commits.load(Relaxed),
             commit_rounds: self.commit_rounds.load(Relaxed),
             max_commit_group: self.max_commit_group.load(Relaxed),
+            direct_commits: 0,
+            strategy_switches: 0,
             rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),
             backpressure_waits: self.backpressure_waits.load(Relaxed),
             buffer_hits: self.buffer_hits.load(Relaxed),

@@ -9,6 +9,16 @@ mod scratch_fs;
 
 pub use scratch_fs::{FsKind, ScratchFs};
 
+/// For tests of an engine on top, and the crate's own: makes
+/// [`CommitStrategy::Auto`](crate::CommitStrategy::Auto) end an epoch
+/// every `commits` commits (at least 1) and probe the other way after
+/// `probe_every` epochs of the incumbent, so a short test sees both ways
+/// and the switches between them. Process-wide; `0` restores the built-in
+/// tuning (epochs of 128 commits, a probe every 8 epochs).
+pub fn auto_commit_epochs(commits: usize, probe_every: u32) {
+    crate::cached_file::set_test_tuning(commits, probe_every);
+}
+
 /// Whether this machine lets a process set up an io_uring ring (the kernel
 /// has it, `io_uring_disabled` allows it, seccomp does not refuse it), so
 /// tests can skip io_uring cases with a message instead of failing.

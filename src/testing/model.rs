@@ -28,7 +28,7 @@ use super::Rng;
 use super::{CrashBackend, FaultyBackend, WriteFault};
 use crate::backend::AtomicUnit;
 use crate::backend::{FileBackend, StorageBackend};
-use crate::cached_file::{Config, FlushEngine, PagedCachedFile, TornWrites};
+use crate::cached_file::{CommitStrategy, Config, FlushEngine, PagedCachedFile, TornWrites};
 use crate::error::Error;
 
 /// Pages the model addresses: 0..MAX_PAGES.
@@ -116,6 +116,11 @@ pub struct ModelConfig {
     /// ([`FileBackend::open_direct`]), so the aligned write paths and the
     /// preallocation of a growing file run too. Ignored without `dir`.
     pub direct: bool,
+    /// [`Config::commit_strategy`]. `Direct` with `commit_dsync` runs as
+    /// `Auto` (the pair is refused). With `Auto`, call
+    /// [`auto_commit_epochs`](crate::testing::auto_commit_epochs) for
+    /// switches within a short sequence.
+    pub commit_strategy: CommitStrategy,
     /// [`Config::torn_writes`]. In memory, the file takes atomic writes of
     /// [`MODEL_ATOMIC_UNIT`] and has a doublewrite area beside it (a
     /// second [`CrashBackend`], crashed with the file); on a real file
@@ -142,6 +147,10 @@ impl ModelConfig {
             .stripes(self.stripes)
             .sync_lanes(self.sync_lanes)
             .commit_dsync(self.commit_dsync)
+            .commit_strategy(match self.commit_strategy {
+                CommitStrategy::Direct if self.commit_dsync => CommitStrategy::Auto,
+                s => s,
+            })
             .rounds_in_flight(self.rounds_in_flight)
             .torn_writes(self.torn_writes)
             .max_run_pages(5)

@@ -20,8 +20,16 @@ use crate::datagen::{GenConfig, Generator};
 use crate::rng::WyRand;
 use pagewriter::error::{Error, Result};
 use pagewriter::{
-    Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats, StorageBackend, TornWrites,
+    CommitStrategy, Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats,
+    StorageBackend, TornWrites,
 };
+
+fn strategy_name<S: serde::Serializer>(
+    s: &CommitStrategy,
+    ser: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    ser.serialize_str(s.name())
+}
 
 /// What a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +111,73 @@ pub enum CommitKind {
     Flush,
 }
 
+/// How each cell's file is laid out before its clock starts. The file
+/// system's cost of a commit depends on it more than on anything the page
+/// writer tunes: a fresh block carries an allocation into the commit's
+/// `fdatasync`, an unwritten extent a conversion, a written block nothing
+/// (fio's commit job measured 7.7k, 13.2k and 31.8k commits/s at 8 jobs on
+/// this crate's test disk, `.project/commit-layouts.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layout {
+    /// A fresh file that fresh pages extend: every flush allocates new
+    /// blocks (an engine appending, or growing its file page by page).
+    #[default]
+    Growing,
+    /// [`ScaleConfig::preallocate_bytes`] reserved with `fallocate` (mode
+    /// 0: unwritten extents, as fio's `--fallocate=native` lays out its
+    /// file) before the clock starts; writes land inside and convert the
+    /// extents. Pages past the region extend the file.
+    Preallocated,
+    /// [`ScaleConfig::preallocate_bytes`] written (zeros, `O_DIRECT` where
+    /// the file system takes it) and synced before the clock starts, and
+    /// the transactions' pages wrap around inside it: every write is an
+    /// overwrite of a written block, no allocation and no size change (a
+    /// database file's steady state).
+    Written,
+}
+
+impl Layout {
+    /// The layout's name, as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Growing => "growing",
+            Layout::Preallocated => "preallocated",
+            Layout::Written => "written",
+        }
+    }
+}
+
+/// How transactions fill their pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fill {
+    /// Each page is taken as a zeroed guard ([`PagedCachedFile::overwrite`])
+    /// and filled in place with the generator's bytes (the configured dedup
+    /// and compression ratios): an engine building its pages in the
+    /// buffer, as redb does. The default.
+    #[default]
+    Random,
+    /// Each transaction copies its pages in with one
+    /// [`PagedCachedFile::write_page`] from a buffer filled once per
+    /// thread, with the transaction's number stamped into the first 8
+    /// bytes of every page (no two writes carry the same bytes, as fio's
+    /// `scramble_buffers`): an engine handing over page images it already
+    /// has, and the CPU cost per write of fio's own jobs, for comparisons
+    /// with fio.
+    Fixed,
+}
+
+impl Fill {
+    /// The fill's name, as on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fill::Random => "random",
+            Fill::Fixed => "fixed",
+        }
+    }
+}
+
 /// Settings of a scale run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleConfig {
@@ -136,6 +211,10 @@ pub struct ScaleConfig {
     /// Commit rounds writing at once ([`Config::rounds_in_flight`]).
     /// Default 1.
     pub rounds_in_flight: usize,
+    /// How `sync` commits ([`Config::commit_strategy`]). Default
+    /// [`CommitStrategy::Auto`].
+    #[serde(serialize_with = "strategy_name")]
+    pub commit_strategy: CommitStrategy,
     /// One-run commit rounds write with `RWF_DSYNC`
     /// ([`Config::commit_dsync`]). Default off.
     pub commit_dsync: bool,
@@ -161,13 +240,17 @@ pub struct ScaleConfig {
     /// Read cache budget in bytes ([`Config::read_cache_bytes`]; CLOCK
     /// eviction). Default 0 (no read cache).
     pub read_cache_bytes: usize,
-    /// Bytes of blocks reserved in each cell's file before its clock starts
-    /// (`fallocate` mode 0, so the file is that long and its writes land
+    /// How each cell's file is laid out before its clock starts. Default
+    /// [`Layout::Growing`].
+    pub layout: Layout,
+    /// How transactions fill their pages. Default [`Fill::Random`].
+    pub fill: Fill,
+    /// Bytes of each cell's file laid out before its clock starts with
+    /// [`Layout::Preallocated`] (reserved with `fallocate`) or
+    /// [`Layout::Written`] (written and synced; the pages wrap around
     /// inside it), split evenly over the files of a separate-files cell.
-    /// This is the layout fio's jobs write into (`--fallocate=native`,
-    /// laid out before the job runs) and an engine that grows its file in
-    /// large steps; without it fresh pages extend the file, and every flush
-    /// allocates its runs. Default 0 (none). At most `i64::MAX`.
+    /// Must be 0 with [`Layout::Growing`] and at least one transaction per
+    /// thread with the others. At most `i64::MAX`.
     pub preallocate_bytes: u64,
     /// `O_DIRECT` or buffered. Default [`DirectIo::Auto`]: with buffered
     /// I/O the kernel's writeback coalesces per-page writes itself, which
@@ -196,6 +279,7 @@ impl Default for ScaleConfig {
             sync_lanes: Config::default().sync_lanes,
             rounds_in_flight: Config::default().rounds_in_flight,
             commit_dsync: Config::default().commit_dsync,
+            commit_strategy: Config::default().commit_strategy,
             torn_writes: Config::default().torn_writes,
             write_threads: Config::default().write_threads,
             max_write_bytes: Config::default().max_write_bytes,
@@ -204,6 +288,8 @@ impl Default for ScaleConfig {
             compress_ratio: 1.0,
             reads_per_txn: 0,
             read_cache_bytes: 0,
+            layout: Layout::Growing,
+            fill: Fill::Random,
             preallocate_bytes: 0,
             force: false,
         }
@@ -268,6 +354,20 @@ impl ScaleConfig {
             .saturating_add(threads.saturating_mul(txn))
     }
 
+    /// With [`Layout::Written`], the page number the transactions' fresh
+    /// pages wrap around at in a file of `pages` laid-out pages: whole
+    /// transactions only, so none straddles the end and the file never
+    /// grows. `None` for the other layouts.
+    pub fn wrap_pages(&self, pages: u64) -> Option<u64> {
+        match self.layout {
+            Layout::Written => {
+                let fresh = (self.pages_per_txn - self.rewrites_per_txn()).max(1) as u64;
+                Some((pages / fresh * fresh).max(fresh))
+            }
+            _ => None,
+        }
+    }
+
     /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
     /// first bad one, [`Error::InvalidPageSize`].
     pub fn validate(&self) -> Result<()> {
@@ -302,6 +402,24 @@ impl ScaleConfig {
         if i64::try_from(self.preallocate_bytes).is_err() {
             return bad("preallocation above i64::MAX bytes is not supported");
         }
+        let txn_bytes = (self.pages_per_txn as u64).saturating_mul(self.page_size as u64);
+        let threads = self.threads.iter().copied().max().unwrap_or(1) as u64;
+        match self.layout {
+            Layout::Growing if self.preallocate_bytes > 0 => {
+                return bad("a growing layout lays nothing out: its size must be 0");
+            }
+            Layout::Preallocated | Layout::Written
+                if self.preallocate_bytes < txn_bytes.saturating_mul(threads) =>
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "a {} layout of {} bytes is below one transaction per thread ({} bytes)",
+                    self.layout.name(),
+                    self.preallocate_bytes,
+                    txn_bytes.saturating_mul(threads)
+                )));
+            }
+            _ => {}
+        }
         // The page size is also the generator's block size: say "page
         // size" before the generator says "block size".
         if !self.page_size.is_power_of_two() || !(512..=1 << 20).contains(&self.page_size) {
@@ -323,6 +441,8 @@ impl ScaleConfig {
                 .rounds_in_flight(self.rounds_in_flight)
                 .write_threads(self.write_threads)
                 .max_write_bytes(self.max_write_bytes)
+                .commit_strategy(self.commit_strategy)
+                .commit_dsync(self.commit_dsync)
                 .engine(engine)
                 .validate()?;
         }
@@ -480,20 +600,51 @@ pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<Scal
     })
 }
 
-/// A scratch file in `dir`, removed on drop, with `preallocate` bytes of
-/// blocks reserved (none for 0).
+/// A scratch file in `dir`, removed on drop, laid out as `layout` over
+/// `bytes` (nothing for [`Layout::Growing`]).
 ///
-/// Errors: the file cannot be created, or `fallocate` fails (`ENOSPC`,
-/// or a file system without it: [`Error::Io`], op `"fallocate"`); the file
-/// is removed either way.
-fn temp_file(dir: &Path, preallocate: u64) -> Result<tempfile::NamedTempFile> {
+/// Errors: the file cannot be created; `fallocate` fails (`ENOSPC`, or a
+/// file system without it: [`Error::Io`], op `"fallocate"`); writing or
+/// syncing the written layout fails (op `"lay out: pwrite"` or `"lay out:
+/// fdatasync"`). The file is removed either way.
+fn temp_file(dir: &Path, layout: Layout, bytes: u64) -> Result<tempfile::NamedTempFile> {
     let t = crate::scratch::create(dir, "scale")?;
-    if preallocate > 0 {
-        FileBackend::open(t.path())
-            .and_then(|b| b.allocate(0, preallocate))
-            .map_err(|e| Error::io("fallocate", Some(0), e))?;
+    match layout {
+        Layout::Growing => {}
+        Layout::Preallocated => {
+            FileBackend::open(t.path())
+                .and_then(|b| b.allocate(0, bytes))
+                .map_err(|e| Error::io("fallocate", Some(0), e))?;
+        }
+        Layout::Written => write_zeros(t.path(), bytes)?,
     }
     Ok(t)
+}
+
+/// Writes `bytes` of zeros at the start of the file at `path` in 1 MiB
+/// writes (`O_DIRECT` where the file system takes it, so the page cache is
+/// not filled) and syncs it: every block written, nothing left to
+/// allocate or convert.
+fn write_zeros(path: &Path, bytes: u64) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let opts = pagewriter::OpenOptions::new().lock(false);
+    let (file, _) = pagewriter::backend::open_with_options(path, &opts, DirectIo::Auto, &|_| None)?;
+    let align = file
+        .dio_align()
+        .map_or(4096, |a| a.memory as usize)
+        .max(4096);
+    let buf = pagewriter::buffer::AlignedBuf::zeroed(CHUNK, align).ok_or(Error::NoMemory {
+        bytes: CHUNK as u64,
+    })?;
+    let mut at = 0u64;
+    while at < bytes {
+        let n = (bytes - at).min(CHUNK as u64) as usize;
+        file.write_all_at(at, &buf[..n])
+            .map_err(|e| Error::io("lay out: pwrite", Some(at), e))?;
+        at += n as u64;
+    }
+    file.sync_data()
+        .map_err(|e| Error::io("lay out: fdatasync", None, e))
 }
 
 fn open_cached(
@@ -513,6 +664,7 @@ fn open_cached(
         .sync_lanes(config.sync_lanes)
         .rounds_in_flight(config.rounds_in_flight)
         .commit_dsync(config.commit_dsync)
+        .commit_strategy(config.commit_strategy)
         .torn_writes(config.torn_writes)
         .write_threads(config.write_threads)
         .max_write_bytes(config.max_write_bytes)
@@ -534,7 +686,7 @@ pub fn run_cell(
 ) -> Result<(Cell, String)> {
     let (temps, files): (Vec<_>, Vec<_>) = match mode {
         Mode::Engine(engine) => {
-            let t = temp_file(&config.dir, config.preallocate_bytes)?;
+            let t = temp_file(&config.dir, config.layout, config.preallocate_bytes)?;
             let f = Arc::new(open_cached(&t, config, engine)?);
             (vec![t], vec![f])
         }
@@ -543,7 +695,7 @@ pub fn run_cell(
             let mut files = Vec::new();
             let share = config.preallocation_share(threads);
             for _ in 0..threads {
-                let t = temp_file(&config.dir, share)?;
+                let t = temp_file(&config.dir, config.layout, share)?;
                 files.push(Arc::new(open_cached(&t, config, FlushEngine::PerPage)?));
                 temps.push(t);
             }
@@ -562,6 +714,7 @@ pub fn run_cell(
         let margin = (free / 20).max(64 << 20);
         free.saturating_sub(margin) / files.len() as u64 / config.page_size as u64 + prealloc_pages
     });
+    let wrap_pages = config.wrap_pages(prealloc_pages);
     let room_limited = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
@@ -575,6 +728,7 @@ pub fn run_cell(
                 let stop = &stop;
                 let room = Room {
                     limit_pages,
+                    wrap_pages,
                     hit: &room_limited,
                 };
                 let seed = config.seed
@@ -631,6 +785,8 @@ pub fn run_cell(
         stats.rounds_in_flight_sum += s.rounds_in_flight_sum;
         stats.flushes += s.flushes;
         stats.max_commit_group = stats.max_commit_group.max(s.max_commit_group);
+        stats.direct_commits += s.direct_commits;
+        stats.strategy_switches += s.strategy_switches;
         stats.backpressure_waits += s.backpressure_waits;
         stats.buffer_hits += s.buffer_hits;
         stats.cache_hits += s.cache_hits;
@@ -681,6 +837,8 @@ struct Tally {
 #[derive(Clone, Copy)]
 struct Room<'a> {
     limit_pages: u64,
+    /// A written layout: page numbers wrap around below this.
+    wrap_pages: Option<u64>,
     hit: &'a AtomicBool,
 }
 
@@ -701,23 +859,60 @@ fn writer(
     let data = config.generator()?;
     let mut latency = new_histogram();
     let (mut pages, mut commits, mut reads) = (0u64, 0u64, 0u64);
-    while !stop.load(Ordering::Relaxed) {
-        let first = alloc.fetch_add(fresh, Ordering::Relaxed);
-        if first.saturating_add(fresh) > room.limit_pages {
-            room.hit.store(true, Ordering::Relaxed);
-            stop.store(true, Ordering::Relaxed);
-            break;
+    // Fill::Fixed: one transaction's pages, filled once.
+    let mut fixed = match config.fill {
+        Fill::Fixed => {
+            let mut b = vec![0u8; (fresh.max(1) * ps) as usize];
+            data.fill_at(seed.wrapping_mul(ps) % (1 << 40), &mut b)?;
+            b
         }
-        for p in first..first + fresh {
-            let mut page = file.overwrite(p * ps, ps as usize)?;
-            data.fill_at(p * ps, &mut page)?;
+        Fill::Random => Vec::new(),
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut first = alloc.fetch_add(fresh, Ordering::Relaxed);
+        match room.wrap_pages {
+            Some(wrap) => first %= wrap,
+            None if first.saturating_add(fresh) > room.limit_pages => {
+                room.hit.store(true, Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            None => {}
+        }
+        match config.fill {
+            Fill::Random => {
+                for p in first..first + fresh {
+                    let mut page = file.overwrite(p * ps, ps as usize)?;
+                    data.fill_at(p * ps, &mut page)?;
+                }
+            }
+            Fill::Fixed if fresh > 0 => {
+                for page in fixed.chunks_mut(ps as usize) {
+                    page[..8].copy_from_slice(&commits.to_le_bytes());
+                }
+                file.write_page(first * ps, &fixed)?;
+            }
+            Fill::Fixed => {}
         }
         for _ in 0..rewrites {
-            let high = alloc.load(Ordering::Relaxed);
+            let mut high = alloc.load(Ordering::Relaxed);
+            if let Some(wrap) = room.wrap_pages {
+                high = high.min(wrap);
+            }
             let p = if high == 0 { first } else { rng.below(high) };
-            let mut page = file.overwrite(p * ps, ps as usize)?;
-            // A rewrite carries other bytes: the generator's page further on.
-            data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
+            match config.fill {
+                Fill::Random => {
+                    let mut page = file.overwrite(p * ps, ps as usize)?;
+                    // A rewrite carries other bytes: the generator's page
+                    // further on.
+                    data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
+                }
+                Fill::Fixed => {
+                    let page = &mut fixed[..ps as usize];
+                    page[..8].copy_from_slice(&(!commits).to_le_bytes());
+                    file.write_page(p * ps, page)?;
+                }
+            }
         }
         pages += fresh + rewrites;
         // Reads of whole pages the transactions have allocated so far
@@ -897,10 +1092,75 @@ mod tests {
     }
 
     #[test]
+    fn a_written_layout_never_grows_the_file_and_its_pages_wrap_around() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1 MiB laid out: 16 transactions of 16 pages.
+        let config = ScaleConfig {
+            threads: vec![1],
+            layout: Layout::Written,
+            preallocate_bytes: 1 << 20,
+            rewrite_fraction: 0.125,
+            direct: DirectIo::Off,
+            ..ScaleConfig::default()
+        };
+        config.validate().unwrap();
+        let t = temp_file(dir.path(), Layout::Written, 1 << 20).unwrap();
+        let before = std::fs::read(t.path()).unwrap();
+        assert_eq!(before.len(), 1 << 20, "the layout is written out");
+        assert!(before.iter().all(|&b| b == 0));
+        let f = open_cached(&t, &config, FlushEngine::Vectored).unwrap();
+        let (alloc, stop, hit) = (
+            AtomicU64::new(0),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        );
+        let room = Room {
+            limit_pages: u64::MAX,
+            wrap_pages: config.wrap_pages(256),
+            hit: &hit,
+        };
+        let tally = std::thread::scope(|s| {
+            let w = s.spawn(|| writer(&config, &f, &alloc, &stop, room, 7));
+            std::thread::sleep(Duration::from_millis(300));
+            stop.store(true, Ordering::Relaxed);
+            w.join().unwrap().unwrap()
+        });
+        assert!(
+            tally.commits > 16,
+            "{} commits: too few to wrap",
+            tally.commits
+        );
+        assert_eq!(f.len(), 1 << 20, "the file grew past its layout");
+        drop(f);
+        assert_eq!(std::fs::metadata(t.path()).unwrap().len(), 1 << 20);
+    }
+
+    #[test]
+    fn layouts_refuse_sizes_that_do_not_fit_them() {
+        let bad = |layout, bytes| {
+            let c = ScaleConfig {
+                layout,
+                preallocate_bytes: bytes,
+                ..ScaleConfig::default()
+            };
+            matches!(c.validate(), Err(Error::InvalidConfig(_)))
+        };
+        assert!(
+            bad(Layout::Growing, 1 << 20),
+            "a growing layout lays nothing out"
+        );
+        // Below one 16-page transaction per thread (8 threads).
+        assert!(bad(Layout::Written, 8 * 16 * 4096 - 1));
+        assert!(bad(Layout::Preallocated, 4096));
+        assert!(!bad(Layout::Written, 8 * 16 * 4096));
+        assert!(!bad(Layout::Growing, 0));
+    }
+
+    #[test]
     fn a_preallocated_cell_file_holds_its_blocks_and_writes_inside_them() {
         use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let t = temp_file(dir.path(), 8 << 20).unwrap();
+        let t = temp_file(dir.path(), Layout::Preallocated, 8 << 20).unwrap();
         let m = std::fs::metadata(t.path()).unwrap();
         assert_eq!(m.len(), 8 << 20);
         assert!(m.blocks() * 512 >= 8 << 20, "{} blocks", m.blocks());

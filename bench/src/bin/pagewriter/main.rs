@@ -11,7 +11,9 @@ use pagewriter_bench::datagen;
 use pagewriter_bench::plot;
 use pagewriter_bench::workload::bulk::{self, BulkConfig, BulkRun};
 use pagewriter_bench::workload::io::{IoEngine, Rw};
-use pagewriter_bench::workload::scale::{self, CommitKind, Mode, ScaleConfig, ScaleReport};
+use pagewriter_bench::workload::scale::{
+    self, CommitKind, Fill, Layout, Mode, ScaleConfig, ScaleReport,
+};
 
 mod args;
 mod print;
@@ -53,6 +55,12 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
     if !a.path.is_dir() {
         return Err(format!("--path {} is not a directory", a.path.display()).into());
     }
+    let (layout, preallocate_bytes) = match (a.layout, a.preallocate) {
+        (None | Some(LayoutArg::Growing), None) => (Layout::Growing, 0),
+        (Some(LayoutArg::Growing), Some(n)) => (Layout::Growing, n),
+        (None | Some(LayoutArg::Preallocated), n) => (Layout::Preallocated, n.unwrap_or(4 << 30)),
+        (Some(LayoutArg::Written), n) => (Layout::Written, n.unwrap_or(1 << 30)),
+    };
     let config = ScaleConfig {
         threads: a.threads,
         modes,
@@ -75,6 +83,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         rounds_in_flight: a.rounds_in_flight,
         torn_writes: a.torn_writes.into(),
         commit_dsync: a.commit_dsync,
+        commit_strategy: a.commit_strategy.into(),
         write_threads: a.write_threads,
         max_write_bytes: usize::try_from(a.max_write_bytes)
             .map_err(|_| "--max-write-bytes too large")?,
@@ -83,7 +92,12 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         compress_ratio: a.compress,
         reads_per_txn: a.reads,
         read_cache_bytes: usize::try_from(a.read_cache).map_err(|_| "--read-cache too large")?,
-        preallocate_bytes: a.preallocate,
+        layout,
+        fill: match a.fill {
+            FillArg::Random => Fill::Random,
+            FillArg::Fixed => Fill::Fixed,
+        },
+        preallocate_bytes,
         force: a.force,
     };
     config.validate()?;

@@ -1,0 +1,87 @@
+//! Direct commits ([`CommitStrategy::Direct`](crate::CommitStrategy::Direct),
+//! or `Auto` where it measured faster): the caller is its own leader. It
+//! drains and writes what is buffered from its own thread (an inline write
+//! slot, beside other callers' writes), then `fdatasync`s on a free sync
+//! lane, unless a completed `fdatasync` already covers its writes.
+//!
+//! Owns: nothing; a function over [`Parts`] and the flush pipeline. Calls:
+//! `FlushPipeline::flush_pass` (inline), the sync lanes and the watermark
+//! (`Durability`), the doublewrite area (a commit its records make durable
+//! needs no `fdatasync`), the lifecycle (poison).
+//!
+//! Why it is correct (`shared/DESIGN.md`, invariants 3 and 12):
+//! - `flush_pass` returns once every generation drained before or with the
+//!   caller's own has written, so every page written before the call
+//!   (by any thread) has reached the OS, and `pass.seq` counts all those
+//!   writes;
+//! - an `fdatasync` covers the `write_seq` read when it began
+//!   (`Durability::fdatasync_on`), and `fsynced` is the highest such value
+//!   among the ones that returned successfully: so `fsynced >= pass.seq`
+//!   means an `fdatasync` began after all of this caller's writes
+//!   completed and has returned, and the caller needs none of its own
+//!   (PostgreSQL's `XLogFlush` returns at once for a record already
+//!   flushed, the same rule). A caller waiting for a lane looks again each
+//!   time one comes back;
+//! - a failed `fdatasync` poisons the file; a caller that sees the poison
+//!   before it returns reports it, so no caller is told durable past a
+//!   failed `fdatasync` (it may have lost pages another caller wrote).
+
+use super::flush::FlushPipeline;
+use super::parts::Parts;
+use crate::error::{Error, Result};
+
+/// One direct commit (see the module docs).
+///
+/// Errors: [`Error::Poisoned`]; a write error of this caller's flush (its
+/// failed pages stay dirty; the rest were still synced); the `fdatasync`'s
+/// (the file is poisoned; the batch's pages go back to the write buffer).
+pub(crate) fn sync(p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
+    if p.life.is_poisoned() {
+        return Err(Error::Poisoned);
+    }
+    let pass = flush.flush_pass(p, false, 0, true, true);
+    let covers = pass.seq;
+    // Doublewrite: every change since the last fdatasync is in a durable
+    // record (see `group.rs`, the same rule).
+    let by_area = p.torn.area().is_some() && pass.unstaged_at <= p.durability.fsynced();
+    let synced = if by_area || covers <= p.durability.fsynced() {
+        Ok(None)
+    } else {
+        match p.durability.take_lane_unless_covered(covers) {
+            None => Ok(None),
+            Some(lane) => {
+                let r = p
+                    .durability
+                    .fdatasync_on(lane, p.backend, p.counters, p.life);
+                p.durability.put_lane(lane);
+                r.map(Some)
+            }
+        }
+    };
+    match synced {
+        Ok(covered) => {
+            if let Some(c) = covered {
+                p.torn.data_synced(c);
+            }
+            if let Some(b) = pass.batch {
+                flush.settle(p, b);
+            }
+        }
+        Err(e) => {
+            if let Some(b) = pass.batch {
+                flush.settle_failed(p, b);
+            }
+            // Writers waiting for room would wait for a settle that frees
+            // nothing: wake them to see the poison.
+            p.buffer.notify_room();
+            return Err(e);
+        }
+    }
+    if let Some(e) = pass.error {
+        return Err(e);
+    }
+    if p.life.is_poisoned() {
+        return Err(Error::Poisoned);
+    }
+    Ok(())
+}
