@@ -34,38 +34,55 @@
 # default. Ratios: bandwidth pagewriter / fio (higher is better) and p99
 # latency pagewriter / fio (lower is better).
 #
-# Suite commit: durable commits of 64 KiB. `pagewriter scale --rewrite 0`
-# (16 fresh 4 KiB pages per transaction, sync() with group commit, O_DIRECT)
-# per mode in --commit-modes, against fio's thread-per-fsync job: numjobs =
-# threads, each writing 64 KiB with O_DIRECT and calling fdatasync after
-# every write (psync, offset_increment=1G, size=1G, fallocate=native), for
-# the same --commit-seconds, at 1 and 8 threads, alternating. Ratios:
-# commits/s pagewriter / fio (fio: write IOPS, one commit per write), and
-# p99 commit latency pagewriter / fio, where fio's p99 is its write p99 plus
-# its fdatasync p99 (fio reports the two apart; their sum roughly bounds
-# the p99 of a write followed by its fdatasync from above, so the ratio leans
-# in pagewriter's favour: read it as a bound, not an exact figure).
-# --commit-files: `growing` (default) lets fresh pages extend scale's
-# file, so each flush also allocates its runs; `preallocated` gives it the
-# layout fio's job writes into, T GiB of blocks reserved before the clock
-# starts (`scale --preallocate`; cells named ...-prealloc). Both:
-# `growing,preallocated` (the layouts take turns within each round, each
-# scale run followed by its own fio run).
+# Suite commit: durable commits of --commit-bs bytes (64KiB and 4KiB by
+# default) in each file layout of --commit-layouts (growing, preallocated,
+# written by default), against fio's thread-per-fsync job on the same
+# layout. pagewriter: `scale --rewrite 0 --pages N --fill fixed --direct on
+# --layout L` (N pages of 4 KiB per transaction, one buffer filled once per
+# thread and copied in with a stamp per page, as fio reuses its buffers with
+# scramble_buffers; sync() per transaction, the default commit strategy
+# unless --commit-scale-args says otherwise), per mode in --commit-modes.
+# fio: numjobs = threads, each writing bs with O_DIRECT and calling
+# fdatasync after every write (psync), for the same --commit-seconds, at
+# the thread counts of --commit-threads, alternating with pagewriter.
+# Layouts, the same on both sides:
+#   growing       a fresh file (fio: fallocate=none, each job's region
+#                 1 GiB apart); every write allocates new blocks.
+#   preallocated  blocks reserved before the clock (fio: fallocate=native
+#                 over T x 1 GiB; scale --preallocate T GiB).
+#   written       1 GiB written and synced before the clock (fio: a
+#                 sequential write job lays the file out; its jobs take
+#                 1 GiB / T each and wrap around; scale writes its 1 GiB and
+#                 wraps around inside it): pure overwrites.
+# Ratios: commits/s pagewriter / fio (fio: write IOPS, one commit per
+# write), p99 commit latency pagewriter / fio, where fio's p99 is its write
+# p99 plus its fdatasync p99 (fio reports the two apart; their sum roughly
+# bounds the p99 of a write followed by its fdatasync from above, so the
+# ratio leans in pagewriter's favour: read it as a bound, not an exact
+# figure), and CPU s/GB pagewriter / fio (whole scale process; fio's job).
 # --commit-scale-args: more `pagewriter scale` flags for the commit suite's
-# runs, one string (e.g. "--write-threads 4"); fio's job is unchanged.
+# runs, one string (e.g. "--commit-strategy group"); fio's job is unchanged.
+#
+# Suite flush runs every pass of either tool from the same page-cache state:
+# `sync` and, as root, `echo 3 > /proc/sys/vm/drop_caches` before each (the
+# buffered cases swung 0.30-1.85 between rounds of one run without it: a
+# pass paid for the previous one's writeback). Not root: said once, not
+# dropped.
 #
 # Usage: scripts/compare-fio.sh [--suites flush,write-file,io,commit] [--size 1GiB]
 #          [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--rounds 5]
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
-#          [--commit-files growing,preallocated] [--commit-scale-args "FLAGS"]
+#          [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB]
+#          [--commit-scale-args "FLAGS"]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
-commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing commit_scale_args=""
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-files growing,preallocated] [--commit-scale-args \"FLAGS\"]"
+commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing,preallocated,written
+commit_bs=64KiB,4KiB commit_scale_args=""
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-scale-args \"FLAGS\"]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -82,15 +99,16 @@ while [ $# -gt 0 ]; do
     --commit-seconds) commit_seconds=$2; shift 2 ;;
     --commit-threads) commit_threads=$2; shift 2 ;;
     --commit-modes) commit_modes=$2; shift 2 ;;
-    --commit-files) commit_files=$2; shift 2 ;;
+    --commit-files|--commit-layouts) commit_files=$2; shift 2 ;;
+    --commit-bs) commit_bs=$2; shift 2 ;;
     --commit-scale-args) commit_scale_args=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
 for layout in ${commit_files//,/ }; do
   case $layout in
-    preallocated|growing) ;;
-    *) echo "--commit-files: $layout is not preallocated or growing" >&2; exit 2 ;;
+    preallocated|growing|written) ;;
+    *) echo "--commit-layouts: $layout is not growing, preallocated or written" >&2; exit 2 ;;
   esac
 done
 has_suite() { [[ ",$suites," == *",$1,"* ]]; }
@@ -145,6 +163,17 @@ assert not r["overwrite"], "the timed pass overwrote a written file; fio writes 
 print("%.4f %.4f" % (r["gb_per_s"], r["cpu_s_per_gb"]))'
 }
 
+# The same page-cache state before every flush pass of either tool.
+clean_state() {
+  sync
+  if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
+    echo 3 > /proc/sys/vm/drop_caches
+  elif [ -z "${clean_warned:-}" ]; then
+    clean_warned=1
+    echo "not root: page cache not dropped between passes (sync only)" >&2
+  fi
+}
+
 # fio's CPU seconds per GB of a job (or a group) in its JSON: usr_cpu and
 # sys_cpu are percent of one CPU over job_runtime (ms).
 fio_cpu='cpu=lambda j, b: (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["job_runtime"] / 1000 / (b / 1e9)'
@@ -184,7 +213,9 @@ for c in "${cases[@]}"; do
   fdirect=0; [ "$direct" = on ] && fdirect=1
   ratios=() cpu_r=() cpu_w=()
   for r in $(seq 1 "$rounds"); do
+    clean_state
     read -r a acpu < <(ours "$engine" "$direct")
+    clean_state
     read -r b bcpu bwhole < <(theirs "$ioengine" "$depth" "$fdirect")
     ratio=$(python3 -c "print('%.3f' % ($a / $b))")
     cr=$(cpu_ratio "$acpu" "$bcpu")
@@ -282,60 +313,79 @@ rm -f "$file"
 fi
 
 if has_suite commit; then
-echo "suite commit: 64 KiB per commit, ${commit_seconds}s per run, O_DIRECT, threads $commit_threads, modes $commit_modes, files $commit_files"
+echo "suite commit: ${commit_seconds}s per run, O_DIRECT, bs $commit_bs, threads $commit_threads, modes $commit_modes, layouts $commit_files"
 scale_dir=$(cd "$dir" && pwd)
-# Cell name and `scale --preallocate` of a layout, mode and thread count.
-commit_cell() {
+# scale's layout flags for a layout and thread count.
+scale_layout() {
   case $1 in
-    preallocated) echo "$2-${3}thr-prealloc ${3}GiB" ;;
-    *) echo "$2-${3}thr 0" ;;
+    growing) echo "--layout growing" ;;
+    preallocated) echo "--layout preallocated --preallocate ${2}GiB" ;;
+    written) echo "--layout written --preallocate 1GiB" ;;
   esac
 }
-read -r -a commit_extra <<< "$commit_scale_args"
-[ -z "$commit_scale_args" ] || echo "scale flags added: $commit_scale_args"
-for t in ${commit_threads//,/ }; do
-  for mode in ${commit_modes//,/ }; do
-    # Per layout, the per-round ratios (space separated); the layouts take
-    # turns within each round, so the disk's drift falls on all of them.
-    unset c_r p_r cc_r; declare -A c_r=() p_r=() cc_r=()
-    for r in $(seq 1 "$rounds"); do
-      for layout in ${commit_files//,/ }; do
-        read -r name prealloc < <(commit_cell "$layout" "$mode" "$t")
-        read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages 16 --page-size 4096 --threads "$t" \
-            --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
-            --preallocate "$prealloc" --queue-depth "$qd" "${commit_extra[@]}" --json |
-          python3 -c 'import json,sys
-row=json.load(sys.stdin)["rows"][0]
-print("%.1f %.1f %.4f" % (row["commits_per_s"], row["p99_us"], row["cpu_s_per_gb"]))')
-        rm -f "$file"
-        read -r b bp99 bcpu < <(fio --name=commit --filename="$file" --rw=write --bs=65536 --direct=1 \
-            --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment=1G --size=1G \
-            --fallocate=native --time_based --runtime="$commit_seconds" --group_reporting \
-            --output-format=json |
-          python3 -c 'import json,sys
+# fio's commit job on the layout (the file laid out first for `written`).
+fio_commit() { # layout threads bs_bytes -> iops p99_us cpu_s_per_gb
+  local layout=$1 t=$2 b=$3 falloc=none region=1G inc=1G
+  rm -f "$file"
+  case $layout in
+    preallocated) falloc=native ;;
+    written)
+      fio --name=layout --filename="$file" --rw=write --bs=1M --direct=1 --ioengine=psync \
+        --size=1G --end_fsync=1 --output=/dev/null
+      region=$((1024 / t))M inc=$((1024 / t))M ;;
+  esac
+  fio --name=commit --filename="$file" --rw=write --bs="$b" --direct=1 \
+      --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment="$inc" --size="$region" \
+      --fallocate="$falloc" --time_based --runtime="$commit_seconds" --group_reporting \
+      --output-format=json |
+    python3 -c 'import json,sys
 '"$fio_cpu"'
 j=json.load(sys.stdin)["jobs"][0]
 p=lambda d: d["percentile"]["99.000000"] / 1e3
-print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"]), cpu(j, j["write"]["io_bytes"])))')
-        rm -f "$file"
-        ratio=$(python3 -c "print('%.3f' % ($a / $b))")
-        pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
-        cr=$(cpu_ratio "$acpu" "$bcpu")
-        c_r[$name]+="$ratio "; p_r[$name]+="$pratio "; cc_r[$name]+="$cr "
-        printf '%-18s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
-          "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
+print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"]), cpu(j, j["write"]["io_bytes"])))'
+  rm -f "$file"
+}
+read -r -a commit_extra <<< "$commit_scale_args"
+[ -z "$commit_scale_args" ] || echo "scale flags added: $commit_scale_args"
+for cbs in ${commit_bs//,/ }; do
+  cbs_b=$(to_bytes "$cbs")
+  pages=$((cbs_b / 4096))
+  [ "$pages" -ge 1 ] && [ $((pages * 4096)) -eq "$cbs_b" ] || { echo "--commit-bs $cbs: not a whole number of 4 KiB pages" >&2; exit 2; }
+  for t in ${commit_threads//,/ }; do
+    for mode in ${commit_modes//,/ }; do
+      # Per layout, the per-round ratios; the layouts take turns within
+      # each round, so the disk's drift falls on all of them.
+      unset c_r p_r cc_r; declare -A c_r=() p_r=() cc_r=()
+      for r in $(seq 1 "$rounds"); do
+        for layout in ${commit_files//,/ }; do
+          name="$mode-${t}thr-$cbs-$layout"
+          read -r -a lay < <(scale_layout "$layout" "$t")
+          read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages "$pages" --page-size 4096 --threads "$t" \
+              --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
+              --fill fixed "${lay[@]}" --queue-depth "$qd" "${commit_extra[@]}" --json |
+            python3 -c 'import json,sys
+row=json.load(sys.stdin)["rows"][0]
+print("%.1f %.1f %.4f" % (row["commits_per_s"], row["p99_us"], row["cpu_s_per_gb"]))')
+          read -r b bp99 bcpu < <(fio_commit "$layout" "$t" "$cbs_b")
+          ratio=$(python3 -c "print('%.3f' % ($a / $b))")
+          pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
+          cr=$(cpu_ratio "$acpu" "$bcpu")
+          c_r[$name]+="$ratio "; p_r[$name]+="$pratio "; cc_r[$name]+="$cr "
+          printf '%-32s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
+            "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
+        done
       done
+      for layout in ${commit_files//,/ }; do
+        name="$mode-${t}thr-$cbs-$layout"
+        read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cc_r[$name]}"
+        summary+=("$(printf '%-32s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
+          "$(printf '%s\n' "${cs[@]}" | median)" "${cs[*]}" "$(printf '%s\n' "${ps[@]}" | median)" "${ps[*]}" \
+          "$(printf '%s\n' "${us[@]}" | grep -v n/a | median)")")
+        record commit "$name commits/s" "${cs[@]}"
+        record commit "$name p99" "${ps[@]}"
+      done
+      unset c_r p_r cc_r
     done
-    for layout in ${commit_files//,/ }; do
-      read -r name _ < <(commit_cell "$layout" "$mode" "$t")
-      read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cc_r[$name]}"
-      summary+=("$(printf '%-18s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
-        "$(printf '%s\n' "${cs[@]}" | median)" "${cs[*]}" "$(printf '%s\n' "${ps[@]}" | median)" "${ps[*]}" \
-        "$(printf '%s\n' "${us[@]}" | grep -v n/a | median)")")
-      record commit "$name commits/s" "${cs[@]}"
-      record commit "$name p99" "${ps[@]}"
-    done
-    unset c_r p_r cpu_r
   done
 done
 fi

@@ -513,18 +513,12 @@ impl BufferPool {
             b.fill(0);
             return Some(b);
         }
-        // At most as many as the pool may keep idle (plus the one returned).
-        let per_slab = (SLAB_BYTES / self.len.next_multiple_of(4096).max(1))
-            .min(self.max_buffers.saturating_add(1));
-        if self.align <= 4096
-            && per_slab >= 2
-            && let Ok(mut slab) = thp_slab(self.len, per_slab)
-        {
-            // Popped from the end: reversed, they come out in address
-            // order. Fresh mappings are zero already.
-            let first = UniqueBuf::new(slab.remove(0));
-            free.extend(slab.into_iter().rev().map(UniqueBuf::new));
-            return Some(first);
+        // At most as many as the pool may keep idle (plus the one returned);
+        // popped from the end, they come out in address order. Fresh
+        // mappings are zero already.
+        self.refill(&mut free);
+        if let Some(b) = free.pop() {
+            return Some(b);
         }
         drop(free);
         match AlignedBuf::try_zeroed(self.len, self.align) {
@@ -545,6 +539,68 @@ impl BufferPool {
         };
         b.copy_from_slice(bytes);
         Some(b)
+    }
+
+    /// Buffers holding copies of `bytes` cut into `buffer_len()` pieces,
+    /// appended to `out` in order; `false` (with `out` as it was) if the
+    /// allocator refuses memory. The buffers are taken under one lock, so
+    /// the pages of one call come out of the free list (or a new slab) one
+    /// after another, adjacent in memory where they were adjacent when
+    /// they came back: a run written by one call goes to `pwritev` as one
+    /// or two segments, not one per page.
+    ///
+    /// Panics if `bytes` is not a whole number of buffers long (a caller
+    /// bug, not an input error).
+    pub fn try_copies_of(&self, bytes: &[u8], out: &mut Vec<UniqueBuf>) -> bool {
+        assert!(
+            self.len > 0 && bytes.len().is_multiple_of(self.len),
+            "BufferPool::copies_of length"
+        );
+        let n = bytes.len() / self.len;
+        let start = out.len();
+        {
+            let mut free = self.free.lock();
+            let from_list = n.min(free.len());
+            for _ in 0..from_list {
+                out.push(free.pop().expect("counted"));
+            }
+            if out.len() - start < n {
+                self.refill(&mut free);
+                while out.len() - start < n {
+                    match free.pop() {
+                        Some(b) => out.push(b),
+                        None => break,
+                    }
+                }
+            }
+        }
+        while out.len() - start < n {
+            match AlignedBuf::try_zeroed(self.len, self.align) {
+                Ok(Some(b)) => out.push(UniqueBuf::new(b)),
+                _ => {
+                    self.put_all(out.drain(start..).map(UniqueBuf::share));
+                    return false;
+                }
+            }
+        }
+        for (b, chunk) in out[start..].iter_mut().zip(bytes.chunks_exact(self.len)) {
+            b.copy_from_slice(chunk);
+        }
+        true
+    }
+
+    /// Refills an empty free list with a slab ([`thp_slab`]), its buffers
+    /// to be popped in address order; nothing where the alignment is above
+    /// 4 KiB, a slab would hold fewer than 2 buffers, or the mapping fails.
+    fn refill(&self, free: &mut Vec<UniqueBuf>) {
+        let per_slab = (SLAB_BYTES / self.len.next_multiple_of(4096).max(1))
+            .min(self.max_buffers.saturating_add(1));
+        if self.align <= 4096
+            && per_slab >= 2
+            && let Ok(slab) = thp_slab(self.len, per_slab)
+        {
+            free.extend(slab.into_iter().rev().map(UniqueBuf::new));
+        }
     }
 
     /// A buffer holding a copy of `bytes`, which must be `buffer_len()`

@@ -76,6 +76,11 @@ pub(crate) const EPOCH_COMMITS: usize = 128;
 pub(crate) const EPOCH_MAX: Duration = Duration::from_millis(250);
 /// Fewest commits for an epoch's score to count.
 pub(crate) const EPOCH_MIN_COMMITS: usize = 8;
+/// Commits at the start of an epoch whose way differs from the one before
+/// that are not scored: the calls of the other way still in flight (a
+/// round still writing, direct writes the new round waits for) slow the
+/// first ones down, which says nothing about the way itself.
+pub(crate) const WARMUP_COMMITS: usize = 32;
 /// Epochs of the incumbent way between two probes of the other: probing
 /// costs at most one epoch in `PROBE_EVERY + 1` at the slower way's speed.
 pub(crate) const PROBE_EVERY: u32 = 8;
@@ -84,19 +89,25 @@ pub(crate) const PROBE_EVERY: u32 = 8;
 /// this crate's test disk.
 pub(crate) const WIN_RATIO: f64 = 0.85;
 
-/// Epoch length, fewest commits for a score, and epochs between probes:
+/// Epoch length, fewest commits for a score, epochs between probes, and
+/// the warm-up after a change of way:
 /// the constants above, or what a test set with
 /// [`testing::auto_commit_epochs`](crate::testing::auto_commit_epochs).
-fn tuning() -> (usize, usize, u32) {
+fn tuning() -> (usize, usize, u32, usize) {
     #[cfg(feature = "testing")]
     {
         let epoch = TEST_EPOCH.load(std::sync::atomic::Ordering::Relaxed);
         if epoch > 0 {
             let probe = TEST_PROBE_EVERY.load(std::sync::atomic::Ordering::Relaxed);
-            return (epoch, epoch.min(EPOCH_MIN_COMMITS), probe.max(1));
+            return (epoch, epoch.min(EPOCH_MIN_COMMITS), probe.max(1), 0);
         }
     }
-    (EPOCH_COMMITS, EPOCH_MIN_COMMITS, PROBE_EVERY)
+    (
+        EPOCH_COMMITS,
+        EPOCH_MIN_COMMITS,
+        PROBE_EVERY,
+        WARMUP_COMMITS,
+    )
 }
 
 /// Sets the test tuning ([`testing::auto_commit_epochs`](crate::testing::auto_commit_epochs)).
@@ -146,9 +157,12 @@ pub(crate) struct Chooser {
     pinned: Option<Way>,
     /// The running epoch's way ([`Way::code`]).
     way: AtomicUsize,
-    /// Commits and summed latency (ns) of the running epoch.
+    /// Commits and summed latency (ns) of the running epoch (the latency
+    /// of its scored commits only, past `warmup`).
     commits: AtomicUsize,
     latency_ns: AtomicU64,
+    /// Unscored commits at the start of the running epoch.
+    warmup: AtomicUsize,
     /// Direct commits and switches of the incumbent way, for `Stats`.
     direct_commits: AtomicU64,
     switches: AtomicU64,
@@ -180,6 +194,7 @@ impl Chooser {
             way: AtomicUsize::new(first.code()),
             commits: AtomicUsize::new(0),
             latency_ns: AtomicU64::new(0),
+            warmup: AtomicUsize::new(0),
             direct_commits: AtomicU64::new(0),
             switches: AtomicU64::new(0),
             state: Mutex::new(Decision {
@@ -219,10 +234,15 @@ impl Chooser {
             // epoch's): no score.
             return;
         }
+        let n = self.commits.fetch_add(1, Ordering::AcqRel) + 1;
+        let warmup = self.warmup.load(Ordering::Relaxed);
+        if n <= warmup {
+            return;
+        }
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.latency_ns.fetch_add(ns, Ordering::Relaxed);
-        let n = self.commits.fetch_add(1, Ordering::AcqRel) + 1;
-        let (epoch, min, _) = tuning();
+        let (epoch, min, _, _) = tuning();
+        let n = n - warmup;
         if n >= epoch {
             self.end_epoch();
         } else if n >= min && n.is_multiple_of(min) {
@@ -239,9 +259,13 @@ impl Chooser {
     /// Scores the running epoch and picks the next one's way.
     fn end_epoch(&self) {
         let mut st = self.state.lock();
-        let n = self.commits.swap(0, Ordering::AcqRel);
+        let warmup = self.warmup.load(Ordering::Relaxed);
+        let n = self
+            .commits
+            .swap(0, Ordering::AcqRel)
+            .saturating_sub(warmup);
         let sum = self.latency_ns.swap(0, Ordering::AcqRel);
-        let (_, min, probe_every) = tuning();
+        let (_, min, probe_every, _) = tuning();
         if n < min {
             // Another call ended it a moment ago; this one's samples go to
             // the next epoch's count, a few more or less.
@@ -278,6 +302,8 @@ impl Chooser {
             }
         };
         st.started = Instant::now();
+        let warm = if next == way { 0 } else { tuning().3 };
+        self.warmup.store(warm, Ordering::Relaxed);
         self.way.store(next.code(), Ordering::Release);
     }
 

@@ -333,7 +333,8 @@ impl PagedCachedFile {
     /// [`Error::ReadOnly`], [`Error::Busy`] over a page under a guard this
     /// thread holds, or the error of the flush that backpressure ran (then
     /// nothing was written); [`Error::NoMemory`] for page memory the
-    /// process cannot get (the pages before it are buffered).
+    /// process cannot get (the pages of the 64-page batches before it are
+    /// buffered).
     ///
     /// A page under a live guard of another thread is written after that
     /// guard is dropped (the call waits, as on a page latch).
@@ -343,10 +344,18 @@ impl PagedCachedFile {
         self.length.check_max(offset, data.len() as u64)?;
         self.buffer.check_not_own_guard(offset, data.len() as u64)?;
         self.wait_for_room()?;
-        let first = self.buffer.page_no(offset);
-        for (i, chunk) in data.chunks(self.config.page_size).enumerate() {
-            let page = self.buffer.page_copy(chunk)?;
-            self.insert(first + i as u64, page.share())?;
+        // Up to 64 pages at a time taken from the pool together (adjacent
+        // in memory where it can: see `WriteBuffer::page_copies`).
+        const BATCH: usize = 64;
+        let ps = self.config.page_size;
+        let mut page_no = self.buffer.page_no(offset);
+        let mut pages = Vec::with_capacity((data.len() / ps).min(BATCH));
+        for chunk in data.chunks(BATCH * ps) {
+            self.buffer.page_copies(chunk, &mut pages)?;
+            for page in pages.drain(..) {
+                self.insert(page_no, page.share())?;
+                page_no += 1;
+            }
         }
         Ok(())
     }

@@ -220,6 +220,21 @@ impl WriteBuffer {
         })
     }
 
+    /// Pages holding copies of `bytes` (a whole number of pages), appended
+    /// to `out`, taken from the pool together so they lie side by side in
+    /// memory where it can (a run of them then goes out as one segment, not
+    /// through a copy); [`Error::NoMemory`] where the process cannot get
+    /// them (`out` as it was).
+    pub(crate) fn page_copies(&self, bytes: &[u8], out: &mut Vec<UniqueBuf>) -> Result<()> {
+        if self.pool.try_copies_of(bytes, out) {
+            Ok(())
+        } else {
+            Err(Error::NoMemory {
+                bytes: bytes.len() as u64,
+            })
+        }
+    }
+
     /// A page holding a copy of `bytes` (one page long);
     /// [`Error::NoMemory`] where the process cannot get one.
     pub(crate) fn page_copy(&self, bytes: &[u8]) -> Result<UniqueBuf> {
