@@ -542,49 +542,58 @@ impl BufferPool {
     }
 
     /// Buffers holding copies of `bytes` cut into `buffer_len()` pieces,
-    /// appended to `out` in order; `false` (with `out` as it was) if the
-    /// allocator refuses memory. The buffers are taken under one lock, so
-    /// the pages of one call come out of the free list (or a new slab) one
-    /// after another, adjacent in memory where they were adjacent when
-    /// they came back: a run written by one call goes to `pwritev` as one
-    /// or two segments, not one per page.
+    /// put in order into the first slots of `out`; `false` (nothing kept)
+    /// if the allocator refuses memory. The buffers are taken under one
+    /// lock, so the pages of one call come out of the free list (or a new
+    /// slab) one after another, adjacent in memory where they were adjacent
+    /// when they came back: a run written by one call goes to `pwritev` as
+    /// one or two segments, not one per page. Allocates nothing when the
+    /// free list holds enough.
     ///
-    /// Panics if `bytes` is not a whole number of buffers long (a caller
-    /// bug, not an input error).
-    pub fn try_copies_of(&self, bytes: &[u8], out: &mut Vec<UniqueBuf>) -> bool {
+    /// Panics if `bytes` is not a whole number of buffers long or `out`
+    /// has fewer slots than that (a caller bug, not an input error).
+    pub fn try_copies_of(&self, bytes: &[u8], out: &mut [Option<UniqueBuf>]) -> bool {
         assert!(
             self.len > 0 && bytes.len().is_multiple_of(self.len),
             "BufferPool::copies_of length"
         );
         let n = bytes.len() / self.len;
-        let start = out.len();
+        let out = &mut out[..n];
+        let mut got = 0;
         {
             let mut free = self.free.lock();
-            let from_list = n.min(free.len());
-            for _ in 0..from_list {
-                out.push(free.pop().expect("counted"));
-            }
-            if out.len() - start < n {
-                self.refill(&mut free);
-                while out.len() - start < n {
-                    match free.pop() {
-                        Some(b) => out.push(b),
-                        None => break,
+            while got < n {
+                if free.is_empty() {
+                    self.refill(&mut free);
+                }
+                match free.pop() {
+                    Some(b) => {
+                        out[got] = Some(b);
+                        got += 1;
                     }
+                    None => break,
                 }
             }
         }
-        while out.len() - start < n {
+        while got < n {
             match AlignedBuf::try_zeroed(self.len, self.align) {
-                Ok(Some(b)) => out.push(UniqueBuf::new(b)),
+                Ok(Some(b)) => {
+                    out[got] = Some(UniqueBuf::new(b));
+                    got += 1;
+                }
                 _ => {
-                    self.put_all(out.drain(start..).map(UniqueBuf::share));
+                    self.put_all(
+                        out[..got]
+                            .iter_mut()
+                            .filter_map(|b| b.take())
+                            .map(UniqueBuf::share),
+                    );
                     return false;
                 }
             }
         }
-        for (b, chunk) in out[start..].iter_mut().zip(bytes.chunks_exact(self.len)) {
-            b.copy_from_slice(chunk);
+        for (b, chunk) in out.iter_mut().zip(bytes.chunks_exact(self.len)) {
+            b.as_mut().expect("taken above").copy_from_slice(chunk);
         }
         true
     }

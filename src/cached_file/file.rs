@@ -24,7 +24,7 @@ use super::stats::{Counters, Stats};
 use super::torn::{TornProtection, TornWrites};
 use super::write_buffer::WriteBuffer;
 use crate::backend::{IoMode, OpenOptions, StorageBackend};
-use crate::buffer::AlignedBuf;
+use crate::buffer::{AlignedBuf, UniqueBuf};
 use crate::error::{Error, Result};
 
 /// A file of fixed-size pages with a bounded, striped write buffer.
@@ -349,10 +349,12 @@ impl PagedCachedFile {
         const BATCH: usize = 64;
         let ps = self.config.page_size;
         let mut page_no = self.buffer.page_no(offset);
-        let mut pages = Vec::with_capacity((data.len() / ps).min(BATCH));
+        // On the stack: a steady load allocates nothing per call.
+        let mut pages: [Option<UniqueBuf>; BATCH] = [const { None }; BATCH];
         for chunk in data.chunks(BATCH * ps) {
             self.buffer.page_copies(chunk, &mut pages)?;
-            for page in pages.drain(..) {
+            for page in pages.iter_mut().take(chunk.len() / ps) {
+                let page = page.take().expect("filled by page_copies");
                 self.insert(page_no, page.share())?;
                 page_no += 1;
             }

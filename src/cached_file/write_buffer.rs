@@ -220,12 +220,12 @@ impl WriteBuffer {
         })
     }
 
-    /// Pages holding copies of `bytes` (a whole number of pages), appended
-    /// to `out`, taken from the pool together so they lie side by side in
+    /// Pages holding copies of `bytes` (a whole number of pages), put in
+    /// the first slots of `out`, taken from the pool together so they lie side by side in
     /// memory where it can (a run of them then goes out as one segment, not
     /// through a copy); [`Error::NoMemory`] where the process cannot get
-    /// them (`out` as it was).
-    pub(crate) fn page_copies(&self, bytes: &[u8], out: &mut Vec<UniqueBuf>) -> Result<()> {
+    /// them (nothing kept).
+    pub(crate) fn page_copies(&self, bytes: &[u8], out: &mut [Option<UniqueBuf>]) -> Result<()> {
         if self.pool.try_copies_of(bytes, out) {
             Ok(())
         } else {
