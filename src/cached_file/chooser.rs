@@ -13,7 +13,8 @@
 //! way, and the mean latency of the `sync` calls that ran that way is its
 //! score (in a closed loop of committers, lower latency is higher
 //! throughput; in an open loop it is what the callers feel). After
-//! [`PROBE_EVERY`] epochs of the incumbent way, one epoch probes the other.
+//! [`PROBE_EVERY`] epochs of the incumbent way, one epoch probes the other
+//! (the interval doubles, up to [`PROBE_EVERY_MAX`], while probes lose).
 //! The probe wins when its mean latency is below [`WIN_RATIO`] times the
 //! incumbent's epoch just before it, twice in a row; then it becomes the
 //! incumbent. Epochs next to each other are compared, as an A/B run
@@ -83,7 +84,12 @@ pub(crate) const EPOCH_MIN_COMMITS: usize = 8;
 pub(crate) const WARMUP_COMMITS: usize = 32;
 /// Epochs of the incumbent way between two probes of the other: probing
 /// costs at most one epoch in `PROBE_EVERY + 1` at the slower way's speed.
+/// Each probe that loses doubles the interval, up to [`PROBE_EVERY_MAX`]; a
+/// probe that wins brings it back.
 pub(crate) const PROBE_EVERY: u32 = 8;
+/// Longest interval between probes (epochs): a load where one way is
+/// clearly slower pays for one epoch of it in 65.
+pub(crate) const PROBE_EVERY_MAX: u32 = 64;
 /// A probe wins when its mean latency is below this fraction of the
 /// incumbent's (twice in a row): well outside the epoch-to-epoch noise of
 /// this crate's test disk.
@@ -174,6 +180,8 @@ struct Decision {
     incumbent: Way,
     /// Incumbent epochs since the last probe.
     since_probe: u32,
+    /// Incumbent epochs between probes now (backs off while probes lose).
+    interval: u32,
     /// Mean latency (ns) of the incumbent's last scored epoch.
     incumbent_mean: Option<f64>,
     /// Probes in a row that beat the incumbent.
@@ -201,6 +209,7 @@ impl Chooser {
                 started: Instant::now(),
                 incumbent: first,
                 since_probe: 0,
+                interval: 0,
                 incumbent_mean: None,
                 wins: 0,
             }),
@@ -276,7 +285,7 @@ impl Chooser {
         let next = if way == st.incumbent {
             st.incumbent_mean = Some(mean);
             st.since_probe += 1;
-            if st.since_probe >= probe_every {
+            if st.since_probe >= st.interval.max(probe_every) {
                 st.since_probe = 0;
                 way.other()
             } else {
@@ -288,6 +297,7 @@ impl Chooser {
             st.wins = if beat { st.wins + 1 } else { 0 };
             if st.wins >= 2 {
                 st.wins = 0;
+                st.interval = probe_every;
                 st.incumbent = way;
                 st.incumbent_mean = Some(mean);
                 self.switches.fetch_add(1, Ordering::Relaxed);
@@ -296,7 +306,11 @@ impl Chooser {
                 if beat {
                     // One win: probe again after one incumbent epoch (a
                     // fresh neighbour to compare with).
+                    st.interval = probe_every;
                     st.since_probe = probe_every - 1;
+                } else {
+                    st.interval =
+                        (st.interval.max(probe_every) * 2).min(PROBE_EVERY_MAX.max(probe_every));
                 }
                 st.incumbent
             }
@@ -315,5 +329,81 @@ impl Chooser {
     /// Times `Auto` switched ways.
     pub(crate) fn switches(&self) -> u64 {
         self.switches.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(feature = "shuttle")))]
+mod tests {
+    use super::*;
+
+    /// Feeds `n` commits of `us` µs going the way the chooser picks, and
+    /// checks they all went `way`.
+    fn feed(c: &Chooser, way: Way, n: usize, us: u64) {
+        for _ in 0..n {
+            assert_eq!(c.way(), way);
+            c.record(way, Duration::from_micros(us));
+        }
+    }
+
+    #[test]
+    fn auto_switches_after_two_winning_probes_and_backs_off_after_losing_ones() {
+        let c = Chooser::new(CommitStrategy::Auto);
+        assert_eq!(c.way(), Way::Group, "group commit first");
+        // Group at 100 µs: after PROBE_EVERY epochs, a probe of direct.
+        feed(&c, Way::Group, PROBE_EVERY as usize * EPOCH_COMMITS, 100);
+        // Direct at 50 µs (its warm-up is not scored): one win, back to
+        // group for one epoch, then the second probe wins and switches.
+        feed(&c, Way::Direct, WARMUP_COMMITS + EPOCH_COMMITS, 50);
+        feed(&c, Way::Group, WARMUP_COMMITS + EPOCH_COMMITS, 100);
+        feed(&c, Way::Direct, WARMUP_COMMITS + EPOCH_COMMITS, 50);
+        assert_eq!(c.switches(), 1);
+        assert_eq!(c.way(), Way::Direct);
+        // Probes of group lose now: the interval doubles each time.
+        let mut epochs_between = Vec::new();
+        for i in 0..4 {
+            let mut n = 0;
+            while c.way() == Way::Direct {
+                c.record(Way::Direct, Duration::from_micros(50));
+                n += 1;
+            }
+            // An epoch after a change of way starts with a warm-up (the
+            // switch itself kept the way).
+            let warm = if i == 0 { 0 } else { WARMUP_COMMITS };
+            assert_eq!((n - warm) % EPOCH_COMMITS, 0);
+            epochs_between.push((n - warm) / EPOCH_COMMITS);
+            feed(&c, Way::Group, WARMUP_COMMITS + EPOCH_COMMITS, 100);
+        }
+        assert_eq!(epochs_between, [8, 16, 32, 64]);
+        assert_eq!(c.switches(), 1, "losing probes never switch");
+        assert!(c.direct_commits() > 0);
+    }
+
+    #[test]
+    fn a_probe_within_the_noise_never_switches() {
+        let c = Chooser::new(CommitStrategy::Auto);
+        for _ in 0..6 {
+            while c.way() == Way::Group {
+                c.record(Way::Group, Duration::from_micros(100));
+            }
+            // 10% faster: inside the margin (`WIN_RATIO`).
+            feed(&c, Way::Direct, WARMUP_COMMITS + EPOCH_COMMITS, 90);
+        }
+        assert_eq!(c.switches(), 0);
+        assert_eq!(c.way(), Way::Group);
+    }
+
+    #[test]
+    fn a_pinned_strategy_never_moves() {
+        for (s, w) in [
+            (CommitStrategy::Group, Way::Group),
+            (CommitStrategy::Direct, Way::Direct),
+        ] {
+            let c = Chooser::new(s);
+            for i in 0..(20 * EPOCH_COMMITS) {
+                assert_eq!(c.way(), w);
+                c.record(w, Duration::from_micros(1 + (i % 7) as u64 * 100));
+            }
+            assert_eq!(c.switches(), 0);
+        }
     }
 }
