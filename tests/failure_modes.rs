@@ -1,9 +1,11 @@
 //! Failure modes an engine must be able to live with, on every Linux file
 //! system an engine runs on: ext4 with 4 KiB and 1 KiB blocks, XFS, btrfs
 //! and tmpfs, each a small file system made for the test (a loop mount, or
-//! a tmpfs mount; skipped with a printed reason where mkfs or mounting is
-//! refused, and a failure instead with `PAGEWRITER_REQUIRE_FS=1`, as CI
-//! sets where it installed the tools).
+//! a tmpfs mount; reported as ignored, with the reason printed, where this
+//! machine cannot make it (not root, no mkfs, no loop devices), and run
+//! regardless, to fail, with `PAGEWRITER_REQUIRE_FS=1`, as CI sets where it
+//! installed the tools). A libtest-mimic harness (`harness = false`), so a
+//! test that cannot run says so in its outcome.
 //!
 //! Per file system: the `O_DIRECT` decision and alignment as `io_mode()`
 //! reports them, sparse `O_DIRECT` writes allocating only what is written,
@@ -754,54 +756,69 @@ fn eight_threads_with_close_and_reopen(kind: FsKind) {
     }
 }
 
-/// Every case above as a test on one file system.
-macro_rules! on_fs {
-    ($m:ident, $kind:expr) => {
-        mod $m {
-            const KIND: pagewriter::testing::FsKind = $kind;
-            #[test]
-            fn o_direct_decision_and_alignment() {
-                super::o_direct_decision_and_alignment(KIND)
-            }
-            #[test]
-            fn sparse_o_direct_writes_allocate_only_what_is_written() {
-                super::sparse_o_direct_writes_allocate_only_what_is_written(KIND)
-            }
-            #[test]
-            fn the_largest_file_is_taken_and_a_page_past_it_refused() {
-                super::the_largest_file_is_taken_and_a_page_past_it_refused(KIND)
-            }
-            #[test]
-            fn one_bad_page_does_not_hold_the_others_hostage() {
-                super::one_bad_page_does_not_hold_the_others_hostage(KIND)
-            }
-            #[test]
-            fn backpressure_is_not_held_hostage_by_a_bad_page() {
-                super::backpressure_is_not_held_hostage_by_a_bad_page(KIND)
-            }
-            #[test]
-            fn a_full_disk_keeps_pages_dirty_until_space_returns() {
-                super::a_full_disk_keeps_pages_dirty_until_space_returns(KIND)
-            }
-            #[test]
-            fn overlapping_rounds_on_a_full_disk() {
-                super::overlapping_rounds_on_a_full_disk(KIND)
-            }
-            #[test]
-            fn eight_threads_with_close_and_reopen() {
-                super::eight_threads_with_close_and_reopen(KIND)
-            }
+/// A case run on every file system, and its name.
+type Case = (&'static str, fn(FsKind));
+
+/// The cases run on every file system.
+const CASES: [Case; 8] = [
+    (
+        "o_direct_decision_and_alignment",
+        o_direct_decision_and_alignment,
+    ),
+    (
+        "sparse_o_direct_writes_allocate_only_what_is_written",
+        sparse_o_direct_writes_allocate_only_what_is_written,
+    ),
+    (
+        "the_largest_file_is_taken_and_a_page_past_it_refused",
+        the_largest_file_is_taken_and_a_page_past_it_refused,
+    ),
+    (
+        "one_bad_page_does_not_hold_the_others_hostage",
+        one_bad_page_does_not_hold_the_others_hostage,
+    ),
+    (
+        "backpressure_is_not_held_hostage_by_a_bad_page",
+        backpressure_is_not_held_hostage_by_a_bad_page,
+    ),
+    (
+        "a_full_disk_keeps_pages_dirty_until_space_returns",
+        a_full_disk_keeps_pages_dirty_until_space_returns,
+    ),
+    (
+        "overlapping_rounds_on_a_full_disk",
+        overlapping_rounds_on_a_full_disk,
+    ),
+    (
+        "eight_threads_with_close_and_reopen",
+        eight_threads_with_close_and_reopen,
+    ),
+];
+
+/// Every case on every file system (a test named `<fs>::<case>`, ignored
+/// where the file system cannot be made here), and the one case that runs
+/// in the target directory.
+fn main() -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    common::print_fs_reasons(&FsKind::ALL);
+    let mut trials = Vec::new();
+    for kind in FsKind::ALL {
+        let module = kind.name().replace('-', "_");
+        for (case, f) in CASES {
+            trials.push(common::fs_trial(
+                format!("{module}::{case}"),
+                kind,
+                move || f(kind),
+            ));
         }
-    };
+    }
+    trials.push(common::trial(
+        "only_writes_in_flight_beside_others_preallocate_under_o_direct",
+        only_writes_in_flight_beside_others_preallocate_under_o_direct,
+    ));
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
-on_fs!(ext4_4k, pagewriter::testing::FsKind::Ext4 { block: 4096 });
-on_fs!(ext4_1k, pagewriter::testing::FsKind::Ext4 { block: 1024 });
-on_fs!(xfs, pagewriter::testing::FsKind::Xfs);
-on_fs!(btrfs, pagewriter::testing::FsKind::Btrfs);
-on_fs!(tmpfs, pagewriter::testing::FsKind::Tmpfs);
-
-#[test]
 fn only_writes_in_flight_beside_others_preallocate_under_o_direct() {
     // Growing an O_DIRECT file: a flush whose writes are in flight beside
     // each other (io_uring, writer threads; several runs) reserves the

@@ -4,6 +4,8 @@
 //! doublewrite recovery repairing a torn page planted by hand, with every
 //! kind of bad area reported rather than applied.
 
+mod common;
+
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -54,11 +56,9 @@ fn write_runs_and_check(f: &PagedCachedFile, path: &Path, version: u64) {
     }
 }
 
-#[test]
 fn atomic_writes_on_xfs() {
     let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let Some(fs) = ScratchFs::new(FsKind::Xfs, base.path(), 300) else {
-        eprintln!("skipped: no XFS loop mount here (see the reason above)");
+    let Some(fs) = scratch(FsKind::Xfs, base.path(), 300) else {
         return;
     };
     let probe = fs.path().join("probe");
@@ -148,11 +148,9 @@ fn atomic_writes_on_xfs() {
     );
 }
 
-#[test]
 fn ext4_refuses_atomic_and_auto_picks_doublewrite() {
     let base = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let Some(fs) = ScratchFs::new(FsKind::Ext4 { block: 4096 }, base.path(), 64) else {
-        eprintln!("skipped: no ext4 loop mount here (see the reason above)");
+    let Some(fs) = scratch(FsKind::Ext4 { block: 4096 }, base.path(), 64) else {
         return;
     };
     let path = fs.path().join("data");
@@ -222,7 +220,6 @@ fn dblwr(path: &Path) -> std::path::PathBuf {
     format!("{}.dblwr", path.display()).into()
 }
 
-#[test]
 fn doublewrite_repairs_a_planted_torn_page() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("data");
@@ -268,7 +265,6 @@ fn doublewrite_repairs_a_planted_torn_page() {
     f.close().unwrap();
 }
 
-#[test]
 fn bad_doublewrite_areas_are_reported_not_applied() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let cfg = || Config::default().torn_writes(TornWrites::DoubleWrite);
@@ -346,7 +342,6 @@ fn bad_doublewrite_areas_are_reported_not_applied() {
     assert_eq!(rec, pagewriter::Recovery::default());
 }
 
-#[test]
 fn doublewrite_needs_an_area() {
     let err = PagedCachedFile::new(
         pagewriter::MemoryBackend::new(),
@@ -376,7 +371,6 @@ fn doublewrite_needs_an_area() {
 
 /// A shrink empties the area (after syncing the file), so recovery can
 /// never write back a page past the cut.
-#[test]
 fn set_len_cut_is_not_undone_by_recovery() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("cut");
@@ -428,7 +422,6 @@ fn recovered(
 /// power cut through recovery); one that also changed what no record
 /// holds (a `set_len` that grows the file) syncs the file, so the length
 /// survives too. A clean close syncs the file and empties the area.
-#[test]
 fn commits_durable_on_the_area_alone_until_a_change_no_record_holds() {
     use pagewriter::testing::CrashBackend;
     use std::sync::Arc;
@@ -466,4 +459,55 @@ fn commits_durable_on_the_area_alone_until_a_change_no_record_holds() {
     assert_eq!(f.stats().syncs, 2, "close syncs the file");
     assert!(area.durable_image().is_empty(), "and empties the area");
     assert_eq!(&data.durable_image()[5 * PS..6 * PS], &page(5, 2)[..]);
+}
+
+/// A file system of `kind` in `base`, or `None` (said on stderr) where it
+/// cannot be made; a panic with `PAGEWRITER_REQUIRE_FS` set. (The harness
+/// already reports the tests ignored where `FsKind::missing` says so.)
+fn scratch(kind: FsKind, base: &Path, mib: u64) -> Option<ScratchFs> {
+    let fs = ScratchFs::new(kind, base, mib);
+    if fs.is_none() && std::env::var_os("PAGEWRITER_REQUIRE_FS").is_some() {
+        panic!(
+            "{}: could not be made or mounted, and PAGEWRITER_REQUIRE_FS is set",
+            kind.name()
+        );
+    }
+    fs
+}
+
+/// The tests, the two on a file system made for them reported as ignored
+/// where it cannot be made here (a libtest-mimic harness).
+fn main() -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    common::print_fs_reasons(&[FsKind::Xfs, FsKind::Ext4 { block: 4096 }]);
+    let trials = vec![
+        common::fs_trial(
+            "atomic_writes_on_xfs".into(),
+            FsKind::Xfs,
+            atomic_writes_on_xfs,
+        ),
+        common::fs_trial(
+            "ext4_refuses_atomic_and_auto_picks_doublewrite".into(),
+            FsKind::Ext4 { block: 4096 },
+            ext4_refuses_atomic_and_auto_picks_doublewrite,
+        ),
+        common::trial(
+            "doublewrite_repairs_a_planted_torn_page",
+            doublewrite_repairs_a_planted_torn_page,
+        ),
+        common::trial(
+            "bad_doublewrite_areas_are_reported_not_applied",
+            bad_doublewrite_areas_are_reported_not_applied,
+        ),
+        common::trial("doublewrite_needs_an_area", doublewrite_needs_an_area),
+        common::trial(
+            "set_len_cut_is_not_undone_by_recovery",
+            set_len_cut_is_not_undone_by_recovery,
+        ),
+        common::trial(
+            "commits_durable_on_the_area_alone_until_a_change_no_record_holds",
+            commits_durable_on_the_area_alone_until_a_change_no_record_holds,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
 }

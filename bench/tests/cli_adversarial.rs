@@ -2,7 +2,9 @@
 //! ends with a clear error or the right output, a non-zero exit code where
 //! it failed, no panic, the user's file intact and no file system left
 //! full. Cases that need a small file system make a loop-mounted ext4
-//! (skipped with a printed reason where mounting is refused).
+//! (reported as ignored, with the reason, where this machine cannot).
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -14,7 +16,11 @@ fn dir() -> tempfile::TempDir {
 }
 
 fn scratch(mib: u64) -> Option<ScratchFs> {
-    ScratchFs::ext4(Path::new(env!("CARGO_TARGET_TMPDIR")), mib)
+    let fs = ScratchFs::ext4(Path::new(env!("CARGO_TARGET_TMPDIR")), mib);
+    if fs.is_none() {
+        common::require_fs(pagewriter::testing::FsKind::Ext4 { block: 4096 });
+    }
+    fs
 }
 
 fn pw(args: &[&str], extra: &[&Path]) -> Output {
@@ -90,7 +96,6 @@ fn free(path: &Path) -> u64 {
     pagewriter::backend::free_space(path).unwrap()
 }
 
-#[test]
 fn flush_file_writes_into_a_users_file_and_refuses_a_fifo() {
     let d = dir();
     let victim = d.path().join("victim");
@@ -147,7 +152,6 @@ impl FifoLike for std::fs::FileType {
     }
 }
 
-#[test]
 fn write_file_never_destroys_a_file_it_cannot_replace() {
     let d = dir();
     let f = d.path().join("f");
@@ -165,7 +169,6 @@ fn write_file_never_destroys_a_file_it_cannot_replace() {
     assert!(free(fs.path()) >= before - (1 << 20), "file system filled");
 }
 
-#[test]
 fn io_at_a_far_offset_allocates_only_what_it_writes() {
     let Some(fs) = scratch(64) else { return };
     let x = fs.path().join("x");
@@ -200,7 +203,6 @@ fn io_at_a_far_offset_allocates_only_what_it_writes() {
     assert!(free(fs.path()) > 32 << 20, "file system filled");
 }
 
-#[test]
 fn io_refuses_a_read_of_a_missing_or_short_file_and_creates_nothing() {
     let d = dir();
     let missing = d.path().join("missing");
@@ -214,7 +216,6 @@ fn io_refuses_a_read_of_a_missing_or_short_file_and_creates_nothing() {
     assert_eq!(std::fs::read(&short).unwrap().len(), 4096);
 }
 
-#[test]
 fn io_and_gen_refuse_more_than_the_free_space() {
     let d = dir();
     let big = d.path().join("big");
@@ -240,7 +241,6 @@ fn io_and_gen_refuse_more_than_the_free_space() {
     assert_eq!(std::fs::read(&g).unwrap(), b"keep");
 }
 
-#[test]
 fn gen_verify_checks_its_block_size_and_never_passes_on_nothing() {
     let d = dir();
     let f = d.path().join("f");
@@ -255,7 +255,6 @@ fn gen_verify_checks_its_block_size_and_never_passes_on_nothing() {
     assert_refused(&out, "empty");
 }
 
-#[test]
 fn absurd_sizes_are_typed_errors() {
     let d = dir();
     let p = d.path();
@@ -307,7 +306,6 @@ fn absurd_sizes_are_typed_errors() {
     }
 }
 
-#[test]
 fn a_killed_runs_scratch_file_is_removed_by_the_next_run() {
     let d = dir();
     let mut child = long_scale(d.path());
@@ -339,7 +337,6 @@ fn a_killed_runs_scratch_file_is_removed_by_the_next_run() {
     assert!(left.is_empty(), "left: {left:?}");
 }
 
-#[test]
 fn verify_refuses_what_it_cannot_check() {
     let d = dir();
     let f = d.path().join("v.bin");
@@ -381,7 +378,6 @@ fn verify_refuses_what_it_cannot_check() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("verify: 256 blocks OK"));
 }
 
-#[test]
 fn ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files() {
     let d = dir();
     let child = long_scale(d.path());
@@ -396,7 +392,6 @@ fn ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files() {
     );
 }
 
-#[test]
 fn an_interrupted_write_file_never_touches_the_target() {
     for sig in ["-INT", "-KILL"] {
         let d = dir();
@@ -431,7 +426,6 @@ fn an_interrupted_write_file_never_touches_the_target() {
     }
 }
 
-#[test]
 fn a_flush_larger_than_the_address_space_limit_is_refused_not_aborted() {
     let d = dir();
     let script = format!(
@@ -441,4 +435,64 @@ fn a_flush_larger_than_the_address_space_limit_is_refused_not_aborted() {
     );
     let out = Command::new("sh").arg("-c").arg(script).output().unwrap();
     assert_refused(&out, "does not fit in memory");
+}
+
+/// The tests, those on an ext4 made for them reported as ignored where it
+/// cannot be made here (a libtest-mimic harness).
+fn main() -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    common::print_fs_reasons(&[pagewriter::testing::FsKind::Ext4 { block: 4096 }]);
+    let trials = vec![
+        common::trial(
+            "flush_file_writes_into_a_users_file_and_refuses_a_fifo",
+            flush_file_writes_into_a_users_file_and_refuses_a_fifo,
+        ),
+        common::fs_trial(
+            "write_file_never_destroys_a_file_it_cannot_replace",
+            pagewriter::testing::FsKind::Ext4 { block: 4096 },
+            write_file_never_destroys_a_file_it_cannot_replace,
+        ),
+        common::fs_trial(
+            "io_at_a_far_offset_allocates_only_what_it_writes",
+            pagewriter::testing::FsKind::Ext4 { block: 4096 },
+            io_at_a_far_offset_allocates_only_what_it_writes,
+        ),
+        common::trial(
+            "io_refuses_a_read_of_a_missing_or_short_file_and_creates_nothing",
+            io_refuses_a_read_of_a_missing_or_short_file_and_creates_nothing,
+        ),
+        common::trial(
+            "io_and_gen_refuse_more_than_the_free_space",
+            io_and_gen_refuse_more_than_the_free_space,
+        ),
+        common::trial(
+            "gen_verify_checks_its_block_size_and_never_passes_on_nothing",
+            gen_verify_checks_its_block_size_and_never_passes_on_nothing,
+        ),
+        common::trial(
+            "absurd_sizes_are_typed_errors",
+            absurd_sizes_are_typed_errors,
+        ),
+        common::trial(
+            "a_killed_runs_scratch_file_is_removed_by_the_next_run",
+            a_killed_runs_scratch_file_is_removed_by_the_next_run,
+        ),
+        common::trial(
+            "verify_refuses_what_it_cannot_check",
+            verify_refuses_what_it_cannot_check,
+        ),
+        common::trial(
+            "ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files",
+            ctrl_c_stops_scale_cleanly_and_removes_its_scratch_files,
+        ),
+        common::trial(
+            "an_interrupted_write_file_never_touches_the_target",
+            an_interrupted_write_file_never_touches_the_target,
+        ),
+        common::trial(
+            "a_flush_larger_than_the_address_space_limit_is_refused_not_aborted",
+            a_flush_larger_than_the_address_space_limit_is_refused_not_aborted,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
 }

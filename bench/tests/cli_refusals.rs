@@ -6,7 +6,9 @@
 //! `scale` and `flush` never fill the file system. Cases that need another
 //! user run the binary as `nobody` with setpriv(1) (skipped with a printed
 //! reason where that is not possible); cases that need a small file system
-//! make a tmpfs.
+//! make a tmpfs (reported as ignored where this machine cannot).
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,7 +20,11 @@ fn dir() -> tempfile::TempDir {
 }
 
 fn small_fs(mib: u64) -> Option<ScratchFs> {
-    ScratchFs::new(FsKind::Tmpfs, Path::new(env!("CARGO_TARGET_TMPDIR")), mib)
+    let fs = ScratchFs::new(FsKind::Tmpfs, Path::new(env!("CARGO_TARGET_TMPDIR")), mib);
+    if fs.is_none() {
+        common::require_fs(FsKind::Tmpfs);
+    }
+    fs
 }
 
 fn pw(args: &[&str], extra: &[&Path]) -> Output {
@@ -95,7 +101,6 @@ fn chmod(p: &Path, mode: u32) {
 
 // ---- io ----
 
-#[test]
 fn randwrite_verify_checks_the_whole_blocks_it_wrote_when_size_is_not_a_multiple_of_bs() {
     let d = dir();
     // 10 blocks of 64 KiB and a 5000-byte tail: random writes never cover
@@ -124,7 +129,6 @@ fn randwrite_verify_checks_the_whole_blocks_it_wrote_when_size_is_not_a_multiple
     }
 }
 
-#[test]
 fn a_read_job_reads_a_file_its_owner_may_only_read() {
     let d = world_dir();
     let f = d.path().join("ro.bin");
@@ -162,7 +166,6 @@ fn a_read_job_reads_a_file_its_owner_may_only_read() {
     assert_eq!(std::fs::read(&f).unwrap(), before);
 }
 
-#[test]
 fn a_file_io_created_is_removed_when_its_run_fails() {
     let Some(fs) = small_fs(16) else { return };
     let f = fs.path().join("made.bin");
@@ -208,7 +211,6 @@ fn a_file_io_created_is_removed_when_its_run_fails() {
     assert!(f.exists(), "a failed run removed a file it did not create");
 }
 
-#[test]
 fn an_interrupted_io_run_removes_the_file_it_created() {
     let d = dir();
     let f = d.path().join("long.bin");
@@ -244,7 +246,6 @@ fn an_interrupted_io_run_removes_the_file_it_created() {
     assert!(!f.exists(), "the interrupted run left its file");
 }
 
-#[test]
 fn a_rank_reporting_twice_in_one_run_is_refused_without_overwrite() {
     let d = dir();
     let f = d.path().join("shared.bin");
@@ -284,7 +285,6 @@ fn a_rank_reporting_twice_in_one_run_is_refused_without_overwrite() {
 
 // ---- write-file ----
 
-#[test]
 fn write_file_refuses_a_target_its_user_may_not_write() {
     let d = world_dir();
     chmod(d.path(), 0o777);
@@ -300,7 +300,6 @@ fn write_file_refuses_a_target_its_user_may_not_write() {
     assert_eq!(left.len(), 1, "a partial file was left");
 }
 
-#[test]
 fn a_failed_rename_leaves_no_partial_file_and_claims_no_bytes() {
     if !is_root() {
         eprintln!("a bind mount needs root: case skipped");
@@ -331,7 +330,6 @@ fn a_failed_rename_leaves_no_partial_file_and_claims_no_bytes() {
     assert_eq!(std::fs::read(&target).unwrap(), b"old");
 }
 
-#[test]
 fn argument_errors_claim_no_bytes_written() {
     let d = dir();
     let f = d.path().join("x.bin");
@@ -348,7 +346,6 @@ fn argument_errors_claim_no_bytes_written() {
     assert!(!f.exists());
 }
 
-#[test]
 fn write_file_through_a_symlink_replaces_its_target_and_keeps_the_link() {
     let d = dir();
     let real = d.path().join("real.bin");
@@ -395,7 +392,6 @@ fn write_file_through_a_symlink_replaces_its_target_and_keeps_the_link() {
 
 // ---- scale and flush never fill the file system ----
 
-#[test]
 fn scale_refuses_a_transaction_larger_than_the_free_space() {
     let Some(fs) = small_fs(64) else { return };
     let out = pw(
@@ -415,7 +411,6 @@ fn scale_refuses_a_transaction_larger_than_the_free_space() {
     assert_eq!(std::fs::read_dir(fs.path()).unwrap().count(), 0);
 }
 
-#[test]
 fn a_scale_cell_ends_before_its_file_fills_the_file_system() {
     let Some(fs) = small_fs(96) else { return };
     // 1 MiB transactions for 20 s into 96 MiB: without the limit the file
@@ -456,7 +451,6 @@ fn a_scale_cell_ends_before_its_file_fills_the_file_system() {
     );
 }
 
-#[test]
 fn flush_refuses_more_than_the_free_space() {
     let Some(fs) = small_fs(32) else { return };
     let out = pw(
@@ -467,10 +461,157 @@ fn flush_refuses_more_than_the_free_space() {
     assert_eq!(std::fs::read_dir(fs.path()).unwrap().count(), 0);
 }
 
-#[test]
 fn an_absurd_duration_is_refused_in_a_short_line() {
     let d = dir();
     let out = pw(&["scale", "--duration", "1e300", "--path"], &[d.path()]);
     assert_refused(&out, "1e300");
     assert!(stderr(&out).len() < 200, "{}", stderr(&out));
+}
+
+/// `io` never reports a block it did not write: a size below one block is
+/// refused, naming both, and no file is made.
+fn io_refuses_a_size_below_one_block() {
+    let d = dir();
+    let f = d.path().join("small.bin");
+    let out = pw(
+        &[
+            "io",
+            "--rw",
+            "write",
+            "--size",
+            "1KiB",
+            "--bs",
+            "4KiB",
+            "--filename",
+        ],
+        &[&f],
+    );
+    assert_refused(&out, "size 1024 is smaller than one block (bs 4096)");
+    assert!(!f.exists(), "a refused run made its file");
+}
+
+/// `io --direct on` never writes a tail through a buffered descriptor while
+/// its header says O_DIRECT: refused (and its file gone); `--direct auto`
+/// writes it and says so in the header.
+fn io_direct_on_refuses_an_unaligned_tail_and_auto_says_which_descriptor() {
+    let d = dir();
+    if !pagewriter::testing::direct_available(d.path()) {
+        eprintln!(
+            "skipped: O_DIRECT is not available in {}",
+            d.path().display()
+        );
+        return;
+    }
+    let f = d.path().join("tail.bin");
+    let args = |direct: &'static str| {
+        [
+            "io",
+            "--rw",
+            "write",
+            "--size",
+            "1000",
+            "--bs",
+            "512",
+            "--direct",
+            direct,
+            "--filename",
+        ]
+    };
+    let out = pw(&args("on"), &[&f]);
+    assert_refused(&out, "--direct on: the region ending at byte 1000");
+    assert!(!f.exists(), "a refused run left its file");
+    let out = pw(&args("auto"), &[&f]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("through a second, buffered descriptor"),
+        "the header hides the buffered tail: {text}"
+    );
+    assert_eq!(std::fs::metadata(&f).unwrap().len(), 1000);
+}
+
+/// `report` on a directory that is not there names it.
+fn report_names_the_directory_it_cannot_read() {
+    let d = dir();
+    let missing = d.path().join("no-such-reports");
+    let out = pw(&["report"], &[&missing]);
+    assert_refused(&out, &missing.display().to_string());
+}
+
+/// The tests, those on a tmpfs made for them reported as ignored where it
+/// cannot be made here (a libtest-mimic harness).
+fn main() -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    common::print_fs_reasons(&[FsKind::Tmpfs]);
+    let trials = vec![
+        common::trial(
+            "randwrite_verify_checks_the_whole_blocks_it_wrote_when_size_is_not_a_multiple_of_bs",
+            randwrite_verify_checks_the_whole_blocks_it_wrote_when_size_is_not_a_multiple_of_bs,
+        ),
+        common::trial(
+            "a_read_job_reads_a_file_its_owner_may_only_read",
+            a_read_job_reads_a_file_its_owner_may_only_read,
+        ),
+        common::fs_trial(
+            "a_file_io_created_is_removed_when_its_run_fails",
+            FsKind::Tmpfs,
+            a_file_io_created_is_removed_when_its_run_fails,
+        ),
+        common::trial(
+            "an_interrupted_io_run_removes_the_file_it_created",
+            an_interrupted_io_run_removes_the_file_it_created,
+        ),
+        common::trial(
+            "a_rank_reporting_twice_in_one_run_is_refused_without_overwrite",
+            a_rank_reporting_twice_in_one_run_is_refused_without_overwrite,
+        ),
+        common::trial(
+            "write_file_refuses_a_target_its_user_may_not_write",
+            write_file_refuses_a_target_its_user_may_not_write,
+        ),
+        common::trial(
+            "a_failed_rename_leaves_no_partial_file_and_claims_no_bytes",
+            a_failed_rename_leaves_no_partial_file_and_claims_no_bytes,
+        ),
+        common::trial(
+            "argument_errors_claim_no_bytes_written",
+            argument_errors_claim_no_bytes_written,
+        ),
+        common::trial(
+            "write_file_through_a_symlink_replaces_its_target_and_keeps_the_link",
+            write_file_through_a_symlink_replaces_its_target_and_keeps_the_link,
+        ),
+        common::fs_trial(
+            "scale_refuses_a_transaction_larger_than_the_free_space",
+            FsKind::Tmpfs,
+            scale_refuses_a_transaction_larger_than_the_free_space,
+        ),
+        common::fs_trial(
+            "a_scale_cell_ends_before_its_file_fills_the_file_system",
+            FsKind::Tmpfs,
+            a_scale_cell_ends_before_its_file_fills_the_file_system,
+        ),
+        common::fs_trial(
+            "flush_refuses_more_than_the_free_space",
+            FsKind::Tmpfs,
+            flush_refuses_more_than_the_free_space,
+        ),
+        common::trial(
+            "an_absurd_duration_is_refused_in_a_short_line",
+            an_absurd_duration_is_refused_in_a_short_line,
+        ),
+        common::trial(
+            "io_refuses_a_size_below_one_block",
+            io_refuses_a_size_below_one_block,
+        ),
+        common::trial(
+            "io_direct_on_refuses_an_unaligned_tail_and_auto_says_which_descriptor",
+            io_direct_on_refuses_an_unaligned_tail_and_auto_says_which_descriptor,
+        ),
+        common::trial(
+            "report_names_the_directory_it_cannot_read",
+            report_names_the_directory_it_cannot_read,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
 }

@@ -1,6 +1,8 @@
 //! `stream::write_file` on real files: the bytes, O_DIRECT tails, ENOSPC
 //! part way, bad arguments, progress.
 
+mod common;
+
 use std::path::Path;
 
 use pagewriter::{DirectIo, Error};
@@ -46,7 +48,6 @@ fn assert_file_is_generated(path: &Path, size: u64, opts: &WriteOptions) {
     }
 }
 
-#[test]
 fn file_bytes_are_the_generators_bytes_at_every_offset() {
     let dir = tempfile::tempdir().unwrap();
     let size = (9 << 20) + 12_345; // a short last chunk
@@ -70,7 +71,6 @@ fn file_bytes_are_the_generators_bytes_at_every_offset() {
     }
 }
 
-#[test]
 fn bytes_do_not_depend_on_buffer_size_threads_or_engine() {
     let dir = tempfile::tempdir().unwrap();
     let size = 5 << 20;
@@ -93,7 +93,6 @@ fn bytes_do_not_depend_on_buffer_size_threads_or_engine() {
     assert!(files.windows(2).all(|w| w[0] == w[1]));
 }
 
-#[test]
 fn o_direct_writes_an_unaligned_tail_and_cuts_the_file_to_size() {
     let dir = tempfile::tempdir().unwrap();
     if !pagewriter::testing::direct_available(dir.path()) {
@@ -112,7 +111,6 @@ fn o_direct_writes_an_unaligned_tail_and_cuts_the_file_to_size() {
     }
 }
 
-#[test]
 fn bad_arguments_are_errors_and_leave_an_existing_file_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("keep");
@@ -203,7 +201,6 @@ fn bad_arguments_are_errors_and_leave_an_existing_file_alone() {
     assert_eq!(std::fs::read(&path).unwrap(), b"precious");
 }
 
-#[test]
 fn progress_is_reported_and_ends_at_the_size() {
     let dir = tempfile::tempdir().unwrap();
     let mut seen: Vec<u64> = Vec::new();
@@ -218,7 +215,6 @@ fn progress_is_reported_and_ends_at_the_size() {
     assert_eq!(seen.last(), Some(&size));
 }
 
-#[test]
 fn hugepage_buffers_work_or_report_the_fallback() {
     let dir = tempfile::tempdir().unwrap();
     let opts = WriteOptions {
@@ -277,10 +273,9 @@ impl Drop for SmallFs {
     }
 }
 
-#[test]
 fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
     let Some(fs) = SmallFs::mount() else {
-        eprintln!("cannot mount a small tmpfs here (needs root); skipped");
+        common::require_fs(pagewriter::testing::FsKind::Tmpfs);
         return;
     };
     let size = 16 << 20;
@@ -325,7 +320,6 @@ fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
     }
 }
 
-#[test]
 fn a_cancelled_write_removes_its_partial_file_and_leaves_the_old_one() {
     use std::sync::atomic::{AtomicBool, Ordering};
     let dir = tempfile::tempdir().unwrap();
@@ -365,4 +359,47 @@ fn a_cancelled_write_removes_its_partial_file_and_leaves_the_old_one() {
         );
         assert_eq!(std::fs::read(&path).unwrap(), b"the old file");
     }
+}
+
+/// The tests, the one on a tmpfs made for it reported as ignored where it
+/// cannot be made here (a libtest-mimic harness).
+fn main() -> std::process::ExitCode {
+    let args = libtest_mimic::Arguments::from_args();
+    common::print_fs_reasons(&[pagewriter::testing::FsKind::Tmpfs]);
+    let trials = vec![
+        common::trial(
+            "file_bytes_are_the_generators_bytes_at_every_offset",
+            file_bytes_are_the_generators_bytes_at_every_offset,
+        ),
+        common::trial(
+            "bytes_do_not_depend_on_buffer_size_threads_or_engine",
+            bytes_do_not_depend_on_buffer_size_threads_or_engine,
+        ),
+        common::trial(
+            "o_direct_writes_an_unaligned_tail_and_cuts_the_file_to_size",
+            o_direct_writes_an_unaligned_tail_and_cuts_the_file_to_size,
+        ),
+        common::trial(
+            "bad_arguments_are_errors_and_leave_an_existing_file_alone",
+            bad_arguments_are_errors_and_leave_an_existing_file_alone,
+        ),
+        common::trial(
+            "progress_is_reported_and_ends_at_the_size",
+            progress_is_reported_and_ends_at_the_size,
+        ),
+        common::trial(
+            "hugepage_buffers_work_or_report_the_fallback",
+            hugepage_buffers_work_or_report_the_fallback,
+        ),
+        common::fs_trial(
+            "enospc_part_way_is_an_error_that_says_how_far_it_got",
+            pagewriter::testing::FsKind::Tmpfs,
+            enospc_part_way_is_an_error_that_says_how_far_it_got,
+        ),
+        common::trial(
+            "a_cancelled_write_removes_its_partial_file_and_leaves_the_old_one",
+            a_cancelled_write_removes_its_partial_file_and_leaves_the_old_one,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit_code()
 }

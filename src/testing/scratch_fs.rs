@@ -46,6 +46,43 @@ impl FsKind {
         }
     }
 
+    /// Why this machine cannot make and mount this kind for a test, or
+    /// `None` where it can: mounting needs root (the effective user id 0),
+    /// an image-backed kind its `mkfs` on `PATH` and a loop device
+    /// (`/dev/loop-control`). Cheap: nothing is made or mounted. For test
+    /// harnesses that mark a test ignored, with this reason, where its
+    /// file system cannot be had (and fail it when they must have it).
+    pub fn missing(self) -> Option<String> {
+        // The effective user id: the second field of `Uid:`.
+        let euid = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("Uid:"))?;
+                line.split_whitespace().nth(2)?.parse::<u32>().ok()
+            });
+        if euid != Some(0) {
+            return Some(format!("mounting a scratch {} needs root", self.name()));
+        }
+        let tool = match self {
+            FsKind::Ext4 { .. } => "mkfs.ext4",
+            FsKind::Xfs => "mkfs.xfs",
+            FsKind::Btrfs => "mkfs.btrfs",
+            FsKind::Tmpfs => "mount",
+        };
+        let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+            std::env::split_paths(&paths)
+                .chain(["/sbin".into(), "/usr/sbin".into()])
+                .any(|d| d.join(tool).is_file())
+        });
+        if !on_path {
+            return Some(format!("{tool} is not installed"));
+        }
+        if self != FsKind::Tmpfs && !Path::new("/dev/loop-control").exists() {
+            return Some("no loop devices (/dev/loop-control)".into());
+        }
+        None
+    }
+
     /// The smallest size in MiB its mkfs accepts (sizes asked for below it
     /// are raised to it).
     pub fn min_mib(self) -> u64 {

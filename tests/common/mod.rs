@@ -50,3 +50,40 @@ pub fn file_engines() -> Vec<FlushEngine> {
 
 #[allow(unused_imports)]
 pub use pagewriter::testing::ScratchFs;
+
+/// A test of a file system made for it, as a libtest-mimic trial (the
+/// harness of `failure_modes.rs` and `torn_writes.rs`): ignored where this
+/// machine cannot make `kind` ([`FsKind::missing`](pagewriter::testing::FsKind::missing)
+/// says why; the harness prints it), so `cargo test` reports it as ignored,
+/// not as passed. With `PAGEWRITER_REQUIRE_FS` set it runs regardless, and
+/// fails where the file system cannot be had.
+pub fn fs_trial(
+    name: String,
+    kind: pagewriter::testing::FsKind,
+    f: impl FnOnce() + Send + 'static,
+) -> libtest_mimic::Trial {
+    let ignored = kind.missing().is_some() && std::env::var_os("PAGEWRITER_REQUIRE_FS").is_none();
+    trial(name, f).with_ignored_flag(ignored)
+}
+
+/// A plain test as a libtest-mimic trial (a panic fails it).
+pub fn trial(name: impl Into<String>, f: impl FnOnce() + Send + 'static) -> libtest_mimic::Trial {
+    libtest_mimic::Trial::test(name, move || {
+        f();
+        Ok(())
+    })
+}
+
+/// Prints, once per kind, why the trials on file systems this machine
+/// cannot make are ignored (libtest shows them as `ignored`; this says
+/// why).
+pub fn print_fs_reasons(kinds: &[pagewriter::testing::FsKind]) {
+    if std::env::var_os("PAGEWRITER_REQUIRE_FS").is_some() {
+        return;
+    }
+    for k in kinds {
+        if let Some(why) = k.missing() {
+            println!("ignored: the {} tests ({why})", k.name());
+        }
+    }
+}

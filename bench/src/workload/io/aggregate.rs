@@ -54,7 +54,7 @@ pub(super) fn check_one_run(dir: &Path, reports: &[IoReport]) -> Result<()> {
 /// `Error::Io`.
 pub fn claim_report_dir(dir: &Path, run_id: &str, rank: u32, overwrite: bool) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create report dir", None, e))?;
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("read_dir", None, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| read_dir_error(dir, e))?;
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
@@ -118,9 +118,9 @@ pub struct Aggregate {
 /// [`Error::InvalidConfig`] for a file that is not a report, or no reports.
 pub fn aggregate(dir: &Path) -> Result<Aggregate> {
     let mut reports: Vec<IoReport> = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("read_dir", None, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| read_dir_error(dir, e))?;
     for entry in entries {
-        let path = entry.map_err(|e| Error::io("read_dir", None, e))?.path();
+        let path = entry.map_err(|e| read_dir_error(dir, e))?.path();
         if path.extension().is_some_and(|e| e == "json") {
             let text = std::fs::read(&path).map_err(|e| Error::io("read", None, e))?;
             let r = serde_json::from_slice(&text).map_err(|e| {
@@ -172,4 +172,14 @@ pub fn aggregate(dir: &Path) -> Result<Aggregate> {
             })
             .collect(),
     })
+}
+
+/// A failed `read_dir` of `dir`, naming it (`Error::Io`'s own text names
+/// only the call).
+fn read_dir_error(dir: &std::path::Path, e: std::io::Error) -> Error {
+    Error::io(
+        "read_dir",
+        None,
+        std::io::Error::new(e.kind(), format!("{}: {e}", dir.display())),
+    )
 }

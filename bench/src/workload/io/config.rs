@@ -281,6 +281,14 @@ impl IoConfig {
         if self.size == 0 {
             return bad("size must be at least 1 byte".into());
         }
+        if self.size < self.bs as u64 {
+            // Every I/O is a whole block: a region shorter than one would
+            // be one short I/O, reported as if it were a block.
+            return bad(format!(
+                "size {} is smaller than one block (bs {}): give a size of at least bs",
+                self.size, self.bs
+            ));
+        }
         if !(1..=4096).contains(&self.iodepth) {
             return bad(format!("iodepth {} is not in 1..=4096", self.iodepth));
         }

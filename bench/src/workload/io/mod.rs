@@ -101,6 +101,20 @@ fn prepare(
     Ok(())
 }
 
+/// The ends of the jobs' regions that are not a multiple of the `O_DIRECT`
+/// alignment `dio` (none when the file is buffered): each region's last
+/// I/O there goes through the buffered descriptor.
+fn unaligned_tails(cfg: &IoConfig, dio: Option<DioAlign>, align: u64) -> Vec<u64> {
+    let Some(a) = dio else {
+        return Vec::new();
+    };
+    (0..cfg.numjobs)
+        .map(|j| cfg.region(j, align))
+        .map(|(start, len)| start + len)
+        .filter(|end| !end.is_multiple_of(a.offset as u64))
+        .collect()
+}
+
 /// The report's `io_mode`: engine, queue depth and ring options, and
 /// whether `O_DIRECT` is on (or why not).
 fn io_mode_line(cfg: &IoConfig, dio: Option<DioAlign>, direct_why: Option<&str>) -> String {
@@ -300,8 +314,29 @@ fn run_checked(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<I
     check_target(cfg, extent, writes, align)?;
     let (backend, tail, direct_why) = open(cfg, writes)?;
     let dio = backend.direct();
+    // An I/O at the end of a region that is not a whole number of
+    // O_DIRECT units goes through the buffered descriptor: refused when
+    // O_DIRECT was asked for, said in the header under `auto`.
+    let tails = unaligned_tails(cfg, dio, align);
+    if let (Some(a), Some(first)) = (dio, tails.first())
+        && cfg.direct == DirectIo::On
+    {
+        return Err(Error::InvalidConfig(format!(
+            "--direct on: the region ending at byte {first} is not a multiple of the O_DIRECT \
+             alignment {} B, so its last I/O could only be written buffered; give --size (and \
+             --offset) in whole multiples of {}, or --direct auto (the header then says so)",
+            a.offset, a.offset
+        )));
+    }
     prepare(cfg, &backend, extent, align, writes)?;
-    let io_mode = io_mode_line(cfg, dio, direct_why.as_deref());
+    let mut io_mode = io_mode_line(cfg, dio, direct_why.as_deref());
+    if dio.is_some() && !tails.is_empty() {
+        io_mode += &format!(
+            "; the last I/O of {} region(s) (not a whole number of O_DIRECT units) through a \
+             second, buffered descriptor",
+            tails.len()
+        );
+    }
 
     let start_wall = SystemTime::now();
     let start = Instant::now();
