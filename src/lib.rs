@@ -3,22 +3,46 @@
 //! The layer a storage engine puts between its B-tree (or LSM) and the
 //! disk. Many threads dirty pages in a bounded write buffer; a flush drains
 //! it under short locks, sorts by offset, coalesces contiguous pages into
-//! runs and writes each run with one `pwritev`; [`PagedCachedFile::sync`]
-//! is a durable commit with group commit across threads.
+//! runs and writes each run with one call; [`PagedCachedFile::sync`] is a
+//! durable commit shared by the threads that commit together.
 //!
 //! ```
-//! use pagewriter::{Config, MemoryBackend, PagedCachedFile};
+//! use pagewriter::{Config, PagedCachedFile};
+//! # fn main() -> pagewriter::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("data.db");
 //!
-//! let file = PagedCachedFile::new(MemoryBackend::new(), Config::default())?;
-//! file.write_page(0, &[7u8; 4096])?;
+//! let file = PagedCachedFile::open(&path, Config::default())?;
+//! // Threads write pages and commit; commits that arrive together share
+//! // one write per run of contiguous pages and one fdatasync.
+//! std::thread::scope(|s| {
+//!     for t in 0..4u64 {
+//!         let file = &file;
+//!         s.spawn(move || {
+//!             file.write_page(t * 4096, &[t as u8; 4096]).unwrap();
+//!             file.sync().unwrap(); // durable when it returns
+//!         });
+//!     }
+//! });
 //! {
-//!     let mut page = file.write(4096, 4096)?; // current contents (zeros here)
+//!     // A guard over the newest bytes of a page; dropping it buffers them.
+//!     let mut page = file.write(4096, 4096)?;
 //!     page[..5].copy_from_slice(b"hello");
-//! } // dropping the guard puts the page in the write buffer
+//! }
+//! file.close()?; // syncs what is buffered
+//!
+//! let file = PagedCachedFile::open(&path, Config::default())?;
 //! assert_eq!(&file.read(4096, 4096)?[..5], b"hello");
-//! file.sync()?; // both pages durable (one pwritev, one fdatasync)
-//! # Ok::<(), pagewriter::Error>(())
+//! assert!(file.read(3 * 4096, 4096)?.iter().all(|&b| b == 3));
+//! # Ok(())
+//! # }
 //! ```
+//!
+//! Where things are: [`PagedCachedFile`] is a composition of components
+//! (write buffer, read cache, lengths, durability, lifecycle, torn-page
+//! protection, flush pipeline, commit; `.project/architecture.md` in the
+//! repository draws them). [`Config`] sets them; [`IoMode`] says what is in
+//! force; [`Stats`] counts what they did; [`Error`] is every failure.
 //!
 //! Layout: [`backend`] (where bytes go: files, `O_DIRECT`, io_uring rings),
 //! [`buffer`] (aligned page memory), [`PagedCachedFile`] (write buffer,
@@ -73,3 +97,13 @@ pub use cached_file::{
     WritablePage,
 };
 pub use error::{Error, Result};
+
+/// The README's code blocks, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// `docs/api.md`'s code blocks, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/api.md")]
+pub struct ApiDoctests;

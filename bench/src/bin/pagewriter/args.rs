@@ -13,11 +13,37 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// What `scale`'s modes and columns mean (`scale --help`).
+const SCALE_COLUMNS: &str = "\
+Modes (each writes one file shared by all threads, except separate-files):
+  per-page        one pwrite per page: the baseline, what an engine does without a page writer
+  concat          each run of contiguous pages copied into one buffer, one pwrite
+  vectored        one pwritev per run from the pages themselves (writer threads under O_DIRECT)
+  io-uring        runs as io_uring SQEs, queue depth --queue-depth (pwritev where a ring is refused)
+  separate-files  one file per thread, one pwrite per page (the old way around per-page collapse)
+
+Columns (one row per thread count and mode: the median of --repeats cells):
+  pages/s          pages written by transactions per second (rewrites included)
+  commits/s        transactions committed per second (sync or flush returned)
+  MiB/s            page bytes written by transactions per second (2^20 bytes)
+  writes/commit    write system calls (pwrite, pwritev, io_uring_enter) per commit
+  syncs/commit     fdatasync calls per commit (a doublewrite area's included)
+  KiB/commit       bytes written per commit, in place and to a doublewrite area (2^10 bytes)
+  p50 us, p99 us   commit latency percentiles (the sync or flush call), microseconds
+  CPU us/commit    user + system CPU of the whole process per commit, page fill included
+  rounds           mean group commit rounds in flight (writing or syncing) when a round
+                   started, that one included: 1.00 = no overlap; 0 = no round (direct commits)
+  vs per-page      pages/s over the per-page mode's at the same thread count
+
+The I/O lines above the table say what each mode really used (engine, O_DIRECT and its
+alignment, or the reason for a fallback).";
+
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Commit throughput across thread counts: redb-style transactions of
     /// fresh and rewritten pages, each flush engine against one file per
     /// thread.
+    #[command(after_long_help = SCALE_COLUMNS)]
     Scale(ScaleArgs),
     /// Bulk flush: dirty N bytes of pages in order, then one flush +
     /// fdatasync; GB/s per engine.

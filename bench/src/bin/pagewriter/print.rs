@@ -12,11 +12,14 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         c.dedup_ratio, c.compress_ratio, c.seed
     );
     println!(
-        "commit: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
+        "commit: {} ({}); layout: {}; fill: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
         match c.commit {
-            CommitKind::Sync => "sync (fdatasync, group commit)",
+            CommitKind::Sync => "sync (fdatasync)",
             CommitKind::Flush => "flush (no fdatasync)",
         },
+        c.commit_strategy.name(),
+        c.layout.name(),
+        c.fill.name(),
         c.pages_per_txn,
         c.page_size,
         c.rewrites_per_txn(),
@@ -29,7 +32,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         "mode",
         "pages/s",
         "commits/s",
-        "MB/s",
+        "MiB/s",
         "writes/commit",
         "syncs/commit",
         "KiB/commit",
@@ -46,7 +49,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
             row.mode.name(),
             row.page_writes_per_s,
             row.commits_per_s,
-            row.mb_per_s,
+            row.mb_per_s * 1e6 / (1 << 20) as f64,
             row.write_calls_per_commit,
             row.syncs_per_commit,
             row.write_kib_per_commit,
