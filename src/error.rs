@@ -15,6 +15,8 @@ use std::io;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Errors returned by `pagewriter`.
+///
+/// Returned by every component; a refusal changes nothing.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {

@@ -17,6 +17,8 @@ pub const MAX_QUEUE_DEPTH: u32 = 4096;
 /// `Display` gives one line for reports, e.g. `io_uring QD32, O_DIRECT
 /// (align 512)` or `pwritev (io_uring refused: Operation not permitted),
 /// buffered`.
+///
+/// Decided at open (`cached_file/open.rs`) from the backend: what the flush pipeline's writers and the file really use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct IoMode {
@@ -148,6 +150,8 @@ pub fn open_with_options(
 }
 
 /// How a flush turns runs of contiguous dirty pages into write calls.
+///
+/// The run writers of the flush pipeline's write slots (`cached_file/writer.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum FlushEngine {
@@ -240,6 +244,8 @@ impl std::str::FromStr for FlushEngine {
 }
 
 /// Whether the file is opened with `O_DIRECT` (bypassing the page cache).
+///
+/// Decided at open, below every component (`backend/`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]

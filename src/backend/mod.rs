@@ -80,6 +80,8 @@ impl AtomicUnit {
 /// Errors are plain [`io::Error`]s; the cached file wraps them with the
 /// operation and offset. A write method returns `Ok` only when every byte was
 /// handed to the OS: short writes are continued, never reported as success.
+///
+/// Below every component of `cached_file/`: the only way bytes reach a file.
 pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// Current length of the file in bytes.
     fn len(&self) -> io::Result<u64>;

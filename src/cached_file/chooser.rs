@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex};
 
 /// How `sync` commits ([`Config::commit_strategy`](crate::Config::commit_strategy)).
+///
+/// Component: commit (`cached_file/commit.rs`, the chooser in `chooser.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum CommitStrategy {

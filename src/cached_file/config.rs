@@ -35,6 +35,8 @@ pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
 
 /// Settings of a [`PagedCachedFile`](crate::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
+///
+/// Read by every component at open (`cached_file/file.rs` builds them from it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {

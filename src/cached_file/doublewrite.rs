@@ -59,6 +59,8 @@ use crate::sync::Mutex;
 
 /// What the doublewrite recovery pass at open found and did
 /// ([`PagedCachedFile::recovery`](crate::PagedCachedFile::recovery)).
+///
+/// Component: torn-page protection (`cached_file/torn.rs`, `doublewrite.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
     /// Whole records read from the area.

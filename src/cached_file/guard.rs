@@ -15,6 +15,8 @@ use crate::buffer::UniqueBuf;
 /// [`PagedCachedFile::overwrite`](crate::PagedCachedFile::overwrite).
 /// Derefs to the page bytes; dropping it puts them into the write buffer
 /// (newest wins over anything written to those pages before the drop).
+///
+/// Component: write buffer (its guard latches, `cached_file/write_buffer.rs`).
 pub struct WritablePage<'a> {
     parts: Parts<'a>,
     offset: u64,

@@ -10,6 +10,8 @@ use crate::buffer::AlignedBuf;
 
 /// A page (or a range of pages) as returned by [`PagedCachedFile::read`](crate::PagedCachedFile::read):
 /// shared, immutable, aligned to [`Config::page_align`](crate::Config::page_align). Derefs to `[u8]`.
+///
+/// Held by the write buffer, the in-flight generations and the read cache (`cached_file/pages.rs`).
 pub type PageRef = Arc<AlignedBuf>;
 
 /// Hash for page numbers: Fibonacci multiply, enough for keys that are

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 ///
 /// Counters are read one by one without a lock, so a snapshot taken while
 /// other threads work can be off by the operations in progress.
+///
+/// Counted by every component; read with [`PagedCachedFile::stats`](crate::PagedCachedFile::stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {

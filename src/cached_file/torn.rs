@@ -13,6 +13,8 @@ use super::doublewrite::{Area, Recovery};
 
 /// How a file protects its pages from being torn by a power cut during a
 /// write ([`Config::torn_writes`](crate::Config::torn_writes)).
+///
+/// Component: torn-page protection (`cached_file/torn.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum TornWrites {
