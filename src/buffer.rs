@@ -45,17 +45,19 @@ enum Backing {
 
 /// A slab mapping, unmapped when the last buffer carved from it drops.
 struct Slab {
-    /// Start address (an address only: never read or written through).
+    /// Start address of the mapping (an address only: never read or
+    /// written through).
     base: usize,
+    /// Its length in bytes.
     len: usize,
 }
 
 impl Drop for Slab {
     fn drop(&mut self) {
-        // SAFETY: `base..base+len` is the mapping made in `thp_slab`; every
-        // buffer carved from it held this Slab and has dropped, so nothing
-        // uses the range any more.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        // SAFETY: `base..base+len` is the whole mapping left by `thp_slab`;
+        // every buffer carved from it held this Slab and has dropped, so
+        // nothing uses the range any more.
+        unsafe { os::unmap(self.base as *mut u8, self.len) };
     }
 }
 
@@ -68,8 +70,10 @@ pub const HUGE_PAGE: usize = 2 << 20;
 pub enum HugePages {
     /// `mmap(MAP_HUGETLB | MAP_HUGE_2MB)`: reserved 2 MiB huge pages.
     Reserved,
-    /// Heap memory aligned to 2 MiB with `madvise(MADV_HUGEPAGE)`: the
-    /// kernel backs it with transparent huge pages where it can.
+    /// Heap memory aligned to 2 MiB with `madvise(MADV_HUGEPAGE)` on
+    /// Linux: the kernel backs it with transparent huge pages where it
+    /// can. Elsewhere the memory is only aligned (FreeBSD promotes such
+    /// memory to superpages on its own; macOS and Windows do not).
     Transparent,
 }
 
@@ -142,7 +146,8 @@ impl AlignedBuf {
     /// for transparent huge pages. The mapping is rounded up to 2 MiB.
     ///
     /// Errors: `len` is 0 (`InvalidInput`); the `MAP_HUGETLB` error is
-    /// returned beside the fallback buffer, for reports.
+    /// returned beside the fallback buffer, for reports (`Unsupported`
+    /// off Linux, which has no reserved huge pages here).
     pub fn huge(len: usize) -> std::io::Result<(Self, HugePages, Option<std::io::Error>)> {
         if len == 0 {
             return Err(std::io::Error::new(
@@ -151,38 +156,25 @@ impl AlignedBuf {
             ));
         }
         let map_len = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        // MAP_HUGE_2MB: log2(2 MiB) = 21 in the MAP_HUGE_SHIFT bits.
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | (21 << 26);
-        // SAFETY: an anonymous mapping at a kernel-chosen address; no
-        // existing memory is affected. The result is checked below.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
+        let why = match os::map_huge(map_len) {
+            Ok(ptr) => {
+                let buf = Self {
+                    ptr,
+                    len,
+                    align: HUGE_PAGE,
+                    cap: map_len,
+                    backing: Backing::Mapping,
+                };
+                return Ok((buf, HugePages::Reserved, None));
+            }
+            Err(why) => why,
         };
-        if raw != libc::MAP_FAILED {
-            let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap does not return NULL");
-            let buf = Self {
-                ptr,
-                len,
-                align: HUGE_PAGE,
-                cap: map_len,
-                backing: Backing::Mapping,
-            };
-            return Ok((buf, HugePages::Reserved, None));
-        }
-        let why = std::io::Error::last_os_error();
         let mut buf = Self::zeroed(map_len, HUGE_PAGE).ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "length overflows")
         })?;
-        // SAFETY: advice on memory this buffer owns; MADV_HUGEPAGE changes
-        // no contents. A failure (THP disabled) only loses the advice.
-        unsafe { libc::madvise(buf.ptr.as_ptr().cast(), map_len, libc::MADV_HUGEPAGE) };
+        // SAFETY: advice on memory this buffer owns, which changes no
+        // contents. A failure (THP disabled) only loses the advice.
+        unsafe { os::advise_huge(buf.ptr.as_ptr(), map_len) };
         // Expose `len` bytes; `cap` keeps the allocation's size for `Drop`.
         buf.len = len;
         Ok((buf, HugePages::Transparent, Some(why)))
@@ -270,21 +262,7 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
         map_len,
         huge,
     } = SlabSize::of(len, count).ok_or_else(invalid)?;
-    // SAFETY: a fresh anonymous private mapping; no existing memory is
-    // affected. The result is checked below.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
+    let raw = os::map(map_len)?.as_ptr();
     let start = raw as usize;
     let base = if huge {
         start.next_multiple_of(HUGE_PAGE)
@@ -293,21 +271,33 @@ pub fn thp_slab(len: usize, count: usize) -> std::io::Result<Vec<AlignedBuf>> {
     };
     let head = base - start;
     let tail = map_len - head - total;
-    // SAFETY: trimming the unaligned head and the tail of the mapping just
-    // made; both ranges are page-aligned parts of it that nothing uses.
-    unsafe {
-        if head > 0 {
-            libc::munmap(raw, head);
+    let (kept, kept_len) = if os::PARTIAL_UNMAP {
+        // SAFETY: trimming the unaligned head and the tail of the mapping
+        // just made; both ranges are page-aligned parts of it that nothing
+        // uses.
+        unsafe {
+            if head > 0 {
+                os::unmap(raw, head);
+            }
+            if tail > 0 {
+                os::unmap((base + total) as *mut u8, tail);
+            }
         }
-        if tail > 0 {
-            libc::munmap((base + total) as *mut libc::c_void, tail);
-        }
-        // Advice only: without THP the memory is ordinary pages.
-        if huge {
-            libc::madvise(base as *mut libc::c_void, total, libc::MADV_HUGEPAGE);
-        }
+        (base, total)
+    } else {
+        // Kept whole, unused head and tail included (reserved address
+        // space only: never touched).
+        (start, map_len)
+    };
+    if huge {
+        // SAFETY: advice only, on the slab's own pages: without THP the
+        // memory is ordinary pages.
+        unsafe { os::advise_huge(base as *mut u8, total) };
     }
-    let slab = Arc::new(Slab { base, len: total });
+    let slab = Arc::new(Slab {
+        base: kept,
+        len: kept_len,
+    });
     Ok((0..count)
         .map(|i| {
             let ptr = base + i * stride;
@@ -366,7 +356,7 @@ impl Drop for AlignedBuf {
             // SAFETY: `ptr..ptr+cap` is the mapping made in `huge`, owned
             // by this buffer alone.
             Backing::Mapping => unsafe {
-                libc::munmap(self.ptr.as_ptr().cast(), self.cap);
+                os::unmap(self.ptr.as_ptr(), self.cap);
             },
             // The last buffer of a slab leaves the memory to the unmap that
             // follows when its `Arc<Slab>` drops (after this function).
@@ -374,8 +364,8 @@ impl Drop for AlignedBuf {
                 // SAFETY: `ptr..ptr+cap` is this buffer's own piece of the
                 // slab (pieces are disjoint), which nobody uses after this
                 // drop; the mapping stays, held by the other buffers.
-                // MADV_DONTNEED frees the memory and changes no mapping.
-                unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.cap, libc::MADV_DONTNEED) };
+                // `discard` frees the memory and changes no mapping.
+                unsafe { os::discard(self.ptr.as_ptr(), self.cap) };
             }
             Backing::Slab(_) => {}
             // SAFETY: allocated in `zeroed` with exactly `cap` bytes and
@@ -691,6 +681,165 @@ impl PartialEq for AlignedBuf {
     }
 }
 
+/// Page memory from the OS: anonymous mappings, given back piece by piece
+/// (a slab's dropped buffers) and advised for huge pages where the
+/// platform has them.
+#[cfg(unix)]
+mod os {
+    use std::io;
+    use std::ptr::NonNull;
+
+    /// Part of a mapping can be unmapped (a slab's unaligned head).
+    pub(super) const PARTIAL_UNMAP: bool = true;
+
+    /// `mmap(MAP_PRIVATE | MAP_ANONYMOUS)` of `len` (> 0) bytes, zeroed.
+    pub(super) fn map(len: usize) -> io::Result<NonNull<u8>> {
+        map_with(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS)
+    }
+
+    /// Reserved 2 MiB huge pages: `mmap(MAP_HUGETLB | MAP_HUGE_2MB)` on
+    /// Linux; `Unsupported` elsewhere.
+    pub(super) fn map_huge(len: usize) -> io::Result<NonNull<u8>> {
+        #[cfg(target_os = "linux")]
+        {
+            // MAP_HUGE_2MB: log2(2 MiB) = 21 in the MAP_HUGE_SHIFT bits.
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | (21 << 26);
+            map_with(len, flags)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = len;
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("no reserved huge pages on {}", std::env::consts::OS),
+            ))
+        }
+    }
+
+    fn map_with(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
+        // SAFETY: a fresh anonymous private mapping at a kernel-chosen
+        // address; no existing memory is affected. The result is checked.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(NonNull::new(raw.cast::<u8>()).expect("mmap does not return NULL"))
+    }
+
+    /// `munmap`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is a page-aligned part of a mapping made here that
+    /// nothing uses any more.
+    pub(super) unsafe fn unmap(ptr: *mut u8, len: usize) {
+        // SAFETY: as the caller promises.
+        unsafe { libc::munmap(ptr.cast(), len) };
+    }
+
+    /// `madvise(MADV_DONTNEED)`: the memory goes back to the kernel, the
+    /// mapping stays.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is a page-aligned part of a mapping made here that
+    /// nothing reads or writes any more.
+    pub(super) unsafe fn discard(ptr: *mut u8, len: usize) {
+        // SAFETY: as the caller promises; the advice changes no mapping.
+        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) };
+    }
+
+    /// `madvise(MADV_HUGEPAGE)` on Linux; nothing elsewhere.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is memory the caller owns.
+    pub(super) unsafe fn advise_huge(ptr: *mut u8, len: usize) {
+        #[cfg(target_os = "linux")]
+        // SAFETY: as the caller promises; the advice changes no contents,
+        // and a failure (THP disabled) only loses the advice.
+        unsafe {
+            libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
+        }
+        let _ = (ptr, len);
+    }
+}
+
+/// Page memory from the OS on Windows: `VirtualAlloc` regions, released
+/// whole, decommitted piece by piece.
+#[cfg(windows)]
+mod os {
+    use std::io;
+    use std::ptr::NonNull;
+
+    use windows_sys::Win32::System::Memory::{
+        MEM_COMMIT, MEM_DECOMMIT, MEM_RELEASE, MEM_RESERVE, PAGE_READWRITE, VirtualAlloc,
+        VirtualFree,
+    };
+
+    /// A region is released whole only.
+    pub(super) const PARTIAL_UNMAP: bool = false;
+
+    /// `VirtualAlloc(MEM_RESERVE | MEM_COMMIT)` of `len` (> 0) bytes,
+    /// zeroed.
+    pub(super) fn map(len: usize) -> io::Result<NonNull<u8>> {
+        // SAFETY: a fresh region at a system-chosen address; no existing
+        // memory is affected. The result is checked.
+        let raw = unsafe {
+            VirtualAlloc(
+                std::ptr::null(),
+                len,
+                MEM_RESERVE | MEM_COMMIT,
+                PAGE_READWRITE,
+            )
+        };
+        NonNull::new(raw.cast::<u8>()).ok_or_else(io::Error::last_os_error)
+    }
+
+    /// `Unsupported`: large pages on Windows need a privilege this crate
+    /// does not ask for.
+    pub(super) fn map_huge(_len: usize) -> io::Result<NonNull<u8>> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "no reserved huge pages on windows",
+        ))
+    }
+
+    /// `VirtualFree(MEM_RELEASE)` of the whole region.
+    ///
+    /// # Safety
+    /// `ptr` is the start of a region made here, `len` its length, and
+    /// nothing uses it any more.
+    pub(super) unsafe fn unmap(ptr: *mut u8, len: usize) {
+        let _ = len;
+        // SAFETY: as the caller promises (MEM_RELEASE takes size 0).
+        unsafe { VirtualFree(ptr.cast(), 0, MEM_RELEASE) };
+    }
+
+    /// `VirtualFree(MEM_DECOMMIT)`: the memory goes back, the address
+    /// range stays reserved until the region is released.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is a page-aligned part of a region made here that
+    /// nothing reads or writes any more.
+    pub(super) unsafe fn discard(ptr: *mut u8, len: usize) {
+        // SAFETY: as the caller promises.
+        unsafe { VirtualFree(ptr.cast(), len, MEM_DECOMMIT) };
+    }
+
+    /// Nothing: no transparent huge pages on Windows.
+    ///
+    /// # Safety
+    /// None needed; `unsafe` to match the Unix one.
+    pub(super) unsafe fn advise_huge(_ptr: *mut u8, _len: usize) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -786,6 +935,10 @@ mod tests {
     /// one more mapping per page, until `vm.max_map_count` refuses new
     /// mappings (a read cache evicting pages did this steadily).
     #[test]
+    #[cfg_attr(
+        not(target_os = "linux"),
+        ignore = "counts mappings in /proc/self/maps (Linux)"
+    )]
     fn freeing_slab_pages_one_by_one_keeps_the_slab_one_mapping() {
         let mut bufs = thp_slab(4096, 512).unwrap();
         let lo = bufs[0].as_ptr() as usize;

@@ -140,6 +140,19 @@ pub enum Error {
         /// page size outside the unit, no doublewrite area.
         why: String,
     },
+    /// A setting this platform cannot honour, asked for explicitly (the
+    /// io_uring engine off Linux, direct I/O where the platform has none);
+    /// checked at open, before anything is written. Under an `Auto`
+    /// setting the file falls back instead and its
+    /// [`io_mode`](crate::PagedCachedFile::io_mode) says why.
+    Unsupported {
+        /// The setting, e.g. `"FlushEngine::IoUring"`.
+        setting: &'static str,
+        /// `std::env::consts::OS` of this build: `"macos"`, `"windows"`, ...
+        platform: &'static str,
+        /// Why not.
+        why: String,
+    },
     /// An I/O call failed.
     Io {
         /// What was being done: "pwritev", "pwrite", "pread", "fdatasync", ...
@@ -221,6 +234,15 @@ impl Error {
             },
             Error::TornWrites { mode, why } => Error::TornWrites {
                 mode,
+                why: why.clone(),
+            },
+            Error::Unsupported {
+                setting,
+                platform,
+                why,
+            } => Error::Unsupported {
+                setting,
+                platform,
                 why: why.clone(),
             },
             Error::Io { op, offset, source } => Error::Io {
@@ -318,6 +340,11 @@ impl fmt::Display for Error {
             Error::TornWrites { mode, why } => {
                 write!(f, "torn-write protection {mode} is not available: {why}")
             }
+            Error::Unsupported {
+                setting,
+                platform,
+                why,
+            } => write!(f, "{setting} is not available on {platform}: {why}"),
             Error::Io {
                 op,
                 offset: Some(off),
@@ -358,7 +385,9 @@ impl From<Error> for io::Error {
                     Error::Cancelled => io::ErrorKind::Interrupted,
                     Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
                     Error::PagesFailed { ref source, .. } => source.kind(),
-                    Error::TornWrites { .. } => io::ErrorKind::Unsupported,
+                    Error::TornWrites { .. } | Error::Unsupported { .. } => {
+                        io::ErrorKind::Unsupported
+                    }
                     _ => io::ErrorKind::InvalidInput,
                 };
                 io::Error::new(kind, other)

@@ -168,6 +168,10 @@ proptest! {
     ))]
 
     #[test]
+    #[cfg_attr(
+        not(target_os = "linux"),
+        ignore = "the file system's largest file (2^44 on ext4) is probed on Linux only; elsewhere an offset up to i64::MAX is accepted and the model cannot hold it"
+    )]
     fn byte_api_matches_a_vec_and_bad_input_changes_nothing(
         ops in prop::collection::vec(op(), 1..60),
         cache in any::<bool>(),

@@ -526,6 +526,10 @@ fn a_page_size_past_the_bound_is_refused_by_validate() {
 }
 
 #[test]
+#[cfg_attr(
+    not(unix),
+    ignore = "caps the child's address space with bash's ulimit -v (Unix)"
+)]
 fn memory_the_process_cannot_get_is_no_memory_not_an_abort() {
     // In a child process with its address space capped at 1 GiB (`ulimit
     // -v`): pages of 256 MiB, a write buffer of 4 GiB. The fourth page

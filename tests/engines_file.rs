@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::{direct_available, file_engines, page, tag_of};
 use pagewriter::testing::{FaultyBackend, WriteFault};
-use pagewriter::{
-    Config, DirectIo, Error, FileBackend, FlushEngine, PagedCachedFile, StorageBackend,
-};
+use pagewriter::{Config, DirectIo, Error, FileBackend, FlushEngine, PagedCachedFile};
 
 const PS: usize = 4096;
 
@@ -95,10 +93,9 @@ fn faulty_file(
 }
 
 fn disk(path: &std::path::Path, p: u64) -> (u64, u64) {
-    use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(path).unwrap();
     let mut buf = vec![0u8; PS];
-    f.read_exact_at(&mut buf, p * PS as u64).unwrap();
+    common::read_at(&f, &mut buf, p * PS as u64);
     tag_of(&buf)
 }
 
@@ -271,10 +268,12 @@ fn concurrent_writers_readers_and_commits_on_every_engine() {
 /// A file backend whose `file()` is an io_uring ring's own descriptor,
 /// which the kernel refuses to register in a ring (EBADF): ring setup for
 /// the flush engine fails for real.
+#[cfg(target_os = "linux")]
 #[derive(Debug)]
 struct UnregistrableFd(FileBackend, std::fs::File);
 
-impl StorageBackend for UnregistrableFd {
+#[cfg(target_os = "linux")]
+impl pagewriter::StorageBackend for UnregistrableFd {
     fn len(&self) -> std::io::Result<u64> {
         self.0.len()
     }
@@ -295,7 +294,9 @@ impl StorageBackend for UnregistrableFd {
     }
 }
 
+/// Linux only: io_uring.
 #[test]
+#[cfg(target_os = "linux")]
 fn io_uring_setup_failure_is_an_error_or_a_reported_fallback() {
     if !common::uring_available() {
         eprintln!("io_uring unavailable here: skipped");
@@ -431,7 +432,13 @@ fn direct_io_misfits_are_errors_or_reported_fallbacks() {
     .unwrap();
     assert_eq!(
         f.io_mode().to_string(),
-        format!("pwritev, O_DIRECT (align {})", align.offset).replace(
+        format!(
+            "{}, {} (align {})",
+            pagewriter::backend::PLATFORM.vectored_write,
+            pagewriter::backend::PLATFORM.direct_io.unwrap(),
+            align.offset
+        )
+        .replace(
             &format!("align {}", align.offset),
             &if align.memory == align.offset {
                 format!("align {}", align.offset)

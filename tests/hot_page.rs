@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,7 +32,7 @@ fn seconds() -> f64 {
 /// buffered: after an `O_DIRECT` write the page cache holds nothing stale).
 fn on_disk(file: &std::fs::File, page_no: u64) -> (u64, u64) {
     let mut buf = vec![0u8; PS];
-    file.read_exact_at(&mut buf, page_no * PS as u64).unwrap();
+    common::read_at(file, &mut buf, page_no * PS as u64);
     tag_of(&buf)
 }
 

@@ -136,11 +136,13 @@ fn real_file_matches_model() {
     if !uring {
         eprintln!("io_uring unavailable here: real-file model runs without it");
     }
-    let direct_ok = match pagewriter::FileBackend::open_direct(dir.path().join("probe-direct")) {
-        Ok(_) => true,
+    // The direct I/O alignment of this file system; page sizes it does not
+    // divide run buffered.
+    let direct_align = match pagewriter::FileBackend::open_direct(dir.path().join("probe-direct")) {
+        Ok(b) => b.direct().map(|a| a.offset.max(a.memory) as usize),
         Err(e) => {
             eprintln!("O_DIRECT refused here ({e}): real-file model runs buffered only");
-            false
+            None
         }
     };
     let mut runner =
@@ -156,7 +158,7 @@ fn real_file_matches_model() {
                 cfg.engine = FlushEngine::Vectored;
             }
             cfg.dir = Some(dir.path().to_path_buf());
-            cfg.direct = direct && direct_ok;
+            cfg.direct = direct && direct_align.is_some_and(|a| cfg.page_size.is_multiple_of(a));
             // Crashes are what torn-write modes are about; a real file
             // cannot crash here (`torn_pages_only_where_allowed` and
             // tests/torn_writes.rs cover them).

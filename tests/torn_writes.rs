@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use pagewriter::testing::{FsKind, ScratchFs};
@@ -212,8 +211,7 @@ fn two_versions(path: &Path) {
 /// Half old, half new: the first half of `page(p, 1)` over page `p`.
 fn tear(path: &Path, p: u64) {
     let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    file.write_all_at(&page(p, 1)[..PS / 2], p * PS as u64)
-        .unwrap();
+    common::write_at(&file, &page(p, 1)[..PS / 2], p * PS as u64);
 }
 
 fn dblwr(path: &Path) -> std::path::PathBuf {
@@ -287,8 +285,8 @@ fn bad_doublewrite_areas_are_reported_not_applied() {
     // Inside the first record's first page image.
     let at = (RECORD_HEAD + 100) as u64;
     let mut b = [0u8; 1];
-    area.read_exact_at(&mut b, at).unwrap();
-    area.write_all_at(&[b[0] ^ 0xFF], at).unwrap();
+    common::read_at(&area, &mut b, at);
+    common::write_at(&area, &[b[0] ^ 0xFF], at);
     let (rec, p2) = reopen(&path);
     assert_eq!(rec.records, 0);
     assert!(rec.repaired.is_empty());

@@ -21,13 +21,15 @@
 //!
 //! Locking is redb's own, every level of it: the backend hands redb's lock
 //! calls to redb's own file backend (`redb::backends::FileBackend`) on a
-//! second open file description of the same file, so redb's byte-range
-//! protocol behaves exactly as on redb's backend: a second `Database` in
-//! `ExclusiveWriter` mode (the default) gets
-//! `DatabaseError::DatabaseAlreadyOpen` at once, and the multi-process
-//! modes (`SingleWriter`, `MultiWriter`) work. The locks live on a
-//! description no io_uring ring holds, so they go the moment a process
-//! dies.
+//! second open file description of the same file (Linux; a clone of the
+//! file's handle on the other platforms, where no io_uring ring holds it
+//! and where Windows' mandatory locks must belong to the same file
+//! object), so redb's byte-range protocol behaves exactly as on redb's
+//! backend: a second `Database` in `ExclusiveWriter` mode (the default)
+//! gets `DatabaseError::DatabaseAlreadyOpen` at once, and the
+//! multi-process modes (`SingleWriter`, `MultiWriter`) work. The locks
+//! live on a description no io_uring ring holds, so they go the moment a
+//! process dies.
 //!
 //! In those modes another writer (another process, or another `Database`
 //! on the file in this one) changes the file between this handle's
@@ -139,8 +141,14 @@ impl PagewriterBackend {
     ) -> pagewriter::Result<Self> {
         let options = options.lock(false);
         let file = PagedCachedFile::open_with(path.as_ref(), &options, config)?;
-        let locks = lock_description(path.as_ref(), options.is_read_only())
-            .map_err(|e| pagewriter::Error::io("open (lock description)", None, e))?;
+        #[cfg(target_os = "linux")]
+        let locks = lock_description(path.as_ref(), options.is_read_only());
+        #[cfg(not(target_os = "linux"))]
+        let locks = match file.file() {
+            Some(f) => lock_handle(f),
+            None => Err(io::ErrorKind::Unsupported.into()),
+        };
+        let locks = locks.map_err(|e| pagewriter::Error::io("open (lock description)", None, e))?;
         Ok(Self {
             file,
             locks: Some(locks),
@@ -148,16 +156,23 @@ impl PagewriterBackend {
     }
 
     /// Wraps an opened file. redb's locks are taken on a second
-    /// description of it (opened through `/proc/self/fd`, read-only when
-    /// the file is); where that cannot be opened (a memory backend, no
-    /// `/proc`), every lock call is `BackendError::Unsupported`. Open
-    /// `file` with `OpenOptions::lock(false)`: pagewriter's own lock on
-    /// it would make redb report the database as already open.
+    /// description of it: on Linux opened through `/proc/self/fd`
+    /// (read-only when the file is), so no io_uring ring holds it; on the
+    /// other platforms (no ring there) a clone of the file's handle. Where
+    /// neither can be had (a memory backend, no `/proc`), every lock call
+    /// is `BackendError::Unsupported`. Open `file` with
+    /// `OpenOptions::lock(false)`: pagewriter's own lock on it would make
+    /// redb report the database as already open.
     pub fn new(file: PagedCachedFile) -> Self {
-        use std::os::fd::AsRawFd;
         let locks = file.file().and_then(|f| {
-            let path = format!("/proc/self/fd/{}", f.as_raw_fd());
-            lock_description(Path::new(&path), file.is_read_only()).ok()
+            #[cfg(target_os = "linux")]
+            {
+                use std::os::fd::AsRawFd;
+                let path = format!("/proc/self/fd/{}", f.as_raw_fd());
+                lock_description(Path::new(&path), file.is_read_only()).ok()
+            }
+            #[cfg(not(target_os = "linux"))]
+            lock_handle(f).ok()
         });
         Self { file, locks }
     }
@@ -330,6 +345,17 @@ impl PagewriterBackend {
 }
 
 /// Opens the second description redb's locks are taken on.
+/// redb's backend on a clone of `file`'s handle, for its locks: where no
+/// io_uring ring holds the file (every platform but Linux). On Windows it
+/// must be the same file object: redb's `LockFileEx` locks are mandatory,
+/// and would refuse this backend's own reads and writes on a handle of its
+/// own.
+#[cfg(not(target_os = "linux"))]
+fn lock_handle(file: &std::fs::File) -> io::Result<RedbFileBackend> {
+    RedbFileBackend::new(file.try_clone()?).map_err(|e| io::Error::other(e.to_string()))
+}
+
+#[cfg(target_os = "linux")]
 fn lock_description(path: &Path, read_only: bool) -> io::Result<RedbFileBackend> {
     let f = std::fs::OpenOptions::new()
         .read(true)

@@ -3,6 +3,10 @@
 //! works on a file the process may only read (mode 0444, as a non-root
 //! user) and on a read-only mount, with the default configuration (four
 //! sync lanes, O_DIRECT where it fits, io_uring).
+//!
+//! Linux only: the cases drop root with `setpriv` and remount a loop
+//! device read-only.
+#![cfg(target_os = "linux")]
 
 use std::path::Path;
 use std::process::Command;

@@ -16,7 +16,9 @@ pub const MAX_QUEUE_DEPTH: u32 = 4096;
 ///
 /// `Display` gives one line for reports, e.g. `io_uring QD32, O_DIRECT
 /// (align 512)` or `pwritev (io_uring refused: Operation not permitted),
-/// buffered`.
+/// buffered`; the calls named are this platform's ([`PLATFORM`](super::PLATFORM):
+/// `F_NOCACHE` on macOS, `WriteFile per run` and `FILE_FLAG_NO_BUFFERING`
+/// on Windows).
 ///
 /// Decided at open (`cached_file/open.rs`) from the backend: what the flush pipeline's writers and the file really use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,11 +50,12 @@ impl fmt::Display for IoMode {
         if let Some(why) = &self.engine_fallback {
             write!(f, " ({why})")?;
         }
+        let direct = super::PLATFORM.direct_io.unwrap_or("direct I/O");
         match (&self.direct, &self.direct_fallback) {
-            (Some(a), _) if a.memory == a.offset => write!(f, ", O_DIRECT (align {})", a.offset),
+            (Some(a), _) if a.memory == a.offset => write!(f, ", {direct} (align {})", a.offset),
             (Some(a), _) => write!(
                 f,
-                ", O_DIRECT (align {} memory, {} offset)",
+                ", {direct} (align {} memory, {} offset)",
                 a.memory, a.offset
             ),
             (None, Some(why)) => write!(f, ", buffered ({why})"),
@@ -96,7 +99,8 @@ pub fn short_error(e: &std::io::Error) -> String {
 /// way.
 ///
 /// Errors: `Error::Io` with op "open" or "open O_DIRECT";
-/// [`Error::InvalidConfig`] with `On` and a misfit.
+/// [`Error::InvalidConfig`] with `On` and a misfit;
+/// [`Error::Unsupported`] with `On` on a platform without direct I/O.
 pub fn open_with_direct(
     path: &std::path::Path,
     direct: DirectIo,
@@ -123,12 +127,26 @@ pub fn open_with_options(
         })
     };
     let buffered = || open(false, "open");
+    let Some(name) = super::PLATFORM.direct_io else {
+        return match direct {
+            DirectIo::Off => Ok((buffered()?, None)),
+            DirectIo::On => Err(Error::Unsupported {
+                setting: "DirectIo::On",
+                platform: super::PLATFORM.os,
+                why: "no direct I/O call here (O_DIRECT, F_NOCACHE)".into(),
+            }),
+            DirectIo::Auto => Ok((
+                buffered()?,
+                Some(format!("no direct I/O on {}", super::PLATFORM.os)),
+            )),
+        };
+    };
     match direct {
         DirectIo::Off => Ok((buffered()?, None)),
         DirectIo::On => {
             let b = open(true, "open O_DIRECT")?;
             match misfit(&b) {
-                Some(why) => Err(Error::InvalidConfig(format!("O_DIRECT: {why}"))),
+                Some(why) => Err(Error::InvalidConfig(format!("{name}: {why}"))),
                 None => Ok((b, None)),
             }
         }
@@ -142,7 +160,7 @@ pub fn open_with_options(
             },
             Err(Error::Io { source: e, .. }) => Ok((
                 buffered()?,
-                Some(format!("O_DIRECT refused: {}", short_error(&e))),
+                Some(format!("{name} refused: {}", short_error(&e))),
             )),
             Err(other) => Err(other),
         },
@@ -202,11 +220,12 @@ impl FlushEngine {
         }
     }
 
-    /// The system call each write of this engine makes.
+    /// The system call each write of this engine makes on this platform.
     pub fn syscall(self) -> &'static str {
         match self {
+            FlushEngine::PerPage | FlushEngine::Concat if cfg!(windows) => "WriteFile",
             FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
-            FlushEngine::Vectored => "pwritev",
+            FlushEngine::Vectored => super::PLATFORM.vectored_write,
             FlushEngine::IoUring { .. } => "io_uring writev",
             FlushEngine::Auto { .. } => "io_uring writev or pwritev",
         }

@@ -12,6 +12,18 @@ mod memory;
 pub mod range_lock;
 #[cfg(all(target_os = "linux", feature = "io-uring"))]
 pub mod ring;
+#[cfg(not(all(target_os = "linux", feature = "io-uring")))]
+#[path = "no_ring.rs"]
+pub(crate) mod ring;
+mod sys;
+
+pub use sys::{PLATFORM, Platform};
+
+/// Which file `file` is, whatever path reached it: `(st_dev, st_ino)` on
+/// Unix, `(volume serial number, file index)` on Windows.
+pub(crate) fn file_identity(file: &std::fs::File) -> io::Result<(u64, u64)> {
+    sys::file_identity(file)
+}
 
 pub use file::{
     DEFAULT_MAX_WRITE_BYTES, DioAlign, FileBackend, IOV_MAX, OpenOptions, SyscallCounts,

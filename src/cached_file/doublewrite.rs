@@ -87,13 +87,12 @@ const HEADER: usize = 56;
 const ENTRY: usize = 16;
 
 /// Identifies the data file an area belongs to: `(st_dev, st_ino)` of its
-/// file, `(0, 0)` for a backend without one.
+/// file (volume serial and file index on Windows), `(0, 0)` for a backend without one.
 pub(crate) fn file_identity(backend: &dyn StorageBackend) -> (u64, u64) {
-    use std::os::unix::fs::MetadataExt;
     backend
         .file()
-        .and_then(|f| f.metadata().ok())
-        .map_or((0, 0), |m| (m.dev(), m.ino()))
+        .and_then(|f| crate::backend::file_identity(f).ok())
+        .unwrap_or((0, 0))
 }
 
 /// The doublewrite area of one open file.

@@ -45,7 +45,13 @@ pub(crate) fn open_file(
 /// not, why.
 fn atomic_fit(backend: &dyn StorageBackend, config: &Config) -> std::result::Result<(), String> {
     let Some(unit) = backend.atomic_write_unit() else {
-        return Err(if backend.dio_align().is_none() {
+        let platform = crate::backend::PLATFORM;
+        return Err(if !platform.atomic_writes {
+            format!(
+                "untearable writes (RWF_ATOMIC) are a Linux interface; this is {}",
+                platform.os
+            )
+        } else if backend.dio_align().is_none() {
             "atomic writes need O_DIRECT (DirectIo::On), and the file is buffered".into()
         } else {
             "statx reports no atomic write unit for this file (file system or device without RWF_ATOMIC)".into()
@@ -292,8 +298,9 @@ pub(crate) fn write_slots(
 /// runs are copied into, shared out over the `slots` writers the file
 /// makes ([`Config::rounds_in_flight`]; each gets at least one).
 ///
-/// Errors: `IoUring` asked for and refused (`Error::Io`), or on a backend
-/// without a file (`InvalidConfig`); [`Error::NoMemory`] for the buffers.
+/// Errors: `IoUring` asked for and refused (`Error::Io`), where there is
+/// no io_uring ([`Error::Unsupported`]), or on a backend without a file
+/// (`InvalidConfig`); [`Error::NoMemory`] for the buffers.
 pub(crate) fn resolve_writer(
     backend: &dyn StorageBackend,
     config: &Config,
@@ -342,6 +349,7 @@ pub(crate) fn resolve_writer(
         (FlushEngine::Auto { .. }, Err(e)) => {
             let why = match &e {
                 Error::Io { source, .. } => format!("io_uring refused: {}", short_error(source)),
+                Error::Unsupported { why, .. } => format!("no io_uring: {why}"),
                 _ => "io_uring not used: the backend has no file".into(),
             };
             Ok((FlushEngine::Vectored, Some(why), vectored()))
@@ -354,7 +362,6 @@ pub(crate) fn resolve_writer(
 /// registered, and `bounce` buffers (registered where `RLIMIT_MEMLOCK`
 /// allows) to copy runs into under `O_DIRECT`. Used from whichever thread
 /// flushes, so not a single-issuer ring.
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
 fn uring_writer(
     file: &std::fs::File,
     queue_depth: u32,
@@ -366,8 +373,17 @@ fn uring_writer(
     use crate::backend::ring::{RingOptions, SlotRing};
     let mut opts = RingOptions::new(queue_depth);
     opts.single_issuer = false;
-    let setup =
-        |e: crate::backend::ring::RingSetupError| Error::io("io_uring setup", None, e.into());
+    let setup = |e: crate::backend::ring::RingSetupError| {
+        if e.source.kind() == std::io::ErrorKind::Unsupported {
+            Error::Unsupported {
+                setting: "FlushEngine::IoUring",
+                platform: std::env::consts::OS,
+                why: e.source.to_string(),
+            }
+        } else {
+            Error::io("io_uring setup", None, e.into())
+        }
+    };
     let bufs = bounce_buffers(bounce, bounce_len, align)?;
     let ring = match SlotRing::new(file, opts, bufs) {
         Err(e) if e.stage == "register buffers" => {
@@ -382,22 +398,4 @@ fn uring_writer(
         copy: bounce > 0,
         scratch: Box::new(UringScratch::new((bounce > 0).then_some(align))),
     })
-}
-
-#[cfg(not(all(target_os = "linux", feature = "io-uring")))]
-fn uring_writer(
-    _file: &std::fs::File,
-    _queue_depth: u32,
-    _bounce: usize,
-    _bounce_len: usize,
-    _align: usize,
-) -> Result<RunWriter> {
-    Err(Error::io(
-        "io_uring setup",
-        None,
-        std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "built without the io-uring feature",
-        ),
-    ))
 }

@@ -5,7 +5,6 @@
 use std::io::IoSlice;
 
 use super::gather::{GatherBuf, write_run};
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
 use super::gather::{MAX_ZERO_COPY_SEGMENTS, gather, reuse, segments};
 use super::pages::PageRef;
 use super::stats::{Counters, add};
@@ -53,7 +52,6 @@ pub(crate) enum RunWriter {
     /// flushing thread instead ([`writes_inline`](Self::writes_inline)),
     /// with `pwritev`, or under `O_DIRECT` from a copy as the pwritev
     /// engine does (`UringScratch::inline_copy`).
-    #[cfg(all(target_os = "linux", feature = "io-uring"))]
     Uring {
         ring: Box<crate::backend::ring::SlotRing>,
         copy: bool,
@@ -86,10 +84,6 @@ impl RunWriter {
     /// no more commits/s; against also handing over any several-run round
     /// written beside a syncing one, this rule made 1.085x commits/s at 2
     /// committers (0.68x CPU per GB), 1.02x at 4, 1.06x at 8.
-    #[cfg_attr(
-        not(all(target_os = "linux", feature = "io-uring")),
-        expect(unused_variables, reason = "only the ring reads `alone`")
-    )]
     pub(crate) fn writes_inline(&self, runs: usize, alone: bool) -> bool {
         match self {
             RunWriter::PerPage | RunWriter::Concat { .. } => true,
@@ -97,7 +91,6 @@ impl RunWriter {
                 None => true,
                 Some(pool) => runs < pool.threads(),
             },
-            #[cfg(all(target_os = "linux", feature = "io-uring"))]
             RunWriter::Uring { .. } => runs <= 1 && alone,
         }
     }
@@ -107,7 +100,6 @@ impl RunWriter {
     pub(crate) fn can_dsync(&self) -> bool {
         match self {
             RunWriter::Vectored { .. } => true,
-            #[cfg(all(target_os = "linux", feature = "io-uring"))]
             RunWriter::Uring { .. } => true,
             RunWriter::PerPage | RunWriter::Concat { .. } => false,
         }
@@ -147,15 +139,14 @@ impl RunWriter {
         if let Some(scratch) = atomic {
             add(&counters.atomic_writes, runs.len() as u64);
             match self {
-                #[cfg(all(target_os = "linux", feature = "io-uring"))]
                 RunWriter::Uring {
                     ring,
                     copy: true,
                     scratch: uring,
                 } if !from_pages => {
-                    ring.set_write_flags(libc::RWF_ATOMIC);
+                    ring.set_atomic(true);
                     write_uring(ring, true, uring, backend, runs, entries, &mut results);
-                    ring.set_write_flags(0);
+                    ring.set_atomic(false);
                     add(&counters.write_calls, results.enter_calls);
                 }
                 _ => write_atomic_runs(
@@ -195,7 +186,6 @@ impl RunWriter {
         match self {
             _ if !from_pages => None,
             RunWriter::Vectored { iovecs, copy, .. } => Some((iovecs, copy.as_mut())),
-            #[cfg(all(target_os = "linux", feature = "io-uring"))]
             RunWriter::Uring { scratch, .. } => {
                 let UringScratch {
                     iovecs,
@@ -261,7 +251,6 @@ impl RunWriter {
                     iovecs, copy, backend, runs, entries, counters, false, results,
                 );
             }
-            #[cfg(all(target_os = "linux", feature = "io-uring"))]
             RunWriter::Uring {
                 ring,
                 copy,
@@ -343,7 +332,6 @@ fn pwritev_runs(
 /// Whether the runs' pages are adjacent in memory often enough that the
 /// runs make at most two iovec segments each on average (pages carved from
 /// one slab in file order; `BufferPool::zeroed`).
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
 fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
     let pieces: usize = runs.iter().map(|r| segments(&entries[r.entries()])).sum();
     pieces <= MAX_ZERO_COPY_SEGMENTS * runs.len()
@@ -352,7 +340,6 @@ fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
 /// What the io_uring writer keeps between flushes so that a flush
 /// allocates nothing: the copy jobs, the iovecs and runs of a zero-copy
 /// write (emptied; see [`reuse`]) and the per-run errors.
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
 #[derive(Default)]
 pub(crate) struct UringScratch {
     /// Under `O_DIRECT`: the copy buffer of scattered runs written inline
@@ -364,7 +351,6 @@ pub(crate) struct UringScratch {
     errors: Vec<Option<std::io::Error>>,
 }
 
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
 impl UringScratch {
     /// Empty vectors; with `align` (under `O_DIRECT`), a copy buffer for
     /// scattered runs written inline, aligned to it.
@@ -382,7 +368,6 @@ struct Results {
     /// Empty (no allocation) until a run fails.
     errors: Vec<Option<std::io::Error>>,
     first: Option<(u64, &'static str)>,
-    #[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
     enter_calls: u64,
 }
 
@@ -453,7 +438,6 @@ impl Results {
 /// segment per run), else `WRITEV` from page memory; the caller picks
 /// (runs whose pages are adjacent in memory go out zero-copy: one segment
 /// per run costs less than the copy).
-#[cfg(all(target_os = "linux", feature = "io-uring"))]
 fn write_uring(
     ring: &mut crate::backend::ring::SlotRing,
     copy: bool,
@@ -525,7 +509,6 @@ fn write_uring(
 /// segments), pre-faulted so no flush pays for it.
 ///
 /// Errors: [`Error::NoMemory`](crate::Error::NoMemory).
-#[cfg_attr(not(all(target_os = "linux", feature = "io-uring")), allow(dead_code))]
 pub(crate) fn bounce_buffers(
     count: usize,
     len: usize,

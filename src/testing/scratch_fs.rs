@@ -47,12 +47,18 @@ impl FsKind {
     }
 
     /// Why this machine cannot make and mount this kind for a test, or
-    /// `None` where it can: mounting needs root (the effective user id 0),
+    /// `None` where it can: mounting needs Linux, root (the effective user id 0),
     /// an image-backed kind its `mkfs` on `PATH` and a loop device
     /// (`/dev/loop-control`). Cheap: nothing is made or mounted. For test
     /// harnesses that mark a test ignored, with this reason, where its
     /// file system cannot be had (and fail it when they must have it).
     pub fn missing(self) -> Option<String> {
+        if !cfg!(target_os = "linux") {
+            return Some(format!(
+                "scratch file systems are Linux loop and tmpfs mounts; this is {}",
+                std::env::consts::OS
+            ));
+        }
         // The effective user id: the second field of `Uid:`.
         let euid = std::fs::read_to_string("/proc/self/status")
             .ok()

@@ -87,3 +87,22 @@ pub fn print_fs_reasons(kinds: &[pagewriter::testing::FsKind]) {
         }
     }
 }
+
+/// Fills `buf` from byte `offset` of a plain `File` (through a
+/// [`FileBackend`](pagewriter::FileBackend) on a clone of its handle, so
+/// the same call works on every platform). Panics on an error.
+pub fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) {
+    use pagewriter::StorageBackend;
+    pagewriter::FileBackend::from_file(file.try_clone().unwrap())
+        .read_exact_at(offset, buf)
+        .unwrap();
+}
+
+/// Writes all of `buf` at byte `offset` of a plain `File`, as
+/// [`read_at`] reads. Panics on an error.
+pub fn write_at(file: &std::fs::File, buf: &[u8], offset: u64) {
+    use pagewriter::StorageBackend;
+    pagewriter::FileBackend::from_file(file.try_clone().unwrap())
+        .write_all_at(offset, buf)
+        .unwrap();
+}

@@ -445,7 +445,7 @@ impl SlotRing {
         debug_assert!(v.pending.is_none(), "tag {tag} reused while in flight");
         v.segs.clear();
         // Slices adjacent in memory become one segment.
-        v.segs.extend(super::file::joined_iovecs(bufs));
+        v.segs.extend(super::sys::joined_iovecs(bufs));
         let len = bufs.iter().map(|b| b.len()).sum();
         v.pending = Some(Pending::new(RingOp::Write, offset, len, 0));
         self.start(tag as u64 | VECTORED, fault)
@@ -601,6 +601,12 @@ impl SlotRing {
     /// `WRITE`, not `WRITE_FIXED`.
     pub fn set_write_flags(&mut self, flags: i32) {
         self.write_flags = flags;
+    }
+
+    /// Sets or clears `RWF_ATOMIC` on the writes queued from now on (see
+    /// [`set_write_flags`](Self::set_write_flags)).
+    pub fn set_atomic(&mut self, on: bool) {
+        self.set_write_flags(if on { libc::RWF_ATOMIC } else { 0 });
     }
 
     /// Submits what is queued without waiting. Returns SQEs submitted.

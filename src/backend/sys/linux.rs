@@ -1,0 +1,258 @@
+//! Linux: `O_DIRECT` with `statx` alignment, `pwritev2` (`RWF_DSYNC`,
+//! `RWF_ATOMIC`), `fallocate`, sync lanes reopened through `/proc/self/fd`,
+//! the file system's largest file length and the block queue's sysfs
+//! attributes.
+
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+
+/// For the io_uring WRITEV path (`ring`).
+#[cfg(feature = "io-uring")]
+pub(crate) use super::unix::joined_iovecs;
+use super::unix::{MERGED_IOVECS, merge_adjacent};
+pub(crate) use super::unix::{
+    file_identity, free_space, preadv as read_scatter_at, read_at, write_at,
+};
+use crate::backend::{AtomicUnit, DioAlign};
+
+pub(crate) const VECTORED_WRITE: &str = "pwritev";
+pub(crate) const SYNC: &str = "fdatasync";
+pub(crate) const DIRECT_IO: Option<&str> = Some("O_DIRECT");
+pub(crate) const ATOMIC_WRITES: bool = true;
+/// `pwritev2(RWF_DSYNC)`: a write durable on return, in one call.
+pub(crate) const DSYNC_WRITES: bool = true;
+
+/// Asks the open for direct I/O: `O_DIRECT`.
+pub(crate) fn open_direct(o: &mut std::fs::OpenOptions) {
+    o.custom_flags(libc::O_DIRECT);
+}
+
+/// Nothing to do after a direct open: the flag was given at open.
+pub(crate) fn after_open_direct(_file: &File) -> io::Result<()> {
+    Ok(())
+}
+
+/// The `O_DIRECT` alignment of a file opened with `O_DIRECT`:
+/// `statx(STATX_DIOALIGN)` where the kernel reports it, else the device's
+/// logical block size (4096 where unknown).
+///
+/// Errors: `Unsupported` where `statx` reports that this file cannot do
+/// direct I/O.
+pub(crate) fn dio_align(file: &File) -> io::Result<DioAlign> {
+    match statx_dio_align(file)? {
+        Some(a) if a.memory == 0 || a.offset == 0 => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "statx reports no direct I/O support for this file",
+        )),
+        Some(a) => Ok(a),
+        None => {
+            let lbs = queue_attr(file, "logical_block_size")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(4096);
+            Ok(DioAlign {
+                memory: lbs,
+                offset: lbs,
+            })
+        }
+    }
+}
+
+/// `statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN)`: `Some` alignment when
+/// the kernel and file system report it (zeros: no direct I/O), `None` when
+/// they do not (kernels before 6.1, some file systems).
+fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a valid NUL-terminated empty string, `buf` is a
+    // live, writable statx struct, and the fd is open for the call.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut buf,
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) | Some(libc::EINVAL) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    if buf.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return Ok(None);
+    }
+    Ok(Some(DioAlign {
+        memory: buf.stx_dio_mem_align,
+        offset: buf.stx_dio_offset_align,
+    }))
+}
+
+/// `statx(fd, "", AT_EMPTY_PATH, STATX_WRITE_ATOMIC)`: the file's atomic
+/// write unit for direct I/O where the kernel (6.11+) and file system
+/// report one, else `None` (also on any statx error: atomic writes are an
+/// option, never a reason to fail an open).
+pub(crate) fn atomic_unit(file: &File) -> Option<AtomicUnit> {
+    // SAFETY: statx is plain old data; all-zero is a valid value.
+    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: the path is a valid NUL-terminated empty string, `buf` is a
+    // live, writable statx struct, and the fd is open for the call.
+    let rc = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_WRITE_ATOMIC,
+            &mut buf,
+        )
+    };
+    let reported = rc == 0 && buf.stx_mask & libc::STATX_WRITE_ATOMIC != 0;
+    let (min, max) = (buf.stx_atomic_write_unit_min, buf.stx_atomic_write_unit_max);
+    (reported && min > 0 && max >= min && min.is_power_of_two() && max.is_power_of_two()).then(
+        || AtomicUnit {
+            min,
+            max,
+            segments_max: buf.stx_atomic_write_segments_max.max(1),
+            device_max: queue_attr(file, "atomic_write_unit_max_bytes")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0),
+        },
+    )
+}
+
+/// `fallocate(2)` mode 0: blocks reserved, the file extended to cover them.
+///
+/// Errors: `EOPNOTSUPP` where the file system cannot preallocate, `ENOSPC`.
+pub(crate) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+    let n = libc::off_t::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+    loop {
+        // SAFETY: fallocate takes only integers; the fd is open for as long
+        // as `file` lives, which outlives this call.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, n) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// One `pwritev` (or `pwritev2(RWF_DSYNC)` when `dsync`) of a prefix of
+/// `bufs` at `offset`; the bytes written.
+pub(crate) fn write_gather_at(
+    file: &File,
+    bufs: &[IoSlice<'_>],
+    offset: u64,
+    dsync: bool,
+) -> io::Result<usize> {
+    if !dsync {
+        return super::unix::pwritev(file, bufs, offset);
+    }
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MERGED_IOVECS];
+    let n = merge_adjacent(bufs, &mut iov);
+    pwritev2(file, &iov[..n], offset, libc::RWF_DSYNC)
+}
+
+/// One `pwritev2(RWF_ATOMIC)` (and `RWF_DSYNC` if `dsync`) of `buf` at
+/// `offset`; the bytes written.
+pub(crate) fn write_atomic_at(
+    file: &File,
+    buf: &[u8],
+    offset: u64,
+    dsync: bool,
+) -> io::Result<usize> {
+    let iov = [libc::iovec {
+        iov_base: buf.as_ptr().cast_mut().cast(),
+        iov_len: buf.len(),
+    }];
+    let flags = libc::RWF_ATOMIC | if dsync { libc::RWF_DSYNC } else { 0 };
+    pwritev2(file, &iov, offset, flags)
+}
+
+/// `pwritev2(fd, iov, off, flags)`.
+fn pwritev2(file: &File, iov: &[libc::iovec], offset: u64, flags: i32) -> io::Result<usize> {
+    let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: every iovec in `iov` points at bytes the caller keeps
+    // borrowed for the whole call; the kernel only reads them. `iov.len()`
+    // is at most MERGED_IOVECS, so it fits in a c_int.
+    let rc = unsafe {
+        libc::pwritev2(
+            file.as_raw_fd(),
+            iov.as_ptr(),
+            iov.len() as libc::c_int,
+            off,
+            flags,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(rc as usize)
+}
+
+/// Another open file description of `file` for a sync lane (through
+/// `/proc/self/fd`), read-only for a read-only file (`fdatasync` takes any
+/// descriptor; a read-only open never asks for write access).
+///
+/// Errors: the reopen's (`ENOENT` where `/proc` is not mounted).
+pub(crate) fn reopen_for_sync(file: &File, read_only: bool) -> io::Result<Option<File>> {
+    let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    std::fs::OpenOptions::new()
+        .read(read_only)
+        .write(!read_only)
+        .open(&proc_path)
+        .map(Some)
+}
+
+/// The file system's largest file length (`s_maxbytes`) for `file`, found
+/// by binary search with `lseek(SEEK_SET)`, which Linux refuses with
+/// `EINVAL` past that length (`generic_file_llseek_size`); about 63 calls,
+/// made once at open. The descriptor's file position is left wherever the
+/// search ends (the backend does only positional I/O). `None` where
+/// `lseek` does not behave so (a pipe, a file system with its own rule).
+pub(crate) fn max_file_size(file: &File) -> Option<u64> {
+    let fd = file.as_raw_fd();
+    let seek_ok = |pos: i64| {
+        // SAFETY: lseek takes only integers; `fd` is open for as long as
+        // `file`, which the caller borrows for this whole function.
+        unsafe { libc::lseek(fd, pos, libc::SEEK_SET) == pos }
+    };
+    if !seek_ok(0) {
+        return None;
+    }
+    let (mut lo, mut hi) = (0i64, i64::MAX);
+    if seek_ok(hi) {
+        return Some(hi as u64);
+    }
+    // Invariant: lo seeks, hi does not.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if seek_ok(mid) { lo = mid } else { hi = mid }
+    }
+    Some(lo as u64)
+}
+
+/// An attribute of the block queue under the file system holding `file`,
+/// from `/sys/dev/block/MAJ:MIN/queue/NAME` (or the parent disk's queue for
+/// a partition), trimmed. `None` where sysfs has no such entry (tmpfs,
+/// overlay).
+pub(crate) fn queue_attr(file: &File, name: &str) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = file.metadata().ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    ["queue", "../queue"]
+        .iter()
+        .find_map(|dir| std::fs::read_to_string(format!("{base}/{dir}/{name}")).ok())
+        .map(|s| s.trim().to_string())
+}
