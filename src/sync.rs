@@ -30,6 +30,19 @@ pub(crate) fn current_thread_id() -> ThreadId {
 #[cfg(not(feature = "shuttle"))]
 pub(crate) use std::thread::ThreadId;
 
+/// Where a long I/O call without a lock starts: nothing in a normal
+/// build; under shuttle a point where other threads may run before the
+/// call's effect lands (the test backends take a plain lock, no yield).
+#[cfg(not(feature = "shuttle"))]
+#[inline(always)]
+pub(crate) fn io_point() {}
+
+/// See the other `io_point`.
+#[cfg(feature = "shuttle")]
+pub(crate) fn io_point() {
+    shuttle::thread::yield_now();
+}
+
 #[cfg(feature = "shuttle")]
 pub(crate) fn current_thread_id() -> ThreadId {
     shuttle::thread::current().id()

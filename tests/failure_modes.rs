@@ -27,7 +27,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use common::{page, tag_of};
 use pagewriter::testing::{FsKind, ScratchFs};
 use pagewriter::{
-    Config, DirectIo, Error, FileBackend, FlushEngine, PagedCachedFile, StorageBackend, TornWrites,
+    Config, DirectIo, Error, FileBackend, FlushEngine, GrowAhead, PagedCachedFile, StorageBackend,
+    TornWrites,
 };
 
 const PS: usize = 4096;
@@ -590,22 +591,36 @@ fn overlapping_rounds_on_a_full_disk(kind: FsKind) {
     for engine in engines() {
         // A file system per case: the case before leaves it full.
         let Some(fs) = scratch(kind, 64) else { return };
-        full_disk_under_overlap(kind, engine, TornWrites::Allow, &fs);
+        full_disk_under_overlap(kind, engine, TornWrites::Allow, GrowAhead::Off, &fs);
+        // Grow-ahead's filler races the commits for the last blocks: when
+        // it meets the full disk it stops and gives its zeros back; a
+        // commit's ENOSPC leaves its pages dirty as without it, and the
+        // window never reaches the length (drop without close leaves it;
+        // the reopen cuts it off).
+        let Some(fs) = scratch(kind, 64) else { return };
+        let window = GrowAhead::Window { bytes: 8 << 20 };
+        full_disk_under_overlap(kind, engine, TornWrites::Allow, window, &fs);
         // The doublewrite area fills the disk too (its records, then the
         // pages in place; btrfs copies the pages it rewrites): room for
         // the area, a record and the copies.
         let Some(fs) = scratch(kind, 256) else { return };
-        full_disk_under_overlap(kind, engine, TornWrites::DoubleWrite, &fs);
+        full_disk_under_overlap(kind, engine, TornWrites::DoubleWrite, GrowAhead::Off, &fs);
     }
 }
 
-fn full_disk_under_overlap(kind: FsKind, engine: FlushEngine, torn: TornWrites, fs: &ScratchFs) {
+fn full_disk_under_overlap(
+    kind: FsKind,
+    engine: FlushEngine,
+    torn: TornWrites,
+    grow: GrowAhead,
+    fs: &ScratchFs,
+) {
     const THREADS: u64 = 8;
     const TXN: u64 = 16; // pages per commit (64 KiB)
     const REGION: u64 = 1024; // pages per thread (4 MiB): 32 MiB in all
     let direct = direct_mode(fs.path());
     let what = format!(
-        "{}, {}, {direct:?}, {torn:?}, 3 rounds in flight",
+        "{}, {}, {direct:?}, {torn:?}, {grow:?}, 3 rounds in flight",
         kind.name(),
         engine.name()
     );
@@ -618,7 +633,8 @@ fn full_disk_under_overlap(kind: FsKind, engine: FlushEngine, torn: TornWrites, 
         .engine(engine)
         .direct(direct)
         .rounds_in_flight(3)
-        .torn_writes(torn);
+        .torn_writes(torn)
+        .grow_ahead(grow);
     // Doublewrite records of at most 4 MiB.
     let cfg = match torn {
         TornWrites::DoubleWrite => cfg.max_write_buffer_bytes(4 << 20),
@@ -652,8 +668,18 @@ fn full_disk_under_overlap(kind: FsKind, engine: FlushEngine, torn: TornWrites, 
     let rounds = f.stats().mean_rounds_in_flight();
     eprintln!(
         "{what}: {acked} commits acknowledged, {failed} threads stopped by the full disk, \
-         {rounds:.2} rounds in flight"
+         {rounds:.2} rounds in flight; grow-ahead: {:?}",
+        f.grow_ahead_stopped()
     );
+    if let Some(why) = f.grow_ahead_stopped() {
+        // It stopped for want of space, nothing else.
+        assert!(
+            ["No space", "kept for the commits", "disk full"]
+                .iter()
+                .any(|w| why.contains(w)),
+            "{what}: {why}"
+        );
+    }
     // The engine gives up (drop: a best-effort flush, which fails too).
     drop(f);
     let len = std::fs::metadata(&path).unwrap().len();
@@ -678,6 +704,13 @@ fn full_disk_under_overlap(kind: FsKind, engine: FlushEngine, torn: TornWrites, 
         }
         Err(e) => panic!("{what}: reopen with the same options: {e}"),
     };
+    // A window the drop left is cut off at the open: the file's size is
+    // its length again.
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        f.len(),
+        "{what}: size after the reopen"
+    );
     // (A record the full disk cut short is a warning, never applied.)
     assert!(
         f.recovery().unrepaired.is_empty(),
@@ -711,6 +744,109 @@ fn full_disk_under_overlap(kind: FsKind, engine: FlushEngine, torn: TornWrites, 
         assert_eq!(
             tag_of(&on_disk[p * PS..]),
             (p as u64, 1),
+            "{what}: page {p}"
+        );
+    }
+}
+
+/// A file backend that does not say how much space is free, so
+/// grow-ahead's filler writes its zeros whatever is left (as on a
+/// platform without `fstatvfs`, or a disk another process fills).
+#[derive(Debug)]
+struct BlindToSpace(FileBackend);
+
+impl StorageBackend for BlindToSpace {
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.0.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(offset, buf)
+    }
+    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        self.0.write_vectored_all_at(offset, bufs)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.write_zeroes(offset, len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.punch_hole(offset, len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn file(&self) -> Option<&std::fs::File> {
+        StorageBackend::file(&self.0)
+    }
+}
+
+/// The filler writes a window of zeros (a MiB less than the space left)
+/// above a page at 16 MiB on a nearly full disk; then 3 MiB of pages go
+/// into the holes below. Their commit finds the disk full (the zeros hold
+/// the space): the filler gives its zeros back, and the commit (or its
+/// retry) succeeds with no space returned from outside; nothing is lost.
+/// Where the file system refuses the zeros first (btrfs keeps space for
+/// its metadata), the filler gives back what it wrote and the commit
+/// succeeds.
+fn grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full(kind: FsKind) {
+    let Some(fs) = scratch(kind, 64) else { return };
+    let what = kind.name();
+    let filler = fs.path().join("filler");
+    let keep = if kind == FsKind::Btrfs {
+        24u64 << 20
+    } else {
+        5 << 20
+    };
+    let _fill = fill_leaving(fs.path(), &filler, keep);
+    let path = fs.path().join("grow");
+    let window = keep - (1 << 20);
+    let cfg = Config::default().grow_ahead(GrowAhead::Window { bytes: window });
+    let f = PagedCachedFile::new(BlindToSpace(FileBackend::open(&path).unwrap()), cfg).unwrap();
+    let hi = 4096u64; // page number of the page at 16 MiB
+    f.write_page(hi * PS as u64, &page(PS, hi, 1)).unwrap();
+    f.sync().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let filled = loop {
+        if f.stats().grow_zero_bytes >= window - PS as u64 {
+            break true;
+        }
+        if let Some(why) = f.grow_ahead_stopped() {
+            assert!(why.contains("No space"), "{what}: {why}");
+            break false;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the filler hangs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let low = 768u64; // 3 MiB of pages below
+    for p in 0..low {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    if let Err(e) = f.sync() {
+        assert_eq!(e.io_kind(), Some(io::ErrorKind::StorageFull), "{what}: {e}");
+        f.sync()
+            .unwrap_or_else(|e| panic!("{what}: the retry after the zeros went back: {e}"));
+    }
+    let why = f.grow_ahead_stopped().expect("the filler stopped");
+    eprintln!("{what}: window written: {filled}; {why}");
+    if filled {
+        assert!(why.contains("disk full"), "{what}: {why}");
+    }
+    f.close().unwrap();
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len() as u64, (hi + 1) * PS as u64, "{what}");
+    for p in (0..low).chain([hi]) {
+        assert_eq!(
+            tag_of(&on_disk[p as usize * PS..]),
+            (p, 1),
             "{what}: page {p}"
         );
     }
@@ -759,7 +895,11 @@ fn eight_threads_with_close_and_reopen(kind: FsKind) {
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
+    (
+        "grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full",
+        grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full,
+    ),
     (
         "o_direct_decision_and_alignment",
         o_direct_decision_and_alignment,

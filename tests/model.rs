@@ -72,6 +72,8 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
             CommitStrategy::Group,
             CommitStrategy::Direct,
         ]),
+        // Grow-ahead windows of 1 and 8 pages (with Allow only).
+        prop::sample::select(vec![None, Some(1u64), Some(8)]),
     )
         .prop_map(
             |(
@@ -85,8 +87,12 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                 rounds_in_flight,
                 torn_writes,
                 commit_strategy,
+                grow_pages,
             )| {
                 ModelConfig {
+                    grow_ahead: grow_pages
+                        .filter(|_| torn_writes == TornWrites::Allow)
+                        .map(|n| n * page_size as u64),
                     engine,
                     page_size,
                     buffer_pages,
@@ -178,6 +184,7 @@ fn real_file_matches_model() {
 #[test]
 fn checker_reports_disagreements() {
     let cfg = ModelConfig {
+        grow_ahead: None,
         engine: FlushEngine::Vectored,
         page_size: 4096,
         buffer_pages: 8,
@@ -280,6 +287,7 @@ fn torn_pages_only_where_allowed() {
             runner
                 .run(&strategy, |(page_size, buffer_pages, rounds, ops)| {
                     let cfg = ModelConfig {
+                        grow_ahead: None,
                         engine,
                         page_size,
                         buffer_pages,

@@ -50,11 +50,6 @@ fn config(pages: usize) -> Config {
         .max_write_buffer_bytes(pages * PS)
 }
 
-/// A file as [`config`] with a 3-page write buffer.
-fn file() -> (Arc<CrashBackend>, Arc<PagedCachedFile>) {
-    file_with(config(3))
-}
-
 fn file_with(config: Config) -> (Arc<CrashBackend>, Arc<PagedCachedFile>) {
     let be = Arc::new(CrashBackend::new());
     let f = PagedCachedFile::new(Arc::clone(&be), config).unwrap();
@@ -93,6 +88,64 @@ fn a_direct_commit_never_skips_an_fdatasync_its_writes_need() {
 #[test]
 fn a_durable_write_round_covers_everything_written_before_it() {
     check(|| sync_covers_everything(config(3).commit_dsync(true)));
+}
+
+/// The same with a grow-ahead window of 4 pages: the trailer moves as the
+/// writers' pages grow the file, the filler thread writes zeros above the
+/// data frontier between their flushes, and a flush reaching into the
+/// piece it writes waits for it. After every `sync`, what recovery makes
+/// of the durable image (the file cut to its trailer's length) holds the
+/// caller's pages, and no zero lands on a page once it was written.
+#[test]
+fn grow_ahead_never_zeros_a_written_page_and_keeps_the_length() {
+    check(|| {
+        let config = config(3).grow_ahead(pagewriter::GrowAhead::Window {
+            bytes: 4 * PS as u64,
+        });
+        let (be, f) = file_with(config.clone());
+        let writers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (f, be, config) = (Arc::clone(&f), Arc::clone(&be), config.clone());
+                shuttle::thread::spawn(move || {
+                    for i in 0..3u64 {
+                        let p = t + 2 * i;
+                        f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+                        f.sync().unwrap();
+                        // This writer's pages (the other's may not be
+                        // synced yet: `len()` could count them).
+                        let len = (p + 1) * PS as u64;
+                        assert!(f.len() >= len);
+                        let img = recovered(&be.durable_image(), &config);
+                        assert!(img.len() as u64 >= len, "length {len} not durable");
+                        assert!(
+                            img.len() as u64 <= 6 * PS as u64,
+                            "the window leaked into the length: {} B",
+                            img.len()
+                        );
+                        for q in (t..=p).step_by(2) {
+                            assert_page(&img, q, 1, "after sync");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        f.close().unwrap();
+        let img = be.durable_image();
+        assert_eq!(img.len(), 6 * PS, "close leaves the length");
+        for q in 0..6 {
+            assert_page(&img, q, 1, "after close");
+        }
+    });
+}
+
+/// What a file reopened over `image` holds after grow-ahead's recovery.
+fn recovered(image: &[u8], config: &Config) -> Vec<u8> {
+    let be = Arc::new(CrashBackend::from_image(image));
+    drop(PagedCachedFile::new(Arc::clone(&be), config.clone()).unwrap());
+    be.live_image()
 }
 
 fn sync_covers_everything(config: Config) {

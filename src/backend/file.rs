@@ -186,6 +186,8 @@ pub struct FileBackend {
     max_write_bytes: usize,
     write_calls: AtomicU64,
     sync_calls: AtomicU64,
+    /// `FALLOC_FL_WRITE_ZEROES` was refused once: zeros are written.
+    no_write_zeroes: std::sync::atomic::AtomicBool,
 }
 
 impl FileBackend {
@@ -245,6 +247,7 @@ impl FileBackend {
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             write_calls: AtomicU64::new(0),
             sync_calls: AtomicU64::new(0),
+            no_write_zeroes: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -455,6 +458,27 @@ impl StorageBackend for FileBackend {
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         sys::allocate(&self.file, offset, len)
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.no_write_zeroes.load(Ordering::Relaxed) {
+            match sys::write_zeroes(&self.file, offset, len) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    self.no_write_zeroes.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        super::zero_writes(offset, len, |at, zeros| self.write_all_at(at, zeros))
+    }
+
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        sys::punch_hole(&self.file, offset, len)
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        sys::free_space_of(&self.file).ok()
     }
 
     fn sync_lanes(&self) -> usize {

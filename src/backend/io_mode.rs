@@ -37,6 +37,9 @@ pub struct IoMode {
     /// Why `Auto` chose what it did (or why the streaming tools write
     /// without protection), where there is something to say.
     pub torn_writes_why: Option<String>,
+    /// Grow-ahead's window in bytes, where one is configured
+    /// ([`GrowAhead::Window`](crate::GrowAhead::Window)).
+    pub grow_ahead: Option<u64>,
 }
 
 impl fmt::Display for IoMode {
@@ -68,6 +71,9 @@ impl fmt::Display for IoMode {
         }
         if let Some(why) = &self.torn_writes_why {
             write!(f, " ({why})")?;
+        }
+        if let Some(bytes) = self.grow_ahead {
+            write!(f, ", grow-ahead {} KiB window", bytes >> 10)?;
         }
         Ok(())
     }

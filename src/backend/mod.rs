@@ -84,6 +84,30 @@ impl AtomicUnit {
     }
 }
 
+/// Writes `len` zero bytes at `offset` with `write`, from one zeroed
+/// buffer of at most 1 MiB aligned for `O_DIRECT` (the default of
+/// [`StorageBackend::write_zeroes`]).
+pub(crate) fn zero_writes(
+    offset: u64,
+    len: u64,
+    write: impl Fn(u64, &[u8]) -> io::Result<()>,
+) -> io::Result<()> {
+    let chunk = len.min(1 << 20) as usize;
+    if chunk == 0 {
+        return Ok(());
+    }
+    let zeros = crate::buffer::AlignedBuf::zeroed(chunk, crate::buffer::DEFAULT_ALIGN)
+        .ok_or(io::ErrorKind::OutOfMemory)?;
+    let end = offset + len;
+    let mut at = offset;
+    while at < end {
+        let n = ((end - at) as usize).min(chunk);
+        write(at, &zeros[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// A flat file of bytes that pages are read from and written to.
 ///
 /// Implementations must be `Send + Sync`: the write buffer calls them from
@@ -163,6 +187,35 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Writes `len` zero bytes at `offset`, inside the file or past its
+    /// end (grow-ahead's filler: blocks written ahead of the data). The
+    /// default writes them from a zeroed buffer of at most 1 MiB, aligned
+    /// for `O_DIRECT`; [`FileBackend`] first tries
+    /// `fallocate(FALLOC_FL_WRITE_ZEROES)` (Linux 6.17+, where the device
+    /// zeroes without the bytes moving).
+    ///
+    /// Errors: the writes' (`ENOSPC`, ...).
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        zero_writes(offset, len, |at, zeros| self.write_all_at(at, zeros))
+    }
+
+    /// Frees the blocks of `len` bytes at `offset` inside the file, which
+    /// then read as zeros; the file's size stays
+    /// (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`). Default:
+    /// `Unsupported`.
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Bytes free to this user on the file system holding the file
+    /// (`fstatvfs`: `f_bavail * f_frsize`), or `None` where unknown (the
+    /// default; Windows). Grow-ahead's filler writes zeros only while
+    /// enough stays free for the commits.
+    fn free_bytes(&self) -> Option<u64> {
+        None
     }
 
     /// Makes every completed write durable (`fdatasync`).
@@ -274,6 +327,15 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         (**self).allocate(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).write_zeroes(offset, len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).punch_hole(offset, len)
+    }
+    fn free_bytes(&self) -> Option<u64> {
+        (**self).free_bytes()
     }
     fn sync_lanes(&self) -> usize {
         (**self).sync_lanes()

@@ -1,6 +1,7 @@
 //! Configuration of a [`PagedCachedFile`](crate::PagedCachedFile).
 
 use super::chooser::CommitStrategy;
+use super::grow::{GrowAhead, MAX_GROW_WINDOW};
 use super::torn::TornWrites;
 use crate::backend::{DEFAULT_MAX_WRITE_BYTES, IOV_MAX};
 use crate::backend::{DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
@@ -148,6 +149,13 @@ pub struct Config {
     /// writes (`.project/torn-writes.md` has the figures), and engines that
     /// checksum copy-on-write pages do not need them.
     pub torn_writes: TornWrites,
+    /// Grow-ahead: the file's size runs a window ahead of its data, that
+    /// space written ahead of the writes, the length kept in a trailer
+    /// ([`GrowAhead`]). Default [`GrowAhead::Off`]: with a window the
+    /// file's size on the OS is not its length while it is open, which an
+    /// engine that reads the size itself would not expect (measurements in
+    /// `.project/grow-ahead.md`).
+    pub grow_ahead: GrowAhead,
 }
 
 impl Default for Config {
@@ -170,6 +178,7 @@ impl Default for Config {
             rounds_in_flight: 1,
             torn_writes: TornWrites::Allow,
             commit_strategy: CommitStrategy::Auto,
+            grow_ahead: GrowAhead::Off,
         }
     }
 }
@@ -258,6 +267,12 @@ impl Config {
         self
     }
 
+    /// Sets [`grow_ahead`](Self::grow_ahead).
+    pub fn grow_ahead(mut self, grow: GrowAhead) -> Self {
+        self.grow_ahead = grow;
+        self
+    }
+
     /// Checks every field. Errors: [`Error::InvalidPageSize`] for the page
     /// size (0, not a power of two, or over [`MAX_PAGE_SIZE`]),
     /// [`Error::InvalidConfig`] naming the first bad field otherwise.
@@ -331,6 +346,22 @@ impl Config {
                  the fdatasync of a group commit round only (use Group or Auto)"
                     .into(),
             );
+        }
+        if let GrowAhead::Window { bytes } = self.grow_ahead {
+            if bytes == 0 || bytes > MAX_GROW_WINDOW || !bytes.is_multiple_of(self.page_size as u64)
+            {
+                return bad(format!(
+                    "grow_ahead window {bytes} is not a whole number of pages ({}) in 1..={MAX_GROW_WINDOW} bytes",
+                    self.page_size
+                ));
+            }
+            if self.torn_writes != TornWrites::Allow {
+                return bad(format!(
+                    "grow_ahead Window with torn_writes {}: the window keeps the length in a \
+                     trailer, torn-page protection in its own records (use TornWrites::Allow)",
+                    self.torn_writes.name()
+                ));
+            }
         }
         Ok(())
     }

@@ -94,7 +94,9 @@ impl PagedCachedFile {
     /// alignment does not fit the device's; "io_uring setup" for
     /// [`FlushEngine::IoUring`](crate::FlushEngine::IoUring) where no ring can be set up; "reopen for
     /// sync lanes" if the extra descriptions cannot be opened (use
-    /// `sync_lanes(1)` where `/proc` is missing).
+    /// `sync_lanes(1)` where `/proc` is missing); "grow-ahead recovery"
+    /// if the end of the file cannot be read, or a grow-ahead window a
+    /// crash left there cannot be cut off (see [`new`](Self::new)).
     ///
     /// The file is locked (an exclusive advisory lock; a second open of it
     /// fails with [`Error::Locked`]). For read-only, must-exist or unlocked
@@ -155,6 +157,14 @@ impl PagedCachedFile {
     /// `O_DIRECT` and pages do not fit its alignment; as
     /// [`open`](Self::open) for io_uring; `Error::Io` with op "fstat" if
     /// the backend's length cannot be read.
+    ///
+    /// Every open first reads the file's last two 512-byte sectors (or
+    /// direct I/O blocks): a file left with a grow-ahead window by a crash
+    /// or a drop without `close` ([`GrowAhead`](crate::GrowAhead)) ends in
+    /// a trailer holding its length, and is cut to that length there (an
+    /// `ftruncate` and an `fdatasync`; a read-only open only takes the
+    /// length), whatever this open's configuration. Errors: `Error::Io`
+    /// with op "grow-ahead recovery".
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         Self::build(backend, None, config, false, false)
     }
@@ -167,8 +177,33 @@ impl PagedCachedFile {
         locked: bool,
     ) -> Result<Self> {
         config.validate()?;
-        let len = backend.len().map_err(|e| Error::io("fstat", None, e))?;
-        let max_len = backend.max_file_size().unwrap_or(u64::MAX);
+        // A window a crash left (or a drop without close): cut off first,
+        // whatever this open's configuration.
+        let grown = super::grow::recover(&backend, read_only, config.page_align)
+            .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
+        let len = match grown {
+            Some(found) => found.len,
+            None => backend.len().map_err(|e| Error::io("fstat", None, e))?,
+        };
+        let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
+        let slot = super::grow::slot_bytes(&backend);
+        let page = config.page_size as u64;
+        let window_bytes = match config.grow_ahead {
+            super::grow::GrowAhead::Window { bytes } if !read_only => Some(bytes),
+            _ => None,
+        };
+        let max_len = match window_bytes {
+            Some(bytes) => {
+                let max = super::grow::Window::max_len(fs_max, slot, page);
+                if bytes > max {
+                    return Err(Error::InvalidConfig(format!(
+                        "grow_ahead window {bytes} is larger than the file system's largest file ({fs_max} bytes)"
+                    )));
+                }
+                max
+            }
+            None => fs_max,
+        };
         open::check_direct(&backend, &config)?;
         // Before the ring is set up: a ring dropped on a refusal would keep
         // the file (and its lock) until the kernel's deferred teardown.
@@ -190,6 +225,7 @@ impl PagedCachedFile {
             direct_fallback: None,
             torn_writes,
             torn_writes_why,
+            grow_ahead: window_bytes,
         };
         let backend: Arc<dyn StorageBackend> = Arc::new(backend);
         let atomic_max = (torn_writes == TornWrites::Atomic).then(|| {
@@ -204,6 +240,16 @@ impl PagedCachedFile {
             len
         } else {
             backend.len().map_err(|e| Error::io("fstat", None, e))?
+        };
+        let grow = match window_bytes {
+            Some(bytes) => {
+                let window = super::grow::Window::new(bytes, slot, page, config.page_align, fs_max)
+                    .ok_or(Error::NoMemory { bytes: 2 * slot })?;
+                let filler = super::grow::Filler::start(Arc::clone(&backend), bytes, len)
+                    .map_err(|e| Error::io("grow-ahead: start the filler thread", None, e))?;
+                Some((window, filler))
+            }
+            None => None,
         };
         let slots = open::write_slots(&backend, &config, writer, engine, atomic_max)?;
         let lanes = config.sync_lanes.min(backend.sync_lanes());
@@ -230,6 +276,7 @@ impl PagedCachedFile {
                 run_bytes,
                 inline_copy_align,
                 atomic_max.map(|_| config.page_align),
+                grow,
             ),
             commit: Commit::new(
                 config.commit_strategy,
@@ -318,7 +365,17 @@ impl PagedCachedFile {
         let mut s = self.counters.snapshot(self.buffer.buffered() as u64);
         s.direct_commits = self.commit.direct_commits();
         s.strategy_switches = self.commit.switches();
+        (s.grow_zero_bytes, s.grow_errors, _) = self.flush.grow_stats();
         s
+    }
+
+    /// Why grow-ahead's filler stopped, if it did (the first error of its
+    /// writes: `ENOSPC`, `EFBIG`, `EOPNOTSUPP`, ...; too little space left
+    /// on the file system; a commit's write that found it full; counted in
+    /// [`Stats::grow_errors`]). Commits go on without it. `None` while it
+    /// runs or without a window.
+    pub fn grow_ahead_stopped(&self) -> Option<String> {
+        self.flush.grow_stats().2
     }
 
     /// Writes `data` at byte `offset`. Both must be multiples of the page
@@ -550,6 +607,8 @@ impl PagedCachedFile {
         }
         if !self.life.is_read_only() {
             self.commit.sync(&self.parts(), &self.flush)?;
+            // At rest the file's size is its length.
+            self.flush.drop_window(&self.parts())?;
             if let Some(area) = self.torn.area() {
                 // The commit may have been durable on the area alone: make
                 // the pages durable in place, then no page needs the area

@@ -66,6 +66,7 @@ use super::doublewrite::{Area, CHECKPOINT_BYTES};
 use super::flusher::Flusher;
 use super::gather::GatherBuf;
 use super::generations::Generations;
+use super::grow::{Filler, Window};
 use super::parts::Parts;
 use super::slots::{WriteSlot, WriteSlots};
 use super::stats::{add, add_elapsed};
@@ -103,6 +104,9 @@ pub(crate) struct FlushPipeline {
     /// Most bytes of one run: `max_write_bytes`, but never more than the
     /// write buffer holds.
     max_run_bytes: usize,
+    /// Grow-ahead's filler thread, with a window configured (not on a
+    /// read-only file).
+    filler: Option<Filler>,
 }
 
 impl FlushPipeline {
@@ -116,9 +120,12 @@ impl FlushPipeline {
         max_run_bytes: usize,
         inline_copy_align: Option<usize>,
         inline_atomic_align: Option<usize>,
+        grow: Option<(Window, Filler)>,
     ) -> Self {
+        let (window, filler) = grow.unzip();
         Self {
-            flusher: Mutex::new(Flusher::new(os_len)),
+            filler,
+            flusher: Mutex::new(Flusher::new(os_len, window)),
             slots: WriteSlots::new(slots),
             inline: WriteSlots::new(Vec::new()),
             inline_copy_align,
@@ -194,7 +201,11 @@ impl FlushPipeline {
             let mark = self.gens.next_id();
             match drained {
                 None => {
-                    match f.extend_to(p, len, false) {
+                    let extended = match self.make_room(p, &mut f, len, len, true) {
+                        Ok(()) => f.extend_to(p, len, false),
+                        Err(e) => Err(e),
+                    };
+                    match extended {
                         Ok(grown) => pass.wrote |= grown,
                         Err(e) => {
                             pass.error.get_or_insert(e);
@@ -278,16 +289,41 @@ impl FlushPipeline {
             split_for_atomic(&mut slot.runs, p.config.page_size, max, spare);
         }
         let mut first: Option<(u64, &'static str, std::io::Error)> = None;
+        let end = slot.runs.last().map_or(0, |r| r.offset + r.len as u64);
+        let mut error: Option<Error> = None;
+        let mut room_failed = false;
+        // Grow-ahead's filler writes no zero below these pages from here
+        // on: before an extension starts it on the new window.
+        if let Some(filler) = &self.filler
+            && end > 0
+        {
+            filler.drained(end);
+        }
+        if let Err(e) = self.make_room(p, &mut f, end, len, true) {
+            // No room past the window: none of the runs may go out (they
+            // would reach the trailer); they stay dirty for the next flush,
+            // and the error is the flush's (a failed fdatasync poisoned
+            // the file).
+            for run in &slot.runs {
+                batch.failed.push(run.entries());
+            }
+            slot.runs.clear();
+            error = Some(e);
+            room_failed = true;
+        }
         f.preallocate(p, &mut slot, &mut batch, &mut first, alone);
         if let Some(run) = slot.runs.last() {
             f.expect_end(run.offset + run.len as u64);
         }
-        let mut error = None;
         let dsync_clean = dsync;
         let mut dsync = dsync.is_some() && slot.runs.len() == 1 && slot.writer.can_dsync();
         let mut grown = false;
         let staging = p.torn.area().is_some() && !slot.runs.is_empty();
-        match f.extend_to(p, len, staging) {
+        match if room_failed {
+            Ok(false)
+        } else {
+            f.extend_to(p, len, staging)
+        } {
             // The new length needs the fdatasync a durable write skips.
             Ok(g) => {
                 grown = g;
@@ -390,6 +426,11 @@ impl FlushPipeline {
             area.written(seq_after, &batch.entries, &batch.failed);
         }
         if let Some((_, op, source)) = first {
+            if let Some(filler) = &self.filler
+                && super::grow::is_full(&source)
+            {
+                filler.full(p.backend);
+            }
             batch.failed.sort_by_key(|r| r.start);
             error = Some(Error::PagesFailed {
                 failed: batch.failed_ranges(),
@@ -424,6 +465,113 @@ impl FlushPipeline {
             error,
             durable_seq,
         }
+    }
+
+    /// Grow-ahead, under `flusher`, before a flush's writes (a no-op
+    /// without a window): if data up to `need` bytes or the length `len`
+    /// would reach the trailer's page, extends the window ([`Window::extend`]:
+    /// the trailer moves to the new end, an `fdatasync` makes it durable,
+    /// then the old slots are zeroed); then, with `record`, writes `len`
+    /// into the next trailer slot if the newest record holds another
+    /// length, a write the next `fdatasync` must cover (`write_seq`
+    /// steps).
+    ///
+    /// Errors: `Error::Io` with op "grow-ahead trailer" (the extension or
+    /// the record could not be written: an extending write is cut back)
+    /// or "fdatasync" (the file is poisoned).
+    fn make_room(
+        &self,
+        p: &Parts<'_>,
+        f: &mut Flusher,
+        need: u64,
+        len: u64,
+        record: bool,
+    ) -> Result<()> {
+        let os_len = f.os_len();
+        let Some(w) = f.window() else {
+            return Ok(());
+        };
+        let trailer = |e| Error::io("grow-ahead trailer", None, e);
+        let grows = if w.active() {
+            !w.covers(need.max(len))
+        } else {
+            // A plain file gets a window once it grows.
+            need.max(len) > os_len
+        };
+        if grows {
+            let old_end = w.end();
+            let extended = match w.extend(p.backend, need, len) {
+                Ok(x) => x,
+                Err(e) => {
+                    // The write may have moved the size, and left part of
+                    // a trailer past the old end: cut back to it (the old
+                    // trailer's, or the plain file's end) and make that
+                    // durable, or a later trailer further out could bring
+                    // this one back inside the data after a crash.
+                    let _ = p
+                        .backend
+                        .set_len(if old_end > 0 { old_end } else { os_len });
+                    p.durability.step_unstaged();
+                    self.sync_file(p)?;
+                    return Err(trailer(e));
+                }
+            };
+            let (end, usable) = (w.end(), w.usable());
+            add(&p.counters.grow_extensions, 1);
+            p.durability.step_unstaged();
+            f.window_moved(end);
+            // The new end and trailer durable before anything is written
+            // below them: zeros or data written into the window before its
+            // end is durable could bring a crash back with the file's size
+            // at their end and no trailer there (a file system writes back
+            // blocks in any order), and the old trailer must stay valid
+            // until the new one is.
+            self.sync_file(p)?;
+            if let Some(at) = extended.old_slots
+                && let Some(w) = f.window()
+            {
+                w.zero_old(p.backend, Some(at)).map_err(trailer)?;
+                p.durability.step_unstaged();
+            }
+            if let Some(filler) = &self.filler {
+                filler.set_limit(usable);
+            }
+            return Ok(());
+        }
+        if w.has_stale() {
+            w.zero_old(p.backend, None).map_err(trailer)?;
+            p.durability.step_unstaged();
+        }
+        if record && w.record(p.backend, len).map_err(trailer)? {
+            add(&p.counters.grow_records, 1);
+            p.durability.step_unstaged();
+        }
+        Ok(())
+    }
+
+    /// Cuts a grow-ahead window off and makes that durable (`close`): the
+    /// file at rest is its length. A no-op without one.
+    ///
+    /// Errors: "ftruncate", "fdatasync" (`Error::Io`).
+    pub(crate) fn drop_window(&self, p: &Parts<'_>) -> Result<()> {
+        let mut f = self.flusher.lock();
+        if !f.in_window() {
+            return Ok(());
+        }
+        if let Some(filler) = &self.filler {
+            filler.reset(p.length.get());
+        }
+        f.drop_window(p)?;
+        drop(f);
+        self.sync_file(p)
+    }
+
+    /// Zero bytes grow-ahead's filler wrote, its failed calls and why it
+    /// stopped, if it did.
+    pub(crate) fn grow_stats(&self) -> (u64, u64, Option<String>) {
+        self.filler
+            .as_ref()
+            .map_or((0, 0, None), |f| (f.bytes(), f.errors(), f.failed()))
     }
 
     /// A write slot of a direct commit: `pwritev` from the committing
@@ -519,6 +667,7 @@ impl FlushPipeline {
     pub(crate) fn set_len(&self, p: &Parts<'_>, len: u64) -> Result<()> {
         let mut flusher = self.flusher.lock();
         if len >= p.length.get() {
+            self.make_room(p, &mut flusher, len, len, true)?;
             return flusher.grow(p, len);
         }
         // A guard at or past the cut (even past the old end) would write
@@ -552,6 +701,17 @@ impl FlushPipeline {
             area.clear()
                 .map_err(|e| Error::io("doublewrite area: empty", None, e))?;
         }
+        // A length buffered past the window (no flush since) may put the cut
+        // inside the trailer: move the trailer past it first, so the cut
+        // takes all of it. No record of the shorter length: the cut
+        // removes the trailer, and a record that failed partway must not
+        // make a refused cut come back after a crash.
+        self.make_room(p, &mut flusher, 0, len, false)?;
+        if let Some(filler) = &self.filler {
+            // No zero may be in flight past the cut (it would grow the
+            // file again).
+            filler.reset(len);
+        }
         flusher.shrink(p, len)?;
         // Pages wholly past `len` go; the one it falls in keeps its head.
         // The read cache loses the cut pages before any stripe opens again:
@@ -565,6 +725,13 @@ impl FlushPipeline {
             p.length.cut_to(len);
         });
         p.durability.step_unstaged();
+        if self.filler.is_some() {
+            // With grow-ahead the next extension may put a trailer below
+            // the old end: the cut must be durable first (`flusher` still
+            // held), or a crash could bring the old end back with trailer
+            // bytes inside the data.
+            self.sync_file(p)?;
+        }
         Ok(())
     }
 
@@ -575,6 +742,13 @@ impl FlushPipeline {
     /// "fstat".
     pub(crate) fn refresh(&self, p: &Parts<'_>) -> Result<()> {
         let mut flusher = self.flusher.lock();
+        if flusher.in_window() {
+            return Err(Error::InvalidConfig(
+                "refresh: a grow-ahead window is in place (the file's size is not its length); \
+                 open without one to follow another writer"
+                    .into(),
+            ));
+        }
         if !self.gens.is_empty() {
             return Err(Error::Buffered {
                 bytes: p.buffer.buffered(),

@@ -16,6 +16,7 @@
 //! only when every older generation has written.
 
 use super::batch::Batch;
+use super::grow::Window;
 use super::parts::Parts;
 use super::slots::WriteSlot;
 use crate::error::{Error, Result};
@@ -33,12 +34,37 @@ pub(crate) struct Flusher {
     /// `fallocate` and `ftruncate`, all made with `flusher` held): what a
     /// flush compares the logical length with.
     os_len: u64,
+    /// Grow-ahead's trailer, with [`GrowAhead::Window`](super::grow::GrowAhead::Window).
+    window: Option<Window>,
 }
 
 impl Flusher {
-    /// A flusher over a file of `os_len` bytes.
-    pub(crate) fn new(os_len: u64) -> Self {
-        Self { os_len }
+    /// A flusher over a file of `os_len` bytes, with grow-ahead's trailer
+    /// state if configured.
+    pub(crate) fn new(os_len: u64, window: Option<Window>) -> Self {
+        Self { os_len, window }
+    }
+
+    /// The file's length as the OS will hold it once every drained write
+    /// completed.
+    pub(crate) fn os_len(&self) -> u64 {
+        self.os_len
+    }
+
+    /// Grow-ahead's trailer, if configured.
+    pub(crate) fn window(&mut self) -> Option<&mut Window> {
+        self.window.as_mut()
+    }
+
+    /// Whether a grow-ahead window is in place: the file's size on the OS
+    /// is its end, not the length, and nothing cuts it to the length.
+    pub(crate) fn in_window(&self) -> bool {
+        self.window.as_ref().is_some_and(Window::active)
+    }
+
+    /// An extension moved the file's end to `end` (its trailer's).
+    pub(crate) fn window_moved(&mut self, end: u64) {
+        self.os_len = self.os_len.max(end);
     }
 
     /// The runs of a batch just drained end at `end`: the file will be at
@@ -87,6 +113,11 @@ impl Flusher {
     ///
     /// Errors: `Error::Io` with op "ftruncate".
     pub(crate) fn cut_tail(&mut self, p: &Parts<'_>, batch: &mut Batch) -> Result<bool> {
+        if self.in_window() {
+            // The tail lies in the window, which the trailer's length
+            // already leaves out.
+            return Ok(false);
+        }
         let len = p.length.get();
         let Some(end) = batch.written_end() else {
             return Ok(false);
@@ -112,6 +143,10 @@ impl Flusher {
     /// buffer and are written again whole. Best effort: the write's error
     /// is what the caller reports.
     pub(crate) fn cut_back(&mut self, p: &Parts<'_>) {
+        if self.in_window() {
+            // Writes into the window never move the file's size.
+            return;
+        }
         let to = p.length.written();
         if let Ok(len) = p.backend.len()
             && len > to
@@ -127,6 +162,12 @@ impl Flusher {
     ///
     /// Errors: `Error::Io` with op "ftruncate" (nothing changed).
     pub(crate) fn grow(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
+        if self.window.as_ref().is_some_and(|w| w.covers(len)) {
+            // Inside the window: the trailer's next record carries it.
+            p.length.grow_all(len);
+            p.durability.step_unstaged();
+            return Ok(());
+        }
         p.backend
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
@@ -150,6 +191,10 @@ impl Flusher {
             p.length.end_cut();
             return Err(Error::io("ftruncate", Some(len), e));
         }
+        // The cut took the window and its trailer: a plain file again.
+        if let Some(w) = self.window.as_mut() {
+            w.clear();
+        }
         self.os_len = len;
         p.length.set_written(len);
         Ok(())
@@ -158,6 +203,28 @@ impl Flusher {
     /// The file was found `len` bytes long on the OS (a refresh).
     pub(crate) fn reset(&mut self, len: u64) {
         self.os_len = len;
+    }
+
+    /// Cuts a grow-ahead window off (the file's size becomes its length,
+    /// the trailer goes): `close`. Returns whether there was one; the
+    /// caller makes the new size durable.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate" (the window stays).
+    pub(crate) fn drop_window(&mut self, p: &Parts<'_>) -> Result<bool> {
+        if !self.in_window() {
+            return Ok(false);
+        }
+        let len = p.length.get();
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        if let Some(w) = self.window.as_mut() {
+            w.clear();
+        }
+        self.os_len = len;
+        p.length.set_written(len);
+        p.durability.step_unstaged();
+        Ok(true)
     }
 
     /// With `O_DIRECT`, reserves blocks for the runs that write past the

@@ -68,6 +68,7 @@ mod flusher;
 mod gather;
 mod generations;
 mod group;
+mod grow;
 mod guard;
 mod length;
 mod lifecycle;
@@ -91,6 +92,7 @@ pub use config::{
 pub use doublewrite::Recovery;
 pub use file::PagedCachedFile;
 pub use flush::MAX_DIRECT_WRITERS;
+pub use grow::{GrowAhead, MAX_GROW_WINDOW};
 pub use guard::WritablePage;
 pub use pages::PageRef;
 pub use stats::Stats;

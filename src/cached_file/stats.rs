@@ -77,6 +77,20 @@ pub struct Stats {
     pub buffered_bytes: u64,
     /// Highest `buffered_bytes` seen.
     pub peak_buffered_bytes: u64,
+    /// Grow-ahead ([`GrowAhead::Window`](crate::GrowAhead::Window)): times
+    /// the window moved (its trailer rewritten at a new end, one size
+    /// change and one `fdatasync` each).
+    pub grow_extensions: u64,
+    /// Grow-ahead: trailer records written by flushes that changed the
+    /// length (one small write each, covered by the commit's `fdatasync`).
+    pub grow_records: u64,
+    /// Grow-ahead: zero bytes the filler wrote ahead of the data.
+    pub grow_zero_bytes: u64,
+    /// Grow-ahead: failed fill calls (the filler stops at the first:
+    /// `ENOSPC`, `EFBIG`, ...; commits go on without it;
+    /// [`PagedCachedFile::grow_ahead_stopped`](crate::PagedCachedFile::grow_ahead_stopped)
+    /// says why).
+    pub grow_errors: u64,
 }
 
 impl Stats {
@@ -126,6 +140,8 @@ pub(crate) struct Counters {
     pub cache_hits: AtomicU64,
     pub disk_reads: AtomicU64,
     pub peak_buffered_bytes: AtomicU64,
+    pub grow_extensions: AtomicU64,
+    pub grow_records: AtomicU64,
 }
 
 impl Counters {
@@ -157,6 +173,10 @@ impl Counters {
             disk_reads: self.disk_reads.load(Relaxed),
             buffered_bytes,
             peak_buffered_bytes: self.peak_buffered_bytes.load(Relaxed),
+            grow_extensions: self.grow_extensions.load(Relaxed),
+            grow_records: self.grow_records.load(Relaxed),
+            grow_zero_bytes: 0,
+            grow_errors: 0,
         }
     }
 }

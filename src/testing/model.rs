@@ -28,7 +28,9 @@ use super::Rng;
 use super::{CrashBackend, FaultyBackend, WriteFault};
 use crate::backend::AtomicUnit;
 use crate::backend::{FileBackend, StorageBackend};
-use crate::cached_file::{CommitStrategy, Config, FlushEngine, PagedCachedFile, TornWrites};
+use crate::cached_file::{
+    CommitStrategy, Config, FlushEngine, GrowAhead, PagedCachedFile, TornWrites,
+};
 use crate::error::Error;
 
 /// Pages the model addresses: 0..MAX_PAGES.
@@ -126,6 +128,12 @@ pub struct ModelConfig {
     /// second [`CrashBackend`], crashed with the file); on a real file
     /// only `Allow` runs (other modes are skipped: `check` returns `Ok`).
     pub torn_writes: TornWrites,
+    /// [`Config::grow_ahead`]'s window in bytes (`None`: off); only with
+    /// `TornWrites::Allow` (other modes run without it). A crash image
+    /// is reopened and must hold the length of the last successful sync
+    /// or one set since, never more: the window and its trailer never
+    /// count as data.
+    pub grow_ahead: Option<u64>,
 }
 
 /// The atomic write unit of the model's in-memory file: 512 B to 8 KiB,
@@ -153,6 +161,10 @@ impl ModelConfig {
             })
             .rounds_in_flight(self.rounds_in_flight)
             .torn_writes(self.torn_writes)
+            .grow_ahead(match self.grow_ahead {
+                Some(bytes) if self.torn_writes == TornWrites::Allow => GrowAhead::Window { bytes },
+                _ => GrowAhead::Off,
+            })
             .max_run_pages(5)
     }
 }
@@ -233,6 +245,12 @@ struct Model {
     version: u64,
     /// Pages found torn after crashes (`Allow` only; an error otherwise).
     torn: u64,
+    /// The file's length at the last successful sync.
+    durable_len: u64,
+    /// The lengths the file had since (after each write and `set_len`):
+    /// a crash may leave any length between the least and the greatest
+    /// of these and `durable_len`, and no other.
+    lens_since: Vec<u64>,
 }
 
 impl Model {
@@ -248,9 +266,27 @@ impl Model {
         self.newest.insert(page, bytes);
     }
 
-    fn synced(&mut self) {
+    fn synced(&mut self, len: u64) {
         self.durable = self.newest.clone();
         self.since.clear();
+        self.durable_len = len;
+        self.lens_since.clear();
+    }
+
+    /// The lengths a crash may leave: `durable_len` to the largest length
+    /// since, or down to the least (a cut since).
+    fn crash_lens(&self) -> (u64, u64) {
+        let lo = self
+            .lens_since
+            .iter()
+            .copied()
+            .fold(self.durable_len, u64::min);
+        let hi = self
+            .lens_since
+            .iter()
+            .copied()
+            .fold(self.durable_len, u64::max);
+        (lo, hi)
     }
 }
 
@@ -288,6 +324,7 @@ pub fn check_torn(cfg: &ModelConfig, ops: &[Op]) -> Result<u64, String> {
     let bound = cfg.buffer_pages.max(1) * ps + 3 * ps;
     for (i, op) in ops.iter().enumerate() {
         step(cfg, &mut w, &mut m, op).map_err(|e| format!("op {i} {op:?}: {e}"))?;
+        m.lens_since.push(w.file.len());
         let buffered = w.file.stats().buffered_bytes as usize;
         if buffered > bound {
             return Err(format!(
@@ -301,11 +338,28 @@ pub fn check_torn(cfg: &ModelConfig, ops: &[Op]) -> Result<u64, String> {
 fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), String> {
     let ps = cfg.page_size;
     let at = |p: u64| p * ps as u64;
-    let mutation_result = |r: crate::Result<()>, m: &Model| -> Result<bool, String> {
+    let mutation_result = |r: crate::Result<()>, m: &mut Model| -> Result<bool, String> {
         match r {
             Ok(()) if m.poisoned => Err("succeeded on a poisoned file".into()),
             Ok(()) => Ok(true),
             Err(Error::Poisoned) if m.poisoned => Ok(false),
+            // Grow-ahead moving its trailer syncs inside a flush: its
+            // failure poisons the file as a commit's does.
+            Err(Error::Poisoned) if cfg.grow_ahead.is_some() && w.file.is_poisoned() => {
+                m.poisoned = true;
+                Ok(false)
+            }
+            // A flush's own fdatasync (grow-ahead moving its trailer)
+            // failed: the file is poisoned as after a commit's.
+            Err(Error::Io {
+                op: "fdatasync", ..
+            }) if !m.poisoned => {
+                if !w.file.is_poisoned() {
+                    return Err("failed fdatasync did not poison the file".into());
+                }
+                m.poisoned = true;
+                Ok(false)
+            }
             // A write fault reaching a backpressure flush, or the flush.
             Err(Error::Io { .. } | Error::PagesFailed { .. }) if !m.poisoned => Ok(false),
             Err(e) => Err(format!("unexpected error {e}")),
@@ -376,6 +430,9 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
         }
         Op::SetLen { pages } => {
             let pages = pages % (MAX_PAGES + 1);
+            // Attempted, even if it fails: like a failed write's bytes, a
+            // crash may show it (an extending write that failed partway).
+            m.lens_since.push(at(pages));
             match w.file.set_len(at(pages)) {
                 // A cut with a doublewrite area syncs the file first: a
                 // failed fdatasync poisons it (and nothing was cut).
@@ -462,14 +519,27 @@ fn sync_outcome(
             if m.poisoned {
                 return Err("sync succeeded on a poisoned file".into());
             }
-            m.synced();
+            m.synced(w.file.len());
             let img = match &w.store {
-                // A commit may be durable on the doublewrite area alone:
-                // what counts is what recovery makes of the durable images.
-                Store::Memory(c, area) if cfg.torn_writes == TornWrites::DoubleWrite => {
+                // A commit may be durable on the doublewrite area alone, or
+                // its length in grow-ahead's trailer: what counts is what
+                // recovery makes of the durable images.
+                Store::Memory(c, area)
+                    if cfg.torn_writes == TornWrites::DoubleWrite || cfg.grow_ahead.is_some() =>
+                {
                     recovered(cfg, &c.durable_image(), &area.durable_image())?
                 }
                 store => store.durable_image()?,
+            };
+            // A real file with a grow-ahead window is longer than its
+            // length while open: the window past it is not data.
+            let img = match &w.store {
+                Store::File(_) if cfg.grow_ahead.is_some() => {
+                    let mut img = img;
+                    img.truncate(w.file.len() as usize);
+                    img
+                }
+                _ => img,
             };
             // `sync` makes `len()` durable (a real file may be longer on
             // disk: O_DIRECT extends it ahead).
@@ -502,6 +572,12 @@ fn sync_outcome(
             Ok(false)
         }
         Err(Error::Poisoned) if m.poisoned => Ok(false),
+        // Grow-ahead moving its trailer synced inside the commit's flush,
+        // and that fdatasync failed.
+        Err(Error::Poisoned) if cfg.grow_ahead.is_some() && w.file.is_poisoned() => {
+            m.poisoned = true;
+            Ok(false)
+        }
         // A write fault: the failed pages stay dirty, a later sync retries
         // them (the others may be durable already; a crash image may hold
         // either version of a page written since the last good sync).
@@ -555,7 +631,18 @@ fn after_crash(
             m.newest.remove(&p);
         }
     }
-    m.synced();
+    let (lo, hi) = m.crash_lens();
+    let len = w.file.len();
+    // After a failed fdatasync (poisoned) the writes it dropped are gone
+    // while the size they made may have stuck: a grow-ahead window's end
+    // can then come back as the length, its trailer lost (zeros past the
+    // data). Checked only while nothing has failed.
+    if !m.poisoned && (len > hi || len < lo) {
+        return Err(format!(
+            "after crash the file is {len} B long: not the length of the last sync or one set since ({lo}..={hi} B)"
+        ));
+    }
+    m.synced(len);
     m.poisoned = false;
     // The reopened file reads what the image holds.
     for (&p, want) in &m.newest {

@@ -221,6 +221,9 @@ pub struct ScaleConfig {
     /// Torn-page protection ([`Config::torn_writes`]). Default
     /// [`TornWrites::Allow`]. A doublewrite area is a scratch file too.
     pub torn_writes: TornWrites,
+    /// Grow-ahead window in bytes ([`Config::grow_ahead`]), 0 = off.
+    /// Default 0.
+    pub grow_ahead: u64,
     /// Threads writing a flush's runs in the vectored modes
     /// ([`Config::write_threads`]). Default [`Config::default`]'s (4).
     pub write_threads: usize,
@@ -281,6 +284,7 @@ impl Default for ScaleConfig {
             commit_dsync: Config::default().commit_dsync,
             commit_strategy: Config::default().commit_strategy,
             torn_writes: Config::default().torn_writes,
+            grow_ahead: 0,
             write_threads: Config::default().write_threads,
             max_write_bytes: Config::default().max_write_bytes,
             direct: DirectIo::Auto,
@@ -666,6 +670,10 @@ fn open_cached(
         .commit_dsync(config.commit_dsync)
         .commit_strategy(config.commit_strategy)
         .torn_writes(config.torn_writes)
+        .grow_ahead(match config.grow_ahead {
+            0 => pagewriter::GrowAhead::Off,
+            bytes => pagewriter::GrowAhead::Window { bytes },
+        })
         .write_threads(config.write_threads)
         .max_write_bytes(config.max_write_bytes)
         .read_cache_bytes(config.read_cache_bytes)

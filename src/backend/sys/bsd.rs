@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{self, IoSlice};
 
 pub(crate) use super::unix::{
-    file_identity, free_space, preadv as read_scatter_at, read_at, write_at,
+    file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, write_at,
 };
 use crate::backend::{AtomicUnit, DioAlign};
 
@@ -101,6 +101,16 @@ pub(crate) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
         let _ = (file, offset, len);
         Err(io::ErrorKind::Unsupported.into())
     }
+}
+
+/// `Unsupported`: zeros are written instead.
+pub(crate) fn write_zeroes(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
+/// `Unsupported` here.
+pub(crate) fn punch_hole(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
 }
 
 /// One `pwritev` of a prefix of `bufs` at `offset`; the bytes written.

@@ -13,7 +13,7 @@ use std::os::unix::fs::OpenOptionsExt;
 pub(crate) use super::unix::joined_iovecs;
 use super::unix::{MERGED_IOVECS, merge_adjacent};
 pub(crate) use super::unix::{
-    file_identity, free_space, preadv as read_scatter_at, read_at, write_at,
+    file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, write_at,
 };
 use crate::backend::{AtomicUnit, DioAlign};
 
@@ -128,12 +128,47 @@ pub(crate) fn atomic_unit(file: &File) -> Option<AtomicUnit> {
 ///
 /// Errors: `EOPNOTSUPP` where the file system cannot preallocate, `ENOSPC`.
 pub(crate) fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    fallocate_mode(file, 0, offset, len)
+}
+
+/// `FALLOC_FL_WRITE_ZEROES` (Linux 6.17, `include/uapi/linux/falloc.h`):
+/// written zeroed blocks, the device's WRITE ZEROES doing the zeroing.
+const FALLOC_FL_WRITE_ZEROES: libc::c_int = 0x80;
+
+/// `fallocate(FALLOC_FL_WRITE_ZEROES)` over `len` bytes at `offset`.
+///
+/// Errors: `Unsupported` where the kernel, file system or device refuses
+/// the mode (`EOPNOTSUPP`, `EINVAL`; the caller writes zeros instead);
+/// `ENOSPC`, `EFBIG`.
+pub(crate) fn write_zeroes(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    fallocate_mode(file, FALLOC_FL_WRITE_ZEROES, offset, len).map_err(|e| match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+            io::ErrorKind::Unsupported.into()
+        }
+        _ => e,
+    })
+}
+
+/// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`: the blocks go,
+/// the range reads as zeros, the size stays.
+///
+/// Errors: `EOPNOTSUPP` where the file system cannot punch holes.
+pub(crate) fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    fallocate_mode(
+        file,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        offset,
+        len,
+    )
+}
+
+fn fallocate_mode(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
     let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
     let n = libc::off_t::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
     loop {
         // SAFETY: fallocate takes only integers; the fd is open for as long
         // as `file` lives, which outlives this call.
-        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, n) };
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, n) };
         if rc == 0 {
             return Ok(());
         }

@@ -135,6 +135,21 @@ pub(crate) fn free_space(path: &Path) -> io::Result<u64> {
     Ok(avail.saturating_mul(frsize))
 }
 
+/// `fstatvfs`: `f_bavail * f_frsize` of the file system holding `file`.
+pub(crate) fn free_space_of(file: &File) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open for as long as `file` lives, which outlives
+    // the call; `s` is a live, writable statvfs.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut s) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::useless_conversion)]
+    let (avail, frsize) = (u64::from(s.f_bavail), u64::from(s.f_frsize));
+    Ok(avail.saturating_mul(frsize))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

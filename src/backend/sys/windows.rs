@@ -80,6 +80,16 @@ pub(crate) fn allocate(_file: &File, _offset: u64, _len: u64) -> io::Result<()> 
     Err(io::ErrorKind::Unsupported.into())
 }
 
+/// `Unsupported`: zeros are written instead.
+pub(crate) fn write_zeroes(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
+/// `Unsupported` here.
+pub(crate) fn punch_hole(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
 thread_local! {
     /// The gather buffer of this thread's writes of scattered runs, grown
     /// to the largest (at most the backend's `max_write_bytes`, which
@@ -192,6 +202,12 @@ pub(crate) fn file_identity(file: &File) -> io::Result<(u64, u64)> {
         u64::from(info.dwVolumeSerialNumber),
         (u64::from(info.nFileIndexHigh) << 32) | u64::from(info.nFileIndexLow),
     ))
+}
+
+/// The bytes free on the volume holding an open file: not asked here
+/// (`GetDiskFreeSpaceExW` takes a path, which a handle does not keep).
+pub(crate) fn free_space_of(_file: &File) -> io::Result<u64> {
+    Err(io::ErrorKind::Unsupported.into())
 }
 
 /// `GetDiskFreeSpaceExW`: the bytes free to this user on the volume

@@ -438,6 +438,11 @@ pub(crate) struct ScaleArgs {
     /// Torn-page protection of the cached file (`Config::torn_writes`).
     #[arg(long, value_enum, default_value = "allow")]
     pub(crate) torn_writes: TornArg,
+    /// Grow-ahead window (`Config::grow_ahead`): the file's size runs this
+    /// far ahead of its data, written ahead of the writes; 0 = off (bytes,
+    /// units accepted).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub(crate) grow_ahead: u64,
     /// How sync() commits (`Config::commit_strategy`): auto measures group
     /// and direct commits while it runs and keeps the faster.
     #[arg(long, value_enum, default_value = "auto")]

@@ -82,6 +82,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         sync_lanes: a.sync_lanes,
         rounds_in_flight: a.rounds_in_flight,
         torn_writes: a.torn_writes.into(),
+        grow_ahead: a.grow_ahead,
         commit_dsync: a.commit_dsync,
         commit_strategy: a.commit_strategy.into(),
         write_threads: a.write_threads,

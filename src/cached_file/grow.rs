@@ -1,0 +1,731 @@
+//! Grow-ahead ([`GrowAhead::Window`]): a growing file commits at the rate
+//! of one written over in place.
+//!
+//! Every change of a file's size, and every block a write allocates, is
+//! metadata the commit's `fdatasync` must make durable with the data: a
+//! journal commit as costly as the data write (fio's write + `fdatasync`
+//! job at 8 jobs here: 7.7k/s into a fresh file, 31.8k/s over written
+//! blocks). So with a window the file's size on the OS runs up to
+//! `window` bytes ahead of the data, a filler thread writes that space
+//! (zeros) ahead of the writes that land in it, and the true length lives
+//! in a **trailer** at the file's end, rewritten in place by the commits
+//! that change it: a commit into the window overwrites written blocks and
+//! a trailer slot, and its `fdatasync` finds no metadata to write. The
+//! size changes once per window, in an extension made under the flush
+//! pipeline's `flusher` lock.
+//!
+//! **The trailer** is two slots of `slot` bytes (a sector, or the direct
+//! I/O alignment where larger) at the end of the file, each a [`Record`]:
+//! magic, sequence number, the file's length, where the previous trailer
+//! was, CRC32C. Commits write the slots in turn; the valid one with the
+//! highest sequence holds the length. Data stays below the trailer's page.
+//!
+//! **Extension** (data or `set_len` would reach the trailer's page):
+//! both slots are written at the new end (`P' = need + window`, rounded
+//! to pages, plus the trailer's page), which moves the file's size there
+//! in the same write; an `fdatasync` makes size and trailer durable before
+//! anything is written below them (a file system writes blocks back in any
+//! order, so zeros or data written into a window whose end is not yet
+//! durable could come back after a crash as the file's end, with no
+//! trailer there); then the old slots are zeroed (they now lie in the
+//! data's range). After a
+//! crash the file's size is the old or the new end (an extending write
+//! moves it only once its bytes are written), and the slots at that end
+//! are valid; a stale old trailer left unzeroed is found through the new
+//! record's `prev` and zeroed at the next open.
+//!
+//! **At rest the file is plain:** `close` cuts the window off (the size is
+//! the length again, made durable), and every open first looks for a
+//! trailer at the end ([`recover`]): a file left with a window by a crash
+//! or a drop without `close` is cut to its recorded length there, whatever
+//! the new configuration. An engine that reads the file's size itself
+//! sees its own length at rest; while the file is open with a window its
+//! size runs ahead, which is why the window is opt-in.
+//!
+//! **The filler** (one thread per file) writes zeros from the data
+//! frontier (the highest end any flush has drained) up to `window` bytes
+//! ahead, in [`FILL_CHUNK`] pieces, never below the frontier: a flush
+//! whose pages reach into the piece being written waits for it under
+//! `flusher` first, then moves the frontier past them. It leaves the
+//! commits their space: it writes a piece only while [`FILL_RESERVE`] (or
+//! the window, where larger) stays free after it (`fstatvfs`; not asked
+//! on Windows). It stops at the first error (`ENOSPC`, `EFBIG`,
+//! `EOPNOTSUPP`, too little space left, ...), which is counted and
+//! reported once in `Stats` and never fails a commit; on a full disk, and
+//! whenever a commit's write meets one, it gives the zeros above the
+//! frontier back (a hole punched, where the file system can), so the
+//! space is the commits' again.
+//!
+//! Owns: the trailer state ([`Window`], under `flusher`, in `Flusher`) and
+//! the filler ([`Filler`], its own lock, taken under `flusher` or alone;
+//! it takes no other lock). Calls: the backend.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::backend::StorageBackend;
+use crate::buffer::AlignedBuf;
+use crate::sync::{AtomicU64, Condvar, JoinHandle, Mutex, ThreadBuilder};
+
+/// Grow-ahead (see `cached_file/grow.rs`, `.project/grow-ahead.md`).
+///
+/// Component: the flush pipeline's size changes (`cached_file/grow.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum GrowAhead {
+    /// Every write into new space allocates it, and every change of length
+    /// is a change of the file's size, both in the commit's `fdatasync`.
+    /// The default: the file's size is always its length.
+    #[default]
+    Off,
+    /// The file's size runs up to `bytes` ahead of its data while it is
+    /// open, that space written (zeros) ahead of the writes by a filler
+    /// thread, and the true length kept in a trailer at the file's end
+    /// (a sector or the direct I/O alignment, twice). `bytes`: a whole
+    /// number of pages, at least one, at most [`MAX_GROW_WINDOW`].
+    /// `close` cuts the file back to its length; a crash leaves the
+    /// window and trailer, which the next open (with any configuration)
+    /// cuts off. Needs [`TornWrites::Allow`](crate::TornWrites::Allow)
+    /// (the doublewrite area keeps the length in its own records).
+    Window {
+        /// Bytes the file's size may run ahead of the data.
+        bytes: u64,
+    },
+}
+
+/// Largest grow-ahead window: 1 GiB.
+pub const MAX_GROW_WINDOW: u64 = 1 << 30;
+
+/// Zeros the filler writes per call: 1 MiB.
+pub(crate) const FILL_CHUNK: u64 = 1 << 20;
+
+/// Bytes the filler leaves free on the file system for the commits, at
+/// least: it writes a piece only while this much (or the window, where
+/// larger) stays free after it. 64 MiB: many commits' worth, chosen, not
+/// measured.
+pub(crate) const FILL_RESERVE: u64 = 64 << 20;
+
+const MAGIC: &[u8; 8] = b"PWGROW01";
+/// Bytes of a record: magic, seq, len, prev (8 each), CRC32C (4).
+const RECORD: usize = 36;
+/// `prev` of a record with no earlier trailer to zero.
+pub(crate) const NO_PREV: u64 = u64::MAX;
+
+/// One trailer slot's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) seq: u64,
+    /// The file's length in bytes.
+    pub(crate) len: u64,
+    /// Offset of the previous trailer's slots, or [`NO_PREV`].
+    pub(crate) prev: u64,
+}
+
+impl Record {
+    /// Writes the record at the start of `slot` (at least [`RECORD`]
+    /// bytes), zeros after it.
+    pub(crate) fn encode(&self, slot: &mut [u8]) {
+        slot.fill(0);
+        slot[..8].copy_from_slice(MAGIC);
+        slot[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        slot[16..24].copy_from_slice(&self.len.to_le_bytes());
+        slot[24..32].copy_from_slice(&self.prev.to_le_bytes());
+        let crc = crc32c::crc32c(&slot[..32]);
+        slot[32..RECORD].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    /// The record at the start of `slot`, if one is there whole.
+    pub(crate) fn decode(slot: &[u8]) -> Option<Self> {
+        if slot.len() < RECORD || &slot[..8] != MAGIC {
+            return None;
+        }
+        let crc = u32::from_le_bytes(slot[32..RECORD].try_into().ok()?);
+        if crc32c::crc32c(&slot[..32]) != crc {
+            return None;
+        }
+        let word = |i: usize| u64::from_le_bytes(slot[i..i + 8].try_into().expect("8 bytes"));
+        Some(Self {
+            seq: word(8),
+            len: word(16),
+            prev: word(24),
+        })
+    }
+}
+
+/// Bytes of one trailer slot on `backend`: 512, or its direct I/O
+/// alignment where larger (a slot is written alone).
+pub(crate) fn slot_bytes(backend: &dyn StorageBackend) -> u64 {
+    backend
+        .dio_align()
+        .map_or(512, |a| u64::from(a.offset.max(a.memory)).max(512))
+}
+
+/// What [`recover`] found at the end of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Recovered {
+    /// The length the newest valid record holds.
+    pub(crate) len: u64,
+    /// The file's size on the OS when found.
+    pub(crate) size: u64,
+}
+
+/// The newest valid record among the two slots ending at `end` (slots of
+/// `slot` bytes at `end - 2 slot` and `end - slot`) whose length fits
+/// below `end`. Reads nothing past `end`.
+fn newest_at(
+    backend: &dyn StorageBackend,
+    end: u64,
+    slot: u64,
+    align: usize,
+) -> io::Result<Option<Record>> {
+    if end < 2 * slot {
+        return Ok(None);
+    }
+    let mut buf =
+        AlignedBuf::zeroed(2 * slot as usize, align).ok_or(io::ErrorKind::InvalidInput)?;
+    backend.read_exact_at(end - 2 * slot, &mut buf)?;
+    Ok(buf
+        .chunks(slot as usize)
+        .filter_map(Record::decode)
+        .filter(|r| r.len <= end - 2 * slot)
+        .max_by_key(|r| r.seq))
+}
+
+/// Looks for a grow-ahead trailer at the end of the file behind `backend`
+/// (left by a crash, or by a drop without `close`). Where one is found:
+/// unless `read_only`, zeros the stale trailer its record points to if
+/// it starts below the length and still holds an older record, cuts the
+/// file to the recorded length and makes that durable (`fdatasync`).
+/// Returns the recorded length and the size found, or `None` for a plain
+/// file. One read of two slots when there is nothing to do.
+///
+/// Errors: the reads, the cut and the sync (`io::Error`).
+pub(crate) fn recover(
+    backend: &dyn StorageBackend,
+    read_only: bool,
+    align: usize,
+) -> io::Result<Option<Recovered>> {
+    let slot = slot_bytes(backend);
+    let size = backend.len()?;
+    let Some(rec) = newest_at(backend, size, slot, align)? else {
+        return Ok(None);
+    };
+    if read_only {
+        return Ok(Some(Recovered { len: rec.len, size }));
+    }
+    if rec.prev != NO_PREV
+        && rec.prev < rec.len
+        && rec.prev.checked_add(2 * slot).is_some_and(|e| e <= size)
+        && newest_at(backend, rec.prev + 2 * slot, slot, align)?
+            .is_some_and(|old| old.seq < rec.seq)
+    {
+        let zeros =
+            AlignedBuf::zeroed(2 * slot as usize, align).ok_or(io::ErrorKind::InvalidInput)?;
+        backend.write_all_at(rec.prev, &zeros)?;
+    }
+    backend.set_len(rec.len)?;
+    backend.sync_data()?;
+    Ok(Some(Recovered { len: rec.len, size }))
+}
+
+/// The trailer of a file with a window, under `flusher` (in `Flusher`).
+pub(crate) struct Window {
+    /// Bytes the size may run ahead of the data.
+    bytes: u64,
+    /// Bytes of one slot.
+    slot: u64,
+    /// Page size in bytes.
+    page: u64,
+    /// The file's size on the OS while a window is in place (the
+    /// trailer's end), 0 while there is none.
+    end: u64,
+    /// Sequence number of the newest record written.
+    seq: u64,
+    /// The slot the next record goes to (0 or 1).
+    next: usize,
+    /// The length the newest record holds; `None` after a failed write
+    /// (the slot may hold anything: write again).
+    recorded: Option<u64>,
+    /// Both slots as last written (`2 * slot` bytes, page aligned).
+    buf: AlignedBuf,
+    /// Largest file length the backend holds.
+    max: u64,
+    /// An old trailer's slots whose zeroing failed: tried again before the
+    /// next record (they lie in the data's range).
+    stale: Option<u64>,
+    /// Where the trailer before this window's was ([`NO_PREV`] for the
+    /// first): every record of the window carries it, so recovery can zero
+    /// it if a crash came before its zeroing was durable.
+    prev: u64,
+}
+
+/// What an extension did: the old trailer's slots (to zero once the new
+/// one is durable), if there was one.
+pub(crate) struct Extended {
+    pub(crate) old_slots: Option<u64>,
+}
+
+impl Window {
+    /// A window of `bytes` over a file with no window yet, trailer slots
+    /// of `slot` bytes in memory aligned to `align`, pages of `page`
+    /// bytes, files of at most `max` bytes.
+    pub(crate) fn new(bytes: u64, slot: u64, page: u64, align: usize, max: u64) -> Option<Self> {
+        Some(Self {
+            bytes,
+            slot,
+            page,
+            end: 0,
+            seq: 0,
+            next: 0,
+            recorded: None,
+            buf: AlignedBuf::zeroed(2 * slot as usize, align)?,
+            max,
+            stale: None,
+            prev: NO_PREV,
+        })
+    }
+
+    /// Bytes at the end of the file the trailer keeps from data: its
+    /// slots, rounded up to pages.
+    fn reserve(&self) -> u64 {
+        (2 * self.slot).next_multiple_of(self.page)
+    }
+
+    /// Whether a window (and trailer) is in place.
+    pub(crate) fn active(&self) -> bool {
+        self.end > 0
+    }
+
+    /// The file's size on the OS while a window is in place.
+    pub(crate) fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Where data must end: below the trailer's page (0 with no window).
+    pub(crate) fn usable(&self) -> u64 {
+        self.end.saturating_sub(self.reserve())
+    }
+
+    /// Where the slots are.
+    fn slots_at(&self) -> u64 {
+        self.end - 2 * self.slot
+    }
+
+    /// Whether data and a length up to `need` bytes fit the window in
+    /// place.
+    pub(crate) fn covers(&self, need: u64) -> bool {
+        self.active() && need <= self.usable()
+    }
+
+    /// Largest length a file with a window may have: the backend's largest
+    /// file, less the trailer's page.
+    pub(crate) fn max_len(max: u64, slot: u64, page: u64) -> u64 {
+        max.saturating_sub((2 * slot).next_multiple_of(page))
+    }
+
+    /// Moves the trailer to a new end `need` + `bytes` (pages, plus the
+    /// trailer's page; at most the largest file), writing both slots there
+    /// with `len`: that write moves the file's size. The caller makes it
+    /// durable, then zeros the old slots ([`zero_old`](Self::zero_old)).
+    ///
+    /// Errors: the write's (`ENOSPC`, ...): nothing changed in memory (the
+    /// file may have grown; its size is cut back by the caller or left
+    /// for the next extension, which writes past it).
+    pub(crate) fn extend(
+        &mut self,
+        backend: &dyn StorageBackend,
+        need: u64,
+        len: u64,
+    ) -> io::Result<Extended> {
+        let want = need
+            .max(len)
+            .saturating_add(self.bytes)
+            .next_multiple_of(self.page)
+            .saturating_add(self.reserve());
+        let end = want.min(self.max - self.max % self.page);
+        debug_assert!(end - self.reserve() >= need.max(len), "checked by max_len");
+        let prev = if self.active() {
+            self.slots_at()
+        } else {
+            NO_PREV
+        };
+        self.seq += 1;
+        let rec = Record {
+            seq: self.seq,
+            len,
+            prev,
+        };
+        let slot = self.slot as usize;
+        rec.encode(&mut self.buf[..slot]);
+        rec.encode(&mut self.buf[slot..]);
+        backend.write_all_at(end - 2 * self.slot, &self.buf)?;
+        let old_slots = self.active().then(|| self.slots_at());
+        self.end = end;
+        self.recorded = Some(len);
+        self.next = 0;
+        self.prev = prev;
+        Ok(Extended { old_slots })
+    }
+
+    /// Zeros the old trailer's slots at `at`, now in the data's range (or
+    /// those a failed zeroing left, with `at` `None`).
+    ///
+    /// Errors: the write's (tried again at the next call).
+    pub(crate) fn zero_old(
+        &mut self,
+        backend: &dyn StorageBackend,
+        at: Option<u64>,
+    ) -> io::Result<()> {
+        let Some(at) = at.or(self.stale) else {
+            return Ok(());
+        };
+        self.stale = Some(at);
+        let zeros = AlignedBuf::zeroed(self.buf.len(), self.buf.align())
+            .ok_or(io::ErrorKind::InvalidInput)?;
+        backend.write_all_at(at, &zeros)?;
+        self.stale = None;
+        Ok(())
+    }
+
+    /// Whether an old trailer still waits to be zeroed.
+    pub(crate) fn has_stale(&self) -> bool {
+        self.stale.is_some()
+    }
+
+    /// Writes `len` into the next slot if the newest record holds another
+    /// length. Returns whether it wrote.
+    ///
+    /// Errors: the write's (the record stays as it was: the next commit
+    /// writes it again).
+    pub(crate) fn record(&mut self, backend: &dyn StorageBackend, len: u64) -> io::Result<bool> {
+        if !self.active() || self.recorded == Some(len) {
+            return Ok(false);
+        }
+        debug_assert!(len <= self.usable());
+        // A failed write may still have landed (torn, or whole before an
+        // error): the next attempt takes a higher sequence number and
+        // writes whatever the length is then.
+        self.seq += 1;
+        self.recorded = None;
+        let rec = Record {
+            seq: self.seq,
+            len,
+            prev: self.prev,
+        };
+        let slot = self.slot as usize;
+        let at = self.next * slot;
+        rec.encode(&mut self.buf[at..at + slot]);
+        backend.write_all_at(self.slots_at() + at as u64, &self.buf[at..at + slot])?;
+        self.recorded = Some(len);
+        self.next ^= 1;
+        Ok(true)
+    }
+
+    /// The window is gone (the file was cut to its length): back to a
+    /// plain file until the next extension.
+    pub(crate) fn clear(&mut self) {
+        self.end = 0;
+        self.stale = None;
+        self.prev = NO_PREV;
+    }
+}
+
+/// The filler: a thread that writes zeros ahead of the data frontier.
+pub(crate) struct Filler {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    state: Mutex<FillState>,
+    cv: Condvar,
+    /// Zero bytes written.
+    bytes: AtomicU64,
+    /// Fill calls that failed (the filler stops at the first).
+    errors: AtomicU64,
+}
+
+#[derive(Default)]
+struct FillState {
+    /// The highest end of the pages drained so far: nothing is written
+    /// below it.
+    frontier: u64,
+    /// Zeros are written in `[frontier, zeroed)`.
+    zeroed: u64,
+    /// Where the window's data space ends (0: no window).
+    limit: u64,
+    /// The piece being written, without the lock.
+    busy: Option<(u64, u64)>,
+    /// Bytes to keep written ahead of the frontier.
+    ahead: u64,
+    stop: bool,
+    /// Why the filler stopped, once it has.
+    failed: Option<String>,
+}
+
+impl Filler {
+    /// Starts the filler of `backend` keeping `ahead` bytes written ahead
+    /// of the data, from a file whose data ends at `len`.
+    ///
+    /// Errors: the thread could not be started.
+    pub(crate) fn start(
+        backend: Arc<dyn StorageBackend>,
+        ahead: u64,
+        len: u64,
+    ) -> io::Result<Self> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(FillState {
+                frontier: len,
+                zeroed: len,
+                ahead,
+                ..FillState::default()
+            }),
+            cv: Condvar::new(),
+            bytes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+        });
+        let s = Arc::clone(&shared);
+        let thread = ThreadBuilder::new()
+            .name("pagewriter-grow".into())
+            .spawn(move || fill_loop(&s, &*backend))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// A flush drained pages ending at `end` (under `flusher`, before
+    /// they are written): moves the frontier up, so no later piece starts
+    /// below `end`, then waits for the piece being written if it reaches
+    /// below `end` (one piece at most: the filler's next starts above).
+    pub(crate) fn drained(&self, end: u64) {
+        let mut st = self.shared.state.lock();
+        if end > st.frontier {
+            st.frontier = end;
+            st.zeroed = st.zeroed.max(end);
+            self.shared.cv.notify_all();
+        }
+        while st.busy.is_some_and(|(from, _)| from < end) {
+            self.shared.cv.wait(&mut st);
+        }
+    }
+
+    /// The window's data space now ends at `limit` (an extension, under
+    /// `flusher`).
+    pub(crate) fn set_limit(&self, limit: u64) {
+        let mut st = self.shared.state.lock();
+        st.limit = limit;
+        self.shared.cv.notify_all();
+    }
+
+    /// The window is gone and the data ends at `len` (a cut, under
+    /// `flusher`): waits for the piece in flight, then starts over from
+    /// `len` with no window.
+    pub(crate) fn reset(&self, len: u64) {
+        let mut st = self.shared.state.lock();
+        while st.busy.is_some() {
+            self.shared.cv.wait(&mut st);
+        }
+        st.limit = 0;
+        st.frontier = len;
+        st.zeroed = len;
+    }
+
+    /// A commit's write found the file system full: the filler stops and
+    /// gives the zeros above the frontier back (after the piece in
+    /// flight), so the commit's retry finds the space.
+    pub(crate) fn full(&self, backend: &dyn StorageBackend) {
+        let mut st = self.shared.state.lock();
+        while st.busy.is_some() {
+            self.shared.cv.wait(&mut st);
+        }
+        give_back(&mut st, backend);
+        if st.failed.is_none() {
+            self.shared.errors.fetch_add(1, Ordering::Relaxed);
+            st.failed = Some("grow-ahead stopped: a commit's write found the disk full".into());
+        }
+    }
+
+    /// Zero bytes written so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.shared.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Failed fill calls (0 or 1: it stops at the first).
+    pub(crate) fn errors(&self) -> u64 {
+        self.shared.errors.load(Ordering::Relaxed)
+    }
+
+    /// Why the filler stopped, if it has.
+    pub(crate) fn failed(&self) -> Option<String> {
+        self.shared.state.lock().failed.clone()
+    }
+}
+
+impl Drop for Filler {
+    fn drop(&mut self) {
+        self.shared.state.lock().stop = true;
+        self.shared.cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Whether `e` says the file system is full.
+pub(crate) fn is_full(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOSPC) || e.kind() == io::ErrorKind::StorageFull
+}
+
+/// Frees the zeros above the frontier (a hole punched, best effort: where
+/// the file system cannot, they stay, harmless).
+fn give_back(st: &mut FillState, backend: &dyn StorageBackend) {
+    let keep = st.frontier;
+    if st.zeroed > keep {
+        let _ = backend.punch_hole(keep, st.zeroed - keep);
+    }
+    st.zeroed = keep;
+}
+
+/// The filler thread: writes the next piece whenever the zeros end less
+/// than `ahead` bytes past the frontier and below the limit.
+fn fill_loop(s: &Shared, backend: &dyn StorageBackend) {
+    let mut st = s.state.lock();
+    loop {
+        if st.stop {
+            return;
+        }
+        let from = st.zeroed.max(st.frontier);
+        let target = st.limit.min(st.frontier.saturating_add(st.ahead));
+        if st.failed.is_some() || from >= target {
+            s.cv.wait(&mut st);
+            continue;
+        }
+        let to = target.min(from + FILL_CHUNK);
+        st.busy = Some((from, to));
+        let reserve = st.ahead.max(FILL_RESERVE);
+        drop(st);
+        // The write takes time: others run before it lands.
+        crate::sync::io_point();
+        let r = match backend.free_bytes() {
+            Some(free) if free < reserve.saturating_add(to - from) => Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("{free} bytes free, {reserve} kept for the commits"),
+            )),
+            _ => backend.write_zeroes(from, to - from),
+        };
+        st = s.state.lock();
+        st.busy = None;
+        match r {
+            Ok(()) => {
+                st.zeroed = to;
+                s.bytes.fetch_add(to - from, Ordering::Relaxed);
+            }
+            Err(e) => {
+                s.errors.fetch_add(1, Ordering::Relaxed);
+                // A full disk: the zeros above the frontier go back, so
+                // the space is the commits' again (best effort).
+                if is_full(&e) {
+                    give_back(&mut st, backend);
+                }
+                st.failed = Some(format!("grow-ahead stopped at byte {from}: {e}"));
+            }
+        }
+        s.cv.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemoryBackend;
+
+    #[test]
+    fn records_round_trip_and_damage_is_refused() {
+        let r = Record {
+            seq: 7,
+            len: 123 << 12,
+            prev: NO_PREV,
+        };
+        let mut slot = vec![0xAAu8; 512];
+        r.encode(&mut slot);
+        assert_eq!(Record::decode(&slot), Some(r));
+        for i in [0, 9, 20, 30, 33] {
+            let mut bad = slot.clone();
+            bad[i] ^= 1;
+            assert_eq!(Record::decode(&bad), None, "byte {i} flipped");
+        }
+        assert_eq!(Record::decode(&[0u8; 512]), None);
+        assert_eq!(Record::decode(&slot[..RECORD - 1]), None);
+    }
+
+    #[test]
+    fn recovery_cuts_to_the_newest_record_and_zeros_the_stale_one() {
+        let be = MemoryBackend::new();
+        let slot = 512u64;
+        let page = 4096u64;
+        let mut w = Window::new(8 * page, slot, page, 4096, u64::MAX).unwrap();
+        be.write_all_at(0, &[1u8; 4096]).unwrap();
+        w.extend(&be, 4096, 4096).unwrap();
+        assert_eq!(be.len().unwrap(), 4096 + 8 * page + page);
+        w.record(&be, 2 * page).unwrap();
+        let first_slots = w.slots_at();
+        // The data grows past the trailer: a second extension; its old
+        // slots are left unzeroed (a crash before `zero_old`).
+        let x = w.extend(&be, w.end() + page, w.end() + page).unwrap();
+        assert_eq!(x.old_slots, Some(first_slots));
+        w.record(&be, w.end() - 3 * page).unwrap();
+        let want = w.end() - 3 * page;
+        let found = recover(&be, false, 4096).unwrap().unwrap();
+        assert_eq!(found.len, want);
+        assert_eq!(be.len().unwrap(), want);
+        let mut old = vec![9u8; 1024];
+        be.read_exact_at(first_slots, &mut old).unwrap();
+        assert!(old.iter().all(|&b| b == 0), "the stale trailer is zeroed");
+        // A plain file: nothing to do.
+        assert_eq!(recover(&be, false, 4096).unwrap(), None);
+        assert_eq!(be.len().unwrap(), want);
+    }
+
+    #[test]
+    fn a_torn_extension_leaves_the_old_or_the_new_trailer_valid() {
+        let slot = 512u64;
+        let page = 4096u64;
+        for kept in [[false, false], [true, false], [false, true], [true, true]] {
+            let be = MemoryBackend::new();
+            let mut w = Window::new(4 * page, slot, page, 4096, u64::MAX).unwrap();
+            w.extend(&be, 0, 0).unwrap();
+            w.record(&be, page).unwrap();
+            let old_end = w.end();
+            // The second extension's two sectors, kept as `kept` says.
+            let mut img = vec![0u8; old_end as usize];
+            be.read_exact_at(0, &mut img).unwrap();
+            let shadow = MemoryBackend::new();
+            shadow.write_all_at(0, &img).unwrap();
+            w.extend(&shadow, 2 * page, 2 * page).unwrap();
+            let new_end = w.end();
+            let mut slots = vec![0u8; 1024];
+            shadow.read_exact_at(new_end - 1024, &mut slots).unwrap();
+            let crashed = MemoryBackend::new();
+            crashed.write_all_at(0, &img).unwrap();
+            for (i, keep) in kept.iter().enumerate() {
+                if *keep {
+                    crashed
+                        .write_all_at(
+                            new_end - 1024 + 512 * i as u64,
+                            &slots[512 * i..512 * (i + 1)],
+                        )
+                        .unwrap();
+                }
+            }
+            let found = recover(&crashed, false, 4096).unwrap().unwrap();
+            let want = if kept.iter().any(|&k| k) {
+                2 * page
+            } else {
+                page
+            };
+            assert_eq!(found.len, want, "kept {kept:?}");
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Grow-ahead on a real file: the file's size runs a window ahead of the
+//! data while it is open, the filler writes that window, and the length
+//! stays the engine's: after `sync`, after `close`, and after a crash (a
+//! copy of the file taken while it is open is what a crash leaves of its
+//! synced state), reopened with or without a window, read-write or
+//! read-only. Runs on every target.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{page, tag_of};
+use pagewriter::{
+    Config, Error, GrowAhead, MAX_GROW_WINDOW, OpenOptions, PagedCachedFile, TornWrites,
+};
+
+const PS: usize = 4096;
+const MIB: u64 = 1 << 20;
+
+fn dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn window(bytes: u64) -> Config {
+    Config::default().grow_ahead(GrowAhead::Window { bytes })
+}
+
+/// Unlocked: a copy of the file is taken while it is open (Windows locks
+/// are mandatory).
+fn unlocked() -> OpenOptions {
+    OpenOptions::new().lock(false)
+}
+
+fn size(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// Bytes the file system allocated to the file (`st_blocks * 512`), where
+/// the platform says.
+fn allocated(path: &Path) -> Option<u64> {
+    #[cfg(unix)]
+    return Some(std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(path).unwrap()) * 512);
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
+/// Waits until the filler has written `bytes` of zeros.
+fn wait_for_zeros(f: &PagedCachedFile, bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while f.stats().grow_zero_bytes < bytes {
+        assert!(
+            f.grow_ahead_stopped().is_none() && Instant::now() < deadline,
+            "the filler wrote {} of {bytes} B: {:?}",
+            f.stats().grow_zero_bytes,
+            f.grow_ahead_stopped()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn assert_pages(bytes: &[u8], pages: std::ops::Range<u64>, what: &str) {
+    for p in pages {
+        assert_eq!(
+            tag_of(&bytes[p as usize * PS..]),
+            (p, 1),
+            "{what}: page {p}"
+        );
+    }
+}
+
+#[test]
+fn the_window_runs_ahead_while_open_and_close_leaves_the_length() {
+    let d = dir();
+    let path = d.path().join("f");
+    let f = PagedCachedFile::open(&path, window(MIB)).unwrap();
+    assert_eq!(f.io_mode().grow_ahead, Some(MIB));
+    for p in 0..10u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync().unwrap();
+    assert_eq!(f.len(), 10 * PS as u64);
+    assert!(
+        size(&path) >= 10 * PS as u64 + MIB,
+        "the size runs a window ahead: {}",
+        size(&path)
+    );
+    wait_for_zeros(&f, MIB);
+    if let Some(a) = allocated(&path) {
+        assert!(a >= MIB, "the window is written blocks: {a} B allocated");
+    }
+    // Appends into the window: no change of size per commit, one trailer
+    // record each.
+    let before = f.stats();
+    for p in 10..110u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+        f.sync().unwrap();
+    }
+    let s = f.stats();
+    let extensions = s.grow_extensions - before.grow_extensions;
+    let records = s.grow_records - before.grow_records;
+    assert!(extensions <= 1, "{extensions} extensions for 400 KiB");
+    assert!(records >= 99, "{records} records for 100 commits");
+    assert_eq!(f.len(), 110 * PS as u64);
+    f.close().unwrap();
+    assert_eq!(size(&path), 110 * PS as u64, "close cuts the window off");
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_pages(&on_disk, 0..110, "after close");
+    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
+    assert_eq!(f.len(), 110 * PS as u64);
+}
+
+#[test]
+fn a_crash_with_the_window_open_reopens_at_the_synced_length() {
+    let d = dir();
+    let path = d.path().join("f");
+    let f = PagedCachedFile::open_with(&path, &unlocked(), window(MIB)).unwrap();
+    for p in 0..5u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync().unwrap();
+    // Buffered, never flushed: a crash loses them.
+    for p in 5..8u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    wait_for_zeros(&f, MIB / 2);
+    let crashed: Vec<_> = ["rw-plain", "rw-window", "ro"]
+        .iter()
+        .map(|name| {
+            let c = d.path().join(name);
+            std::fs::copy(&path, &c).unwrap();
+            assert!(size(&c) > 8 * PS as u64, "the copy holds the window");
+            c
+        })
+        .collect();
+    drop(f);
+    // Reopened without a window: cut to the synced length, made durable.
+    let g = PagedCachedFile::open(&crashed[0], Config::default()).unwrap();
+    assert_eq!(g.len(), 5 * PS as u64);
+    assert_eq!(size(&crashed[0]), 5 * PS as u64);
+    assert_pages(&g.read(0, 5 * PS).unwrap(), 0..5, "reopened plain");
+    drop(g);
+    // Reopened with a window: the same, and it grows on from there.
+    let g = PagedCachedFile::open(&crashed[1], window(MIB)).unwrap();
+    assert_eq!(g.len(), 5 * PS as u64);
+    assert_eq!(size(&crashed[1]), 5 * PS as u64);
+    g.write_page(5 * PS as u64, &page(PS, 5, 1)).unwrap();
+    g.close().unwrap();
+    assert_pages(
+        &std::fs::read(&crashed[1]).unwrap(),
+        0..6,
+        "grown after the crash",
+    );
+    assert_eq!(size(&crashed[1]), 6 * PS as u64);
+    drop(g);
+    // Read-only: the length from the trailer, the file left as it is.
+    let before = size(&crashed[2]);
+    let g = PagedCachedFile::open_with(
+        &crashed[2],
+        &OpenOptions::new().read_only(true),
+        Config::default(),
+    )
+    .unwrap();
+    assert_eq!(g.len(), 5 * PS as u64);
+    assert_pages(&g.read(0, 5 * PS).unwrap(), 0..5, "read-only");
+    assert!(
+        g.read(5 * PS as u64, PS).is_err(),
+        "nothing past the length"
+    );
+    assert_eq!(size(&crashed[2]), before, "a read-only open writes nothing");
+}
+
+#[test]
+fn a_set_len_far_out_writes_only_the_window_and_shrinks_back() {
+    let d = dir();
+    let path = d.path().join("f");
+    let f = PagedCachedFile::open(&path, window(MIB)).unwrap();
+    for p in 0..4u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    let far = 1u64 << 40;
+    match f.set_len(far) {
+        Ok(()) => {}
+        // A file system whose files stop short of 1 TiB.
+        Err(Error::FileTooLarge { .. }) => {
+            eprintln!("skipped the 1 TiB set_len: the file system refuses it");
+            return;
+        }
+        Err(e) => panic!("set_len 1 TiB: {e}"),
+    }
+    f.sync().unwrap();
+    assert_eq!(f.len(), far);
+    wait_for_zeros(&f, MIB - 4 * PS as u64);
+    // Let the filler settle: it has nothing more to do.
+    std::thread::sleep(Duration::from_millis(50));
+    let zeros = f.stats().grow_zero_bytes;
+    // At most the window past the data (the filler may have started
+    // before the pages were drained, from 0).
+    assert!(
+        zeros <= MIB + 4 * PS as u64,
+        "{zeros} B of zeros for a 1 MiB window"
+    );
+    if let Some(a) = allocated(&path) {
+        assert!(a <= 8 * MIB, "sparse beyond the window: {a} B allocated");
+    }
+    // Back down below the window: the file is cut, its pages kept.
+    f.set_len(3 * PS as u64).unwrap();
+    f.sync().unwrap();
+    f.close().unwrap();
+    assert_eq!(size(&path), 3 * PS as u64);
+    assert_pages(&std::fs::read(&path).unwrap(), 0..3, "after the shrink");
+}
+
+#[test]
+fn bad_windows_are_refused_before_the_file_is_touched() {
+    let d = dir();
+    let path = d.path().join("never");
+    let bad = [
+        (window(0), "0 bytes"),
+        (window(PS as u64 + 1), "not whole pages"),
+        (
+            window(MAX_GROW_WINDOW + PS as u64),
+            "past the largest window",
+        ),
+        (
+            window(MIB).torn_writes(TornWrites::DoubleWrite),
+            "beside the doublewrite area",
+        ),
+    ];
+    for (cfg, what) in bad {
+        match PagedCachedFile::open(&path, cfg) {
+            Err(Error::InvalidConfig(msg)) => assert!(msg.contains("grow_ahead"), "{what}: {msg}"),
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: accepted"),
+        }
+        assert!(!path.exists(), "{what}: the file was created");
+    }
+}
+
+#[test]
+fn appenders_on_many_threads_cross_many_windows_and_lose_nothing() {
+    const THREADS: u64 = 4;
+    const COMMITS: u64 = 40;
+    const TXN: u64 = 4; // pages per commit
+    let d = dir();
+    let path = d.path().join("f");
+    // 64 KiB windows: an extension every 16 pages.
+    let f = Arc::new(PagedCachedFile::open(&path, window(64 << 10)).unwrap());
+    let next = Arc::new(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            let (f, next) = (Arc::clone(&f), Arc::clone(&next));
+            s.spawn(move || {
+                for _ in 0..COMMITS {
+                    let first = next.fetch_add(TXN, Ordering::Relaxed);
+                    for p in first..first + TXN {
+                        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+                    }
+                    f.sync().unwrap();
+                    assert!(f.len() >= (first + TXN) * PS as u64);
+                }
+            });
+        }
+    });
+    let pages = THREADS * COMMITS * TXN;
+    let s = f.stats();
+    assert!(s.grow_extensions >= 4, "{} extensions", s.grow_extensions);
+    assert_eq!(f.grow_ahead_stopped(), None);
+    f.close().unwrap();
+    assert_eq!(size(&path), pages * PS as u64);
+    assert_pages(&std::fs::read(&path).unwrap(), 0..pages, "after close");
+}
