@@ -9,6 +9,9 @@
 //! the log and checks that every acknowledged commit is there (a key reads
 //! its acknowledged value or a newer one). `ROUNDS` rounds (default 3) on
 //! one log, each child continuing where the last left off.
+//! `KV_LOG_GROW_AHEAD=<bytes>` runs it with a grow-ahead window (the
+//! killed child leaves the window and its trailer; the reopen cuts them
+//! off).
 //!
 //! Record page (4096 bytes, little-endian):
 //! `magic u32 | crc32c u32 of the rest | seq u64 | key u64 | len u32 | value`.
@@ -44,6 +47,21 @@ struct KvLog {
     next_seq: AtomicU64,
 }
 
+/// 4 KiB pages; with `KV_LOG_GROW_AHEAD=<bytes>` in the environment, a
+/// grow-ahead window of that many bytes (the log grows by appends).
+fn config() -> Res<Config> {
+    let cfg = Config::default().page_size(PAGE);
+    Ok(match std::env::var("KV_LOG_GROW_AHEAD") {
+        Ok(b) => {
+            let bytes = b
+                .parse()
+                .map_err(|_| format!("KV_LOG_GROW_AHEAD must be bytes, not {b:?}"))?;
+            cfg.grow_ahead(pagewriter::GrowAhead::Window { bytes })
+        }
+        Err(_) => cfg,
+    })
+}
+
 /// What the scan found on open.
 #[derive(Debug, Default)]
 struct Recovery {
@@ -60,7 +78,7 @@ impl KvLog {
         let file = PagedCachedFile::open_with(
             path,
             &OpenOptions::new().lock_wait(std::time::Duration::from_secs(2)),
-            Config::default().page_size(PAGE),
+            config()?,
         )?;
         let pages = file.len().div_ceil(PAGE as u64);
         let mut index = HashMap::new();

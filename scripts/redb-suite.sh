@@ -7,11 +7,13 @@
 # pass / fail / ignored / hung, and each failure with its cause. redb's
 # doctests run too.
 #
-# Usage: scripts/redb-suite.sh [--configs direct,buffered] [--timeout SECS]
+# Usage: scripts/redb-suite.sh [--configs direct,buffered,grow-ahead] [--timeout SECS]
 #                              [--work DIR] [--baseline] [--filter SUBSTR]
 #   direct:   the adapter's defaults (O_DIRECT where the file system takes
 #             it, io_uring where a ring can be set up)
 #   buffered: the same through the page cache (PW_REDB_SUITE_DIRECT=off)
+#   grow-ahead: buffered with a 1 MiB grow-ahead window
+#             (PW_REDB_SUITE_GROW_AHEAD; redb grows its file by set_len)
 #   --baseline also runs the unmodified copy (redb's own FileBackend)
 #   --timeout per test binary (default 600 s); its unfinished tests: hung
 #   --work    where the copies and their builds go (default: a fresh
@@ -19,7 +21,7 @@
 #   The last line per configuration is machine-readable:
 #   RESULT <config> pass=N fail=N ignored=N hung=N total=N
 set -euo pipefail
-usage() { sed -n '2,20p' "$0" >&2; exit 2; }
+usage() { sed -n '2,22p' "$0" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 configs=direct,buffered timeout=600 work= baseline=0 filter=
 while [ $# -gt 0 ]; do
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
 done
 [[ $timeout =~ ^[0-9]+$ && $timeout -gt 0 ]] || { echo "--timeout: a whole number of seconds > 0, got $timeout" >&2; exit 2; }
 for c in ${configs//,/ }; do
-  case $c in direct|buffered) ;; *) echo "--configs: direct and/or buffered, got $c" >&2; exit 2 ;; esac
+  case $c in direct|buffered|grow-ahead) ;; *) echo "--configs: direct, buffered and/or grow-ahead, got $c" >&2; exit 2 ;; esac
 done
 if [ -z "$work" ]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/redb-suite.XXXXXX")
@@ -183,6 +185,8 @@ for c in ${configs//,/ }; do
   echo "== pagewriter, $c"
   if [ "$c" = buffered ]; then
     run "$c" "$work/pagewriter" PW_REDB_SUITE_DIRECT=off
+  elif [ "$c" = grow-ahead ]; then
+    run "$c" "$work/pagewriter" PW_REDB_SUITE_DIRECT=off PW_REDB_SUITE_GROW_AHEAD=$((1 << 20))
   else
     run "$c" "$work/pagewriter" PW_REDB_SUITE_DIRECT=on
   fi

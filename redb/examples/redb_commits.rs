@@ -66,6 +66,12 @@ fn create(dir: &Path, backend: Backend) -> (Database, PathBuf) {
                 Ok("off") => cfg = cfg.direct(pagewriter::DirectIo::Off),
                 _ => {}
             }
+            // PAGEWRITER_REDB_GROW_AHEAD=<bytes> opens with a grow-ahead
+            // window (redb grows its file by set_len).
+            if let Ok(bytes) = std::env::var("PAGEWRITER_REDB_GROW_AHEAD") {
+                let bytes = bytes.parse().expect("PAGEWRITER_REDB_GROW_AHEAD: bytes");
+                cfg = cfg.grow_ahead(pagewriter::GrowAhead::Window { bytes });
+            }
             let be = PagewriterBackend::open_with(&path, &pagewriter::OpenOptions::new(), cfg)
                 .expect("open pagewriter file");
             Database::builder()

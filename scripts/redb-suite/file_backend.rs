@@ -9,6 +9,7 @@
 // when redb opened it read-only. `PW_REDB_SUITE_DIRECT=off` opens it
 // buffered; otherwise the adapter's defaults (O_DIRECT where the file
 // system takes it, io_uring where a ring can be set up).
+// `PW_REDB_SUITE_GROW_AHEAD=<bytes>` adds a grow-ahead window.
 
 use crate::pw_backend::PagewriterBackend;
 #[cfg(not(feature = "experimental-api-5"))]
@@ -54,6 +55,10 @@ impl FileBackend {
         let mut config = PagewriterBackend::default_config();
         if std::env::var("PW_REDB_SUITE_DIRECT").as_deref() == Ok("off") {
             config = config.direct(pagewriter::DirectIo::Off);
+        }
+        if let Ok(bytes) = std::env::var("PW_REDB_SUITE_GROW_AHEAD") {
+            let bytes = bytes.parse().expect("PW_REDB_SUITE_GROW_AHEAD: bytes");
+            config = config.grow_ahead(pagewriter::GrowAhead::Window { bytes });
         }
         let options = pagewriter::OpenOptions::new()
             .lock(false)

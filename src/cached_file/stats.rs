@@ -113,6 +113,43 @@ impl Stats {
             self.rounds_in_flight_sum as f64 / self.commit_rounds as f64
         }
     }
+    /// The counters of two files together (a run over several files):
+    /// each count summed, `max_commit_group` and `peak_buffered_bytes`
+    /// the larger of the two.
+    pub fn combined(&self, o: &Stats) -> Stats {
+        Stats {
+            pages_dirtied: self.pages_dirtied + o.pages_dirtied,
+            pages_written: self.pages_written + o.pages_written,
+            runs: self.runs + o.runs,
+            write_calls: self.write_calls + o.write_calls,
+            bytes_written: self.bytes_written + o.bytes_written,
+            flushes: self.flushes + o.flushes,
+            syncs: self.syncs + o.syncs,
+            dsync_writes: self.dsync_writes + o.dsync_writes,
+            atomic_writes: self.atomic_writes + o.atomic_writes,
+            doublewrite_records: self.doublewrite_records + o.doublewrite_records,
+            doublewrite_bytes: self.doublewrite_bytes + o.doublewrite_bytes,
+            doublewrite_syncs: self.doublewrite_syncs + o.doublewrite_syncs,
+            write_us: self.write_us + o.write_us,
+            sync_us: self.sync_us + o.sync_us,
+            commits: self.commits + o.commits,
+            commit_rounds: self.commit_rounds + o.commit_rounds,
+            max_commit_group: self.max_commit_group.max(o.max_commit_group),
+            direct_commits: self.direct_commits + o.direct_commits,
+            strategy_switches: self.strategy_switches + o.strategy_switches,
+            rounds_in_flight_sum: self.rounds_in_flight_sum + o.rounds_in_flight_sum,
+            backpressure_waits: self.backpressure_waits + o.backpressure_waits,
+            buffer_hits: self.buffer_hits + o.buffer_hits,
+            cache_hits: self.cache_hits + o.cache_hits,
+            disk_reads: self.disk_reads + o.disk_reads,
+            buffered_bytes: self.buffered_bytes + o.buffered_bytes,
+            peak_buffered_bytes: self.peak_buffered_bytes.max(o.peak_buffered_bytes),
+            grow_extensions: self.grow_extensions + o.grow_extensions,
+            grow_records: self.grow_records + o.grow_records,
+            grow_zero_bytes: self.grow_zero_bytes + o.grow_zero_bytes,
+            grow_errors: self.grow_errors + o.grow_errors,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -188,4 +225,33 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 /// Adds the time since `start` to a nanosecond counter.
 pub(crate) fn add_elapsed(counter: &AtomicU64, start: std::time::Instant) {
     counter.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combined_sums_counts_and_keeps_the_larger_peaks() {
+        let a = Stats {
+            commits: 3,
+            grow_zero_bytes: 10,
+            max_commit_group: 4,
+            peak_buffered_bytes: 100,
+            ..Stats::default()
+        };
+        let b = Stats {
+            commits: 5,
+            grow_zero_bytes: 1,
+            max_commit_group: 2,
+            peak_buffered_bytes: 300,
+            ..Stats::default()
+        };
+        let c = a.combined(&b);
+        assert_eq!(c.commits, 8);
+        assert_eq!(c.grow_zero_bytes, 11);
+        assert_eq!(c.max_commit_group, 4);
+        assert_eq!(c.peak_buffered_bytes, 300);
+        assert_eq!(Stats::default().combined(&a), a);
+    }
 }

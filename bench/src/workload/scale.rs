@@ -774,32 +774,9 @@ pub fn run_cell(
         reads += t.reads;
         latency.add(&t.latency).expect("same histogram bounds");
     }
-    let mut stats = Stats::default();
-    for f in &files {
-        let s = f.stats();
-        stats.pages_written += s.pages_written;
-        stats.runs += s.runs;
-        stats.write_calls += s.write_calls;
-        stats.bytes_written += s.bytes_written;
-        stats.syncs += s.syncs;
-        stats.atomic_writes += s.atomic_writes;
-        stats.doublewrite_records += s.doublewrite_records;
-        stats.doublewrite_bytes += s.doublewrite_bytes;
-        stats.doublewrite_syncs += s.doublewrite_syncs;
-        stats.write_us += s.write_us;
-        stats.sync_us += s.sync_us;
-        stats.commits += s.commits;
-        stats.commit_rounds += s.commit_rounds;
-        stats.rounds_in_flight_sum += s.rounds_in_flight_sum;
-        stats.flushes += s.flushes;
-        stats.max_commit_group = stats.max_commit_group.max(s.max_commit_group);
-        stats.direct_commits += s.direct_commits;
-        stats.strategy_switches += s.strategy_switches;
-        stats.backpressure_waits += s.backpressure_waits;
-        stats.buffer_hits += s.buffer_hits;
-        stats.cache_hits += s.cache_hits;
-        stats.disk_reads += s.disk_reads;
-    }
+    let stats = files
+        .iter()
+        .fold(Stats::default(), |acc, f| acc.combined(&f.stats()));
     let io = files[0].io_mode().to_string();
     drop(files);
     if config.torn_writes != TornWrites::Allow {
