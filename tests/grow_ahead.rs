@@ -276,3 +276,28 @@ fn appenders_on_many_threads_cross_many_windows_and_lose_nothing() {
     assert_eq!(size(&path), pages * PS as u64);
     assert_pages(&std::fs::read(&path).unwrap(), 0..pages, "after close");
 }
+
+#[test]
+fn a_set_len_inside_the_window_is_durable_after_sync() {
+    let d = dir();
+    let path = d.path().join("f");
+    let f = PagedCachedFile::open_with(&path, &unlocked(), window(MIB)).unwrap();
+    f.write_page(0, &page(PS, 0, 1)).unwrap();
+    f.sync().unwrap();
+    // No page to write: only the trailer's record carries the new length.
+    f.set_len(10 * PS as u64).unwrap();
+    f.sync().unwrap();
+    let up = d.path().join("up");
+    std::fs::copy(&path, &up).unwrap();
+    f.set_len(3 * PS as u64).unwrap();
+    f.sync().unwrap();
+    let down = d.path().join("down");
+    std::fs::copy(&path, &down).unwrap();
+    drop(f);
+    for (copy, want) in [(&up, 10u64), (&down, 3)] {
+        let g = PagedCachedFile::open(copy, Config::default()).unwrap();
+        assert_eq!(g.len(), want * PS as u64, "{}", copy.display());
+        assert_pages(&g.read(0, PS).unwrap(), 0..1, "page 0");
+        assert!(g.read(PS as u64, PS).unwrap().iter().all(|&b| b == 0));
+    }
+}
