@@ -130,7 +130,7 @@ fn a_crash_with_the_window_open_reopens_at_the_synced_length() {
         f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
     }
     wait_for_zeros(&f, MIB / 2);
-    let crashed: Vec<_> = ["rw-plain", "rw-window", "ro"]
+    let crashed: Vec<_> = ["rw-plain", "rw-window", "ro", "refused"]
         .iter()
         .map(|name| {
             let c = d.path().join(name);
@@ -159,6 +159,22 @@ fn a_crash_with_the_window_open_reopens_at_the_synced_length() {
     );
     assert_eq!(size(&crashed[1]), 6 * PS as u64);
     drop(g);
+    // An open refused for a bad setting touches nothing: the window and
+    // its trailer stay for the next open.
+    let before = std::fs::read(&crashed[3]).unwrap();
+    let refused = PagedCachedFile::new(
+        pagewriter::FileBackend::open(&crashed[3]).unwrap(),
+        Config::default().direct(pagewriter::DirectIo::On),
+    );
+    assert!(
+        matches!(refused, Err(Error::InvalidConfig(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        std::fs::read(&crashed[3]).unwrap(),
+        before,
+        "the refused open wrote"
+    );
     // Read-only: the length from the trailer, the file left as it is.
     let before = size(&crashed[2]);
     let g = PagedCachedFile::open_with(

@@ -177,14 +177,6 @@ impl PagedCachedFile {
         locked: bool,
     ) -> Result<Self> {
         config.validate()?;
-        // A window a crash left (or a drop without close): cut off first,
-        // whatever this open's configuration.
-        let grown = super::grow::recover(&backend, read_only, config.page_align)
-            .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
-        let len = match grown {
-            Some(found) => found.len,
-            None => backend.len().map_err(|e| Error::io("fstat", None, e))?,
-        };
         let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
         let slot = super::grow::slot_bytes(&backend);
         let page = config.page_size as u64;
@@ -208,6 +200,15 @@ impl PagedCachedFile {
         // Before the ring is set up: a ring dropped on a refusal would keep
         // the file (and its lock) until the kernel's deferred teardown.
         let (torn_writes, torn_writes_why) = open::resolve_torn(&backend, &config, area.is_some())?;
+        // A window a crash left (or a drop without close): cut off once
+        // every setting is checked (nothing is written before), whatever
+        // this open's configuration.
+        let grown = super::grow::recover(&backend, read_only, config.page_align)
+            .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
+        let len = match grown {
+            Some(found) => found.len,
+            None => backend.len().map_err(|e| Error::io("fstat", None, e))?,
+        };
         // Recovery too: a failed one (a full disk) must not leave a ring
         // holding the file.
         let (area, recovery) = open::recover_area(&backend, area, torn_writes, &config, read_only)?;

@@ -36,6 +36,7 @@
 //! | `Durability` | `durability.rs` | `write_seq`, the durable watermark, `unstaged_at`, the sync lanes |
 //! | `TornProtection` | `torn.rs`, `doublewrite.rs` | atomic piece size, or the doublewrite area and its recovery |
 //! | `FlushPipeline` | `flush.rs` (+ `flusher.rs`, `generations.rs`, `slots.rs`, `batch.rs`) | the drain lock and the file's size on the OS, write slots, in-flight generations |
+//! | grow-ahead | `grow.rs` | the trailer (`Window`, in `Flusher`, under `flusher`) and the filler thread (`Filler`, its own lock), held by `FlushPipeline` |
 //! | `Commit` | `commit.rs` (+ `group.rs`, `direct.rs`, `chooser.rs`) | group commit rounds (tickets, rounds, their condvars), direct commits, the chooser between them |
 //!
 //! The read path (`read.rs`) and the guard type (`guard.rs`) own nothing;
@@ -49,7 +50,8 @@
 //! `flusher` -> `slots` -> generations -> stripe -> cache stripe.
 //! Leaves (nothing is taken under them): the room counter, `close_wait`,
 //! `unstaged_at`, the sync lanes, the spare batch vectors, the doublewrite
-//! area's lock. The commit state is released around every call that takes
+//! area's lock, grow-ahead's filler lock (taken under `flusher` or alone;
+//! a flush may wait on it for the one zero piece in flight). The commit state is released around every call that takes
 //! `flusher` or does I/O; a sync lane may be waited for with `flusher` held
 //! (a doublewrite checkpoint), and a lane holder never takes `flusher`.
 //! No I/O happens under a stripe or cache lock.
