@@ -291,7 +291,9 @@ fn the_largest_file_is_taken_and_a_page_past_it_refused(kind: FsKind) {
 /// page past it reaches the kernel and fails there (EFBIG, or EINVAL past
 /// the largest offset) at every flush. It also counts the calls made
 /// through it (the second field; io_uring writes go to the file itself and
-/// are not counted).
+/// are not counted). Nor does it say how much space is free, so
+/// grow-ahead's filler writes its zeros whatever is left (as on a platform
+/// without `fstatvfs`, or a disk another process fills).
 #[derive(Debug)]
 struct UnknownMax(FileBackend, Arc<Calls>);
 
@@ -329,6 +331,12 @@ impl StorageBackend for UnknownMax {
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
         self.1.fallocate.fetch_add(1, Ordering::Relaxed);
         self.0.allocate(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.write_zeroes(offset, len)
+    }
+    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.0.punch_hole(offset, len)
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
@@ -749,42 +757,6 @@ fn full_disk_under_overlap(
     }
 }
 
-/// A file backend that does not say how much space is free, so
-/// grow-ahead's filler writes its zeros whatever is left (as on a
-/// platform without `fstatvfs`, or a disk another process fills).
-#[derive(Debug)]
-struct BlindToSpace(FileBackend);
-
-impl StorageBackend for BlindToSpace {
-    fn len(&self) -> io::Result<u64> {
-        self.0.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.0.read_exact_at(offset, buf)
-    }
-    fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
-        self.0.write_all_at(offset, buf)
-    }
-    fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.0.write_vectored_all_at(offset, bufs)
-    }
-    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.0.write_zeroes(offset, len)
-    }
-    fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.0.punch_hole(offset, len)
-    }
-    fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
-    }
-    fn file(&self) -> Option<&std::fs::File> {
-        StorageBackend::file(&self.0)
-    }
-}
-
 /// The filler writes a window of zeros (a MiB less than the space left)
 /// above a page at 16 MiB on a nearly full disk; then 3 MiB of pages go
 /// into the holes below. Their commit finds the disk full (the zeros hold
@@ -806,7 +778,7 @@ fn grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full(kind: FsKin
     let path = fs.path().join("grow");
     let window = keep - (1 << 20);
     let cfg = Config::default().grow_ahead(GrowAhead::Window { bytes: window });
-    let f = PagedCachedFile::new(BlindToSpace(FileBackend::open(&path).unwrap()), cfg).unwrap();
+    let f = PagedCachedFile::new(UnknownMax::new(FileBackend::open(&path).unwrap()), cfg).unwrap();
     let hi = 4096u64; // page number of the page at 16 MiB
     f.write_page(hi * PS as u64, &page(PS, hi, 1)).unwrap();
     f.sync().unwrap();

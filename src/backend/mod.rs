@@ -194,9 +194,11 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// default writes them from a zeroed buffer of at most 1 MiB, aligned
     /// for `O_DIRECT`; [`FileBackend`] first tries
     /// `fallocate(FALLOC_FL_WRITE_ZEROES)` (Linux 6.17+, where the device
-    /// zeroes without the bytes moving).
+    /// zeroes without the bytes moving). On an `O_DIRECT` backend `offset`
+    /// and `len` are multiples of its alignment (the filler writes whole
+    /// pages).
     ///
-    /// Errors: the writes' (`ENOSPC`, ...).
+    /// Errors: the writes' (`ENOSPC`, ...). Panics: none.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         zero_writes(offset, len, |at, zeros| self.write_all_at(at, zeros))
     }

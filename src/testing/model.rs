@@ -349,8 +349,9 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
                 m.poisoned = true;
                 Ok(false)
             }
-            // A flush's own fdatasync (grow-ahead moving its trailer)
-            // failed: the file is poisoned as after a commit's.
+            // A flush's or a cut's own fdatasync (grow-ahead moving its
+            // trailer, a cut with a doublewrite area) failed: the file is
+            // poisoned as after a commit's.
             Err(Error::Io {
                 op: "fdatasync", ..
             }) if !m.poisoned => {
@@ -433,24 +434,13 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             // Attempted, even if it fails: like a failed write's bytes, a
             // crash may show it (an extending write that failed partway).
             m.lens_since.push(at(pages));
-            match w.file.set_len(at(pages)) {
-                // A cut with a doublewrite area syncs the file first: a
-                // failed fdatasync poisons it (and nothing was cut).
-                Err(Error::Io {
-                    op: "fdatasync", ..
-                }) if !m.poisoned => {
-                    if !w.file.is_poisoned() {
-                        return Err("failed fdatasync did not poison the file".into());
-                    }
-                    m.poisoned = true;
-                }
-                r => {
-                    if mutation_result(r, m)? {
-                        let cut: Vec<u64> = m.newest.range(pages..).map(|(&p, _)| p).collect();
-                        for p in cut {
-                            m.write(p, vec![0; ps]);
-                        }
-                    }
+            // A cut with a doublewrite area (or a grow-ahead window) syncs
+            // the file: a failed fdatasync poisons it, and nothing was cut
+            // (`mutation_result`).
+            if mutation_result(w.file.set_len(at(pages)), m)? {
+                let cut: Vec<u64> = m.newest.range(pages..).map(|(&p, _)| p).collect();
+                for p in cut {
+                    m.write(p, vec![0; ps]);
                 }
             }
         }

@@ -59,10 +59,12 @@ pub(crate) fn dio_align(file: &File) -> io::Result<DioAlign> {
     }
 }
 
-/// `statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN)`: `Some` alignment when
-/// the kernel and file system report it (zeros: no direct I/O), `None` when
-/// they do not (kernels before 6.1, some file systems).
-fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
+/// `statx(fd, "", AT_EMPTY_PATH, mask)`: what the kernel filled in (check
+/// `stx_mask` for the fields asked for).
+///
+/// Errors: the call's (`ENOSYS`, `EINVAL` on kernels without `statx` or
+/// without the mask's bits).
+fn statx(file: &File, mask: u32) -> io::Result<libc::statx> {
     // SAFETY: statx is plain old data; all-zero is a valid value.
     let mut buf: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: the path is a valid NUL-terminated empty string, `buf` is a
@@ -72,17 +74,27 @@ fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
             file.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH,
-            libc::STATX_DIOALIGN,
+            mask,
             &mut buf,
         )
     };
     if rc != 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOSYS) | Some(libc::EINVAL) => Ok(None),
-            _ => Err(e),
-        };
+        return Err(io::Error::last_os_error());
     }
+    Ok(buf)
+}
+
+/// `statx(STATX_DIOALIGN)`: `Some` alignment when the kernel and file
+/// system report it (zeros: no direct I/O), `None` when they do not
+/// (kernels before 6.1, some file systems).
+fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
+    let buf = match statx(file, libc::STATX_DIOALIGN) {
+        Ok(buf) => buf,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EINVAL)) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     if buf.stx_mask & libc::STATX_DIOALIGN == 0 {
         return Ok(None);
     }
@@ -92,25 +104,13 @@ fn statx_dio_align(file: &File) -> io::Result<Option<DioAlign>> {
     }))
 }
 
-/// `statx(fd, "", AT_EMPTY_PATH, STATX_WRITE_ATOMIC)`: the file's atomic
-/// write unit for direct I/O where the kernel (6.11+) and file system
-/// report one, else `None` (also on any statx error: atomic writes are an
-/// option, never a reason to fail an open).
+/// `statx(STATX_WRITE_ATOMIC)`: the file's atomic write unit for direct
+/// I/O where the kernel (6.11+) and file system report one, else `None`
+/// (also on any statx error: atomic writes are an option, never a reason
+/// to fail an open).
 pub(crate) fn atomic_unit(file: &File) -> Option<AtomicUnit> {
-    // SAFETY: statx is plain old data; all-zero is a valid value.
-    let mut buf: libc::statx = unsafe { std::mem::zeroed() };
-    // SAFETY: the path is a valid NUL-terminated empty string, `buf` is a
-    // live, writable statx struct, and the fd is open for the call.
-    let rc = unsafe {
-        libc::statx(
-            file.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            libc::STATX_WRITE_ATOMIC,
-            &mut buf,
-        )
-    };
-    let reported = rc == 0 && buf.stx_mask & libc::STATX_WRITE_ATOMIC != 0;
+    let buf = statx(file, libc::STATX_WRITE_ATOMIC).ok()?;
+    let reported = buf.stx_mask & libc::STATX_WRITE_ATOMIC != 0;
     let (min, max) = (buf.stx_atomic_write_unit_min, buf.stx_atomic_write_unit_max);
     (reported && min > 0 && max >= min && min.is_power_of_two() && max.is_power_of_two()).then(
         || AtomicUnit {

@@ -129,10 +129,15 @@ pub(crate) fn free_space(path: &Path) -> io::Result<u64> {
     if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(avail_bytes(&s))
+}
+
+/// `f_bavail * f_frsize`: bytes free to an unprivileged user.
+fn avail_bytes(s: &libc::statvfs) -> u64 {
     // The field types differ by platform (u32 block counts on macOS).
     #[allow(clippy::useless_conversion)]
     let (avail, frsize) = (u64::from(s.f_bavail), u64::from(s.f_frsize));
-    Ok(avail.saturating_mul(frsize))
+    avail.saturating_mul(frsize)
 }
 
 /// `fstatvfs`: `f_bavail * f_frsize` of the file system holding `file`.
@@ -145,9 +150,7 @@ pub(crate) fn free_space_of(file: &File) -> io::Result<u64> {
     if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut s) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    #[allow(clippy::useless_conversion)]
-    let (avail, frsize) = (u64::from(s.f_bavail), u64::from(s.f_frsize));
-    Ok(avail.saturating_mul(frsize))
+    Ok(avail_bytes(&s))
 }
 
 #[cfg(test)]
