@@ -508,8 +508,14 @@ fn a_failed_guard_read_buffers_nothing() {
 
 #[test]
 fn close_waits_for_running_writers_and_loses_nothing() {
-    for _ in 0..20 {
-        let (be, f) = crash_file(Config::default());
+    // Also with a grow-ahead window: close cuts it off while writers race
+    // it, and the file at rest is its length.
+    let window = Config::default().grow_ahead(pagewriter::GrowAhead::Window {
+        bytes: 16 * PS as u64,
+    });
+    for cfg in std::iter::repeat_n(Config::default(), 20).chain(std::iter::repeat_n(window, 20)) {
+        let windowed = cfg.grow_ahead != pagewriter::GrowAhead::Off;
+        let (be, f) = crash_file(cfg);
         let f = Arc::new(f);
         let writers: Vec<_> = (0..4u64)
             .map(|t| {
@@ -531,6 +537,9 @@ fn close_waits_for_running_writers_and_loses_nothing() {
         std::thread::yield_now();
         f.close().unwrap();
         let img = be.durable_image();
+        if windowed {
+            assert_eq!(img.len() as u64, f.len(), "the window outlived close");
+        }
         for w in writers {
             for p in w.join().unwrap() {
                 let at = p as usize * PS;
