@@ -10,14 +10,18 @@
 
 use std::fmt;
 use std::io;
+use std::sync::Arc;
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Errors returned by `pagewriter`.
 ///
-/// Returned by every component; a refusal changes nothing.
-#[derive(Debug)]
+/// Returned by every component; a refusal changes nothing. `Clone`: the
+/// operating system's errors are shared (`Arc`), so one failure can be
+/// handed to every caller it concerns (the committers of a failed round,
+/// the tickets of a failed `fdatasync`).
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
     /// The page size is 0, not a power of two, or over
@@ -106,7 +110,7 @@ pub enum Error {
         /// "io_uring writev", "fallocate", ...
         op: &'static str,
         /// The operating system's error of that call.
-        source: io::Error,
+        source: Arc<io::Error>,
     },
     /// Memory for `bytes` bytes could not be had (a read of more than the
     /// process can hold); nothing was changed.
@@ -160,14 +164,18 @@ pub enum Error {
         /// Byte offset of the failed call, where there is one.
         offset: Option<u64>,
         /// The operating system's error.
-        source: io::Error,
+        source: Arc<io::Error>,
     },
 }
 
 impl Error {
     /// Wraps an I/O error with the operation and offset that failed.
     pub fn io(op: &'static str, offset: Option<u64>, source: io::Error) -> Self {
-        Error::Io { op, offset, source }
+        Error::Io {
+            op,
+            offset,
+            source: Arc::new(source),
+        }
     }
 
     /// The `io::ErrorKind` of an I/O error, `None` for other variants.
@@ -178,85 +186,19 @@ impl Error {
         }
     }
 
-    /// A copy for handing the same failure to several group-commit waiters.
-    /// `io::Error` is not `Clone`, so the copy keeps the kind, the raw OS
-    /// error code when there is one, and the message.
-    pub(crate) fn duplicate(&self) -> Self {
+    /// The error as an `io::Error` of the same kind, keeping the OS's
+    /// error code where there is one (a copy: the source is shared).
+    pub(crate) fn to_io(&self) -> io::Error {
         match self {
-            Error::InvalidPageSize(n) => Error::InvalidPageSize(*n),
-            Error::Unaligned {
-                offset,
-                len,
-                page_size,
-            } => Error::Unaligned {
-                offset: *offset,
-                len: *len,
-                page_size: *page_size,
-            },
-            Error::ZeroLength => Error::ZeroLength,
-            Error::Overflow { offset, len } => Error::Overflow {
-                offset: *offset,
-                len: *len,
-            },
-            Error::OutOfBounds {
-                offset,
-                len,
-                file_len,
-            } => Error::OutOfBounds {
-                offset: *offset,
-                len: *len,
-                file_len: *file_len,
-            },
-            Error::Overlap { offset } => Error::Overlap { offset: *offset },
-            Error::InvalidConfig(s) => Error::InvalidConfig(s.clone()),
-            Error::Closed => Error::Closed,
-            Error::Poisoned => Error::Poisoned,
-            Error::ReadOnly => Error::ReadOnly,
-            Error::NoMemory { bytes } => Error::NoMemory { bytes: *bytes },
-            Error::Panicked { worker } => Error::Panicked { worker },
-            Error::Cancelled => Error::Cancelled,
-            Error::Buffered { bytes } => Error::Buffered { bytes: *bytes },
-            Error::VerifyFailed { offset, why } => Error::VerifyFailed {
-                offset: *offset,
-                why: why.clone(),
-            },
-            Error::Locked => Error::Locked,
-            Error::Busy { offset } => Error::Busy { offset: *offset },
-            Error::FileTooLarge { offset, len, max } => Error::FileTooLarge {
-                offset: *offset,
-                len: *len,
-                max: *max,
-            },
-            Error::PagesFailed { failed, op, source } => Error::PagesFailed {
-                failed: failed.clone(),
-                op,
-                source: duplicate_io(source),
-            },
-            Error::TornWrites { mode, why } => Error::TornWrites {
-                mode,
-                why: why.clone(),
-            },
-            Error::Unsupported {
-                setting,
-                platform,
-                why,
-            } => Error::Unsupported {
-                setting,
-                platform,
-                why: why.clone(),
-            },
-            Error::Io { op, offset, source } => Error::Io {
-                op,
-                offset: *offset,
-                source: duplicate_io(source),
-            },
+            Error::Io { source, .. } | Error::PagesFailed { source, .. } => copy_io(source),
+            other => io::Error::new(io::Error::from(other.clone()).kind(), other.to_string()),
         }
     }
 }
 
 /// A copy of an `io::Error`: the raw OS code where there is one, else the
 /// kind and message.
-fn duplicate_io(source: &io::Error) -> io::Error {
+fn copy_io(source: &io::Error) -> io::Error {
     match source.raw_os_error() {
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(source.kind(), source.to_string()),
@@ -362,7 +304,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io { source, .. } | Error::PagesFailed { source, .. } => Some(source),
+            Error::Io { source, .. } | Error::PagesFailed { source, .. } => Some(&**source),
             _ => None,
         }
     }
@@ -371,7 +313,9 @@ impl std::error::Error for Error {
 impl From<Error> for io::Error {
     fn from(e: Error) -> Self {
         match e {
-            Error::Io { source, .. } => source,
+            Error::Io { source, .. } => {
+                Arc::try_unwrap(source).unwrap_or_else(|shared| copy_io(&shared))
+            }
             other => {
                 let kind = match other {
                     Error::OutOfBounds { .. } => io::ErrorKind::UnexpectedEof,

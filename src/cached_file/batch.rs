@@ -95,7 +95,7 @@ pub(crate) struct Batch {
 impl Batch {
     /// Moves every stripe's dirty pages to a new in-flight generation
     /// (numbered by `gens`) and collects them; `None` if nothing was dirty.
-    /// Called with `flusher` held.
+    /// Called with the drain lock held.
     pub(crate) fn drain(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
@@ -106,7 +106,7 @@ impl Batch {
             mut entries,
             mut drained,
         } = spare.take();
-        // Called with `flusher` held: ids follow drain order.
+        // Called with the drain lock held: ids follow drain order.
         let id = gens.next_id();
         let after = p.buffer.drain(id, &mut drained);
         if drained.is_empty() {
@@ -272,7 +272,8 @@ impl Batch {
     }
 }
 
-/// What a flush did (`FlushPipeline::flush_pass`).
+/// What a flush did (`FlushPipeline::flush_for_commit`).
+#[derive(Default)]
 pub(crate) struct Pass {
     /// The last batch written, to settle (its failed pages are already back
     /// in the write buffer); `None` if the flush found nothing dirty.
@@ -304,16 +305,13 @@ pub(crate) struct Written {
 
 /// The failure of a batch whose doublewrite record could not be staged:
 /// no run was written.
-pub(crate) fn unstaged(runs: &[Run], e: &std::io::Error) -> WriteFailure {
+pub(crate) fn unstaged(runs: &[Run], e: &Error) -> WriteFailure {
     WriteFailure {
         failed: runs.iter().map(Run::entries).collect(),
         some_written: false,
         offset: runs.first().map_or(0, |r| r.offset),
         op: "doublewrite area",
-        error: match e.raw_os_error() {
-            Some(code) => std::io::Error::from_raw_os_error(code),
-            None => std::io::Error::new(e.kind(), e.to_string()),
-        },
+        error: e.to_io(),
     }
 }
 

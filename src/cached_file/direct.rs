@@ -26,7 +26,7 @@
 //!   before it returns reports it, so no caller is told durable past a
 //!   failed `fdatasync` (it may have lost pages another caller wrote).
 
-use super::flush::FlushPipeline;
+use super::flush::{FlushMode, FlushPipeline};
 use super::parts::Parts;
 use crate::error::{Error, Result};
 
@@ -39,7 +39,7 @@ pub(crate) fn sync(p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
     if p.life.is_poisoned() {
         return Err(Error::Poisoned);
     }
-    let pass = flush.flush_pass(p, false, 0, true, true);
+    let pass = flush.flush_for_commit(p, FlushMode::DIRECT);
     let covers = pass.seq;
     // Doublewrite: every change since the last fdatasync is in a durable
     // record (see `group.rs`, the same rule).

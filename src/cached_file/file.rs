@@ -15,14 +15,14 @@ use super::durability::Durability;
 use super::flush::FlushPipeline;
 use super::guard::WritablePage;
 use super::length::Length;
-use super::lifecycle::Lifecycle;
-use super::open;
+use super::lifecycle::{Access, Lifecycle, LockHeld};
+use super::open::{self, Opening};
 use super::pages::PageRef;
 use super::parts::Parts;
 use super::read;
 use super::stats::{Counters, Stats};
-use super::torn::{TornProtection, TornWrites};
-use super::write_buffer::WriteBuffer;
+use super::torn::TornProtection;
+use super::write_buffer::{PartialPage, WriteBuffer};
 use crate::backend::{IoMode, OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, UniqueBuf};
 use crate::error::{Error, Result};
@@ -120,19 +120,24 @@ impl PagedCachedFile {
         config.validate()?;
         let (backend, direct_fallback) = open::open_file(path.as_ref(), options, &config)?;
         let area = open::open_area(path.as_ref(), &backend, options, &config)?;
-        let mut file = Self::build(
-            backend,
-            area,
-            config,
-            options.is_read_only(),
-            options.is_locking(),
-        )?;
-        file.io_mode.direct_fallback = direct_fallback;
-        Ok(file)
+        let opening = Opening {
+            access: if options.is_read_only() {
+                Access::ReadOnly
+            } else {
+                Access::ReadWrite
+            },
+            lock: if options.is_locking() {
+                LockHeld::Yes
+            } else {
+                LockHeld::No
+            },
+            direct_fallback,
+        };
+        Self::build(backend, area, config, opening)
     }
 
     /// Puts a write buffer over `backend` with `area` as its doublewrite
-    /// area ([`TornWrites::DoubleWrite`], or `Auto` where the backend has
+    /// area ([`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite), or `Auto` where the backend has
     /// no atomic writes): the recovery pass runs first, repairing pages of
     /// `backend` from `area` ([`recovery`](Self::recovery) reports it).
     /// `area` is a byte file of its own that this file owns from now on
@@ -146,7 +151,8 @@ impl PagedCachedFile {
         area: Arc<dyn StorageBackend>,
         config: Config,
     ) -> Result<Self> {
-        Self::build(backend, Some(area), config, false, false)
+        config.validate()?;
+        Self::build(backend, Some(area), config, Opening::default())
     }
 
     /// Puts a write buffer over `backend`. The file does `O_DIRECT` if the
@@ -166,124 +172,50 @@ impl PagedCachedFile {
     /// length), whatever this open's configuration. Errors: `Error::Io`
     /// with op "grow-ahead recovery".
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
-        Self::build(backend, None, config, false, false)
+        config.validate()?;
+        Self::build(backend, None, config, Opening::default())
     }
 
+    /// The composition: what `open::prepare` decided, one component each.
+    /// `config` is validated by the caller.
     fn build(
         backend: impl StorageBackend + 'static,
         area: Option<Arc<dyn StorageBackend>>,
         config: Config,
-        read_only: bool,
-        locked: bool,
+        opening: Opening,
     ) -> Result<Self> {
-        config.validate()?;
-        let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
-        let slot = super::grow::slot_bytes(&backend);
-        let page = config.page_size as u64;
-        let window_bytes = match config.grow_ahead {
-            super::grow::GrowAhead::Window { bytes } if !read_only => Some(bytes),
-            _ => None,
-        };
-        let max_len = match window_bytes {
-            Some(bytes) => {
-                let max = super::grow::Window::max_len(fs_max, slot, page);
-                if bytes > max {
-                    return Err(Error::InvalidConfig(format!(
-                        "grow_ahead window {bytes} is larger than the file system's largest file ({fs_max} bytes)"
-                    )));
-                }
-                max
-            }
-            None => fs_max,
-        };
-        open::check_direct(&backend, &config)?;
-        // Before the ring is set up: a ring dropped on a refusal would keep
-        // the file (and its lock) until the kernel's deferred teardown.
-        let (torn_writes, torn_writes_why) = open::resolve_torn(&backend, &config, area.is_some())?;
-        // A window a crash left (or a drop without close): cut off once
-        // every setting is checked (nothing is written before), whatever
-        // this open's configuration.
-        let grown = super::grow::recover(&backend, read_only, config.page_align)
-            .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
-        let len = match grown {
-            Some(found) => found.len,
-            None => backend.len().map_err(|e| Error::io("fstat", None, e))?,
-        };
-        // Recovery too: a failed one (a full disk) must not leave a ring
-        // holding the file.
-        let (area, recovery) = open::recover_area(&backend, area, torn_writes, &config, read_only)?;
-        let run_bytes = open::max_run_bytes(&config);
-        // A run is at most `max_write_bytes` and never more than what the
-        // write buffer holds, and the runs in flight together hold at most
-        // the buffer: the io_uring writer's buffers are sized by both, so a
-        // 1 GiB write cap at queue depth 32 does not ask for 32 GiB.
-        let (engine, engine_fallback, writer) =
-            open::resolve_writer(&backend, &config, run_bytes, config.rounds_in_flight)?;
-        let io_mode = IoMode {
-            engine,
-            engine_fallback,
-            direct: backend.dio_align(),
-            direct_fallback: None,
-            torn_writes,
-            torn_writes_why,
-            grow_ahead: window_bytes,
-        };
-        let backend: Arc<dyn StorageBackend> = Arc::new(backend);
-        let atomic_max = (torn_writes == TornWrites::Atomic).then(|| {
-            let unit = backend
-                .atomic_write_unit()
-                .expect("checked by resolve_torn");
-            (unit.max as usize).min(run_bytes)
-        });
-        // Recovery may have grown the file (a page staged past the end, or
-        // the length a record carries).
-        let len = if recovery.repaired.is_empty() && !recovery.resized {
-            len
-        } else {
-            backend.len().map_err(|e| Error::io("fstat", None, e))?
-        };
-        let grow = match window_bytes {
-            Some(bytes) => {
-                let window = super::grow::Window::new(bytes, slot, page, config.page_align, fs_max)
-                    .ok_or(Error::NoMemory { bytes: 2 * slot })?;
-                let filler = super::grow::Filler::start(Arc::clone(&backend), bytes, len)
-                    .map_err(|e| Error::io("grow-ahead: start the filler thread", None, e))?;
-                Some((window, filler))
-            }
-            None => None,
-        };
-        let slots = open::write_slots(&backend, &config, writer, engine, atomic_max)?;
-        let lanes = config.sync_lanes.min(backend.sync_lanes());
-        let inline_copy_align = io_mode.direct.map(|_| config.page_align);
-        let stripes = config.stripes;
+        let (access, lock) = (opening.access, opening.lock);
+        let o = open::prepare(backend, area, &config, opening)?;
+        let inline_copy_align = o.io_mode.direct.map(|_| config.page_align);
+        let inline_atomic_align = o.atomic_max.map(|_| config.page_align);
         Ok(Self {
-            backend,
-            io_mode,
-            counters: Counters::default(),
             buffer: WriteBuffer::new(
-                stripes,
+                config.stripes,
                 config.max_write_buffer_bytes,
                 config.page_size,
                 config.page_align,
             ),
-            cache: ReadCache::new(stripes, config.read_cache_bytes),
-            length: Length::new(len, max_len, config.page_size),
-            durability: Durability::new(lanes),
-            life: Lifecycle::new(read_only, locked),
-            torn: TornProtection::new(atomic_max, area, recovery),
+            cache: ReadCache::new(config.stripes, config.read_cache_bytes),
+            length: Length::new(o.len, o.max_len, config.page_size),
+            durability: Durability::new(o.lanes),
+            life: Lifecycle::new(access, lock),
+            torn: TornProtection::new(o.atomic_max, o.area, o.recovery),
             flush: FlushPipeline::new(
-                len,
-                slots,
-                run_bytes,
+                o.len,
+                o.slots,
+                o.run_bytes,
                 inline_copy_align,
-                atomic_max.map(|_| config.page_align),
-                grow,
+                inline_atomic_align,
+                o.grow,
             ),
             commit: Commit::new(
                 config.commit_strategy,
                 config.rounds_in_flight,
                 config.commit_dsync,
             ),
+            backend: o.backend,
+            io_mode: o.io_mode,
+            counters: Counters::default(),
             config,
         })
     }
@@ -306,7 +238,7 @@ impl PagedCachedFile {
     }
 
     /// What the doublewrite recovery pass did at open: records read, pages
-    /// repaired, warnings (see [`TornWrites::DoubleWrite`]). Empty when no
+    /// repaired, warnings (see [`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite)). Empty when no
     /// doublewrite area is in use or the area was empty.
     pub fn recovery(&self) -> &Recovery {
         self.torn.recovery()
@@ -795,7 +727,7 @@ impl PagedCachedFile {
     /// Writes racing with a shrink over the pages it cuts land before or
     /// after it, page by page; an engine orders them itself.
     ///
-    /// With [`TornWrites::DoubleWrite`] a
+    /// With [`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite) a
     /// shrink empties the doublewrite area: it first makes the pages
     /// written in place durable (`fdatasync`), after flushing any page
     /// whose earlier write failed (and may be torn on disk).
@@ -877,25 +809,25 @@ impl PagedCachedFile {
             .insert(page_no, page, &self.length, &self.counters)
     }
 
-    /// Flush without `fdatasync` (see `FlushPipeline::flush_to_os`).
+    /// Flush without `fdatasync` (see `FlushPipeline::flush`).
     fn flush_to_os(&self) -> Result<bool> {
-        self.flush.flush_to_os(&self.parts())
+        self.flush.flush(&self.parts())
     }
 
     /// Merges `bytes` at `within` into page `page_no` and buffers the result;
     /// the logical length grows to `end`.
     fn merge_into(&self, page_no: u64, within: usize, bytes: &[u8], end: u64) -> Result<()> {
         let p = self.parts();
-        self.buffer.merge(
+        let write = PartialPage {
             page_no,
             within,
             bytes,
             end,
-            &self.length,
-            &self.cache,
-            &self.counters,
-            |page| read::read_disk_page(&p, page_no, page),
-        )
+        };
+        self.buffer
+            .merge(write, &self.length, &self.cache, &self.counters, |page| {
+                read::read_disk_page(&p, page_no, page)
+            })
     }
 }
 

@@ -56,7 +56,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use super::batch::Batch;
-use super::flush::FlushPipeline;
+use super::flush::{Company, FlushMode, FlushPipeline, SlotKind};
 use super::parts::Parts;
 use super::stats::add;
 use crate::error::{Error, Result};
@@ -188,7 +188,7 @@ impl GroupCommit {
             {
                 let f = &mut st.failures[i];
                 f.unread -= 1;
-                let error = f.error.duplicate();
+                let error = f.error.clone();
                 if f.unread == 0 {
                     st.failures.remove(i);
                 }
@@ -253,16 +253,20 @@ impl GroupCommit {
         add(&p.counters.rounds_in_flight_sum, st.syncing.len() as u64);
         // A durable write (`commit_dsync`) stands in for the fdatasync only
         // if no other round is in flight and every write before it is
-        // synced (`flush_pass` checks that under the flusher lock, where
+        // synced (the flush checks that under the drain lock, where
         // it also finds no other write in flight). Only for a round of one
-        // commit: the durable write holds the flusher lock through its
+        // commit: the durable write holds the drain lock through its
         // sync, which a busier pipeline would spend writing the next round.
         //
-        // With no other round in flight (`alone`), a one-run batch has
+        // With no other round in flight (`Company::Alone`), a one-run batch has
         // nothing to overlap its write with either: every engine writes it
         // inline.
-        let alone = st.syncing.len() == 1;
-        let dsync_allowed = self.commit_dsync && hi - lo == 1 && alone;
+        let company = if st.syncing.len() == 1 {
+            Company::Alone
+        } else {
+            Company::Rounds
+        };
+        let dsync_allowed = self.commit_dsync && hi - lo == 1 && company == Company::Alone;
         // What an fdatasync (or a durable write standing in for one)
         // covered: not a round made durable by the doublewrite area, whose
         // pages are not durable in place.
@@ -276,7 +280,12 @@ impl GroupCommit {
         // write stage only with a sync lane (one comes back when a round's
         // sync ends, before it is published).
         let (pass, lane) = MutexGuard::unlocked(st, || {
-            let pass = flush.flush_pass(p, dsync_allowed, synced_before, alone, false);
+            let mode = FlushMode {
+                slot: SlotKind::Shared,
+                company,
+                durable_write_at: dsync_allowed.then_some(synced_before),
+            };
+            let pass = flush.flush_for_commit(p, mode);
             (pass, p.durability.take_lane())
         });
         st.writing -= 1;

@@ -20,6 +20,24 @@ use std::sync::atomic::Ordering;
 use crate::error::{Error, Result};
 use crate::sync::{AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard};
 
+/// Whether a file takes writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Access {
+    #[default]
+    ReadWrite,
+    /// Every write, `set_len`, `discard` is refused ([`Error::ReadOnly`](crate::Error::ReadOnly)).
+    ReadOnly,
+}
+
+/// Whether the open took the file's advisory lock (released at `close`
+/// and drop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum LockHeld {
+    #[default]
+    No,
+    Yes,
+}
+
 /// Flags and the close handshake of one open file (see the module docs).
 pub(crate) struct Lifecycle {
     /// An `fdatasync` failed: the kernel may have dropped dirty pages, so
@@ -46,12 +64,12 @@ pub(crate) struct Lifecycle {
 impl Lifecycle {
     /// An open file, `read_only` or not, holding its advisory lock if
     /// `locked`.
-    pub(crate) fn new(read_only: bool, locked: bool) -> Self {
+    pub(crate) fn new(access: Access, lock: LockHeld) -> Self {
         Self {
             poisoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-            read_only,
-            locked,
+            read_only: access == Access::ReadOnly,
+            locked: lock == LockHeld::Yes,
             writers: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             close_wait: Mutex::new(()),

@@ -57,6 +57,7 @@
 //! No I/O happens under a stripe or cache lock.
 
 mod batch;
+mod batch_write;
 mod cache;
 mod chooser;
 mod commit;
@@ -65,8 +66,8 @@ mod direct;
 mod doublewrite;
 mod durability;
 mod file;
+mod file_size;
 mod flush;
-mod flusher;
 mod gather;
 mod generations;
 mod group;
@@ -78,6 +79,7 @@ mod open;
 mod pages;
 mod parts;
 mod read;
+mod resize;
 mod slots;
 mod stats;
 mod torn;

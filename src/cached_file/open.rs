@@ -1,21 +1,178 @@
 //! Opening a cached file: its backend and `O_DIRECT` fit, the torn-page
-//! protection and the doublewrite recovery, the flush engine, its ring and
-//! the write slots, all decided once at open from the [`Config`]. Builds
-//! what the components are made of; holds no state.
+//! protection and the doublewrite recovery, grow-ahead's recovery and
+//! window, the flush engine, its ring and the write slots, all decided
+//! once at open from a validated [`Config`] ([`prepare`]). Builds what the
+//! components are made of; holds no state.
 
 use std::sync::Arc;
 
 use super::config::Config;
 use super::doublewrite::{self, Area, Recovery};
 use super::gather::GatherBuf;
+use super::grow::{self, Filler, GrowAhead, Window};
+use super::lifecycle::{Access, LockHeld};
 use super::slots::WriteSlot;
 use super::torn::TornWrites;
 use super::writer::RunWriter;
 use super::writer_pool::WriterPool;
 use crate::backend::{
-    DirectIo, FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options, short_error,
+    DirectIo, FileBackend, FlushEngine, IoMode, OpenOptions, StorageBackend, open_with_options,
+    short_error,
 };
 use crate::error::{Error, Result};
+
+/// How the file under a cached file was opened.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Opening {
+    pub(crate) access: Access,
+    pub(crate) lock: LockHeld,
+    /// Why [`DirectIo::Auto`] fell back to buffered I/O, if it did.
+    pub(crate) direct_fallback: Option<String>,
+}
+
+/// What a cached file's components are built from, decided at open
+/// ([`prepare`]).
+pub(crate) struct Prepared {
+    pub(crate) backend: Arc<dyn StorageBackend>,
+    pub(crate) io_mode: IoMode,
+    /// The logical length at open (bytes), after both recoveries.
+    pub(crate) len: u64,
+    /// The largest length a write may reach (bytes).
+    pub(crate) max_len: u64,
+    /// With [`TornWrites::Atomic`]: the largest atomic piece (bytes).
+    pub(crate) atomic_max: Option<usize>,
+    pub(crate) area: Option<Area>,
+    pub(crate) recovery: Recovery,
+    /// The longest run a flush writes (bytes).
+    pub(crate) run_bytes: usize,
+    pub(crate) slots: Vec<WriteSlot>,
+    /// Sync lanes in use.
+    pub(crate) lanes: usize,
+    pub(crate) grow: Option<(Window, Filler)>,
+}
+
+/// Decides everything a cached file over `backend` is built from, in this
+/// order: the `O_DIRECT` fit and the torn-page protection are checked
+/// (before anything is written, and before a ring is set up: a ring
+/// dropped on a refusal would keep the file, and its lock, until the
+/// kernel's deferred teardown); then a grow-ahead window a crash left is
+/// cut off, the doublewrite area recovers, and only then are the ring,
+/// the write slots and grow-ahead's filler set up. `config` is validated
+/// by the caller.
+///
+/// Errors: as [`PagedCachedFile::new`](crate::PagedCachedFile::new).
+pub(crate) fn prepare(
+    backend: impl StorageBackend + 'static,
+    area: Option<Arc<dyn StorageBackend>>,
+    config: &Config,
+    opening: Opening,
+) -> Result<Prepared> {
+    let read_only = opening.access == Access::ReadOnly;
+    let (window_bytes, max_len) = grow_ahead_limits(&backend, config, read_only)?;
+    check_direct(&backend, config)?;
+    let (torn_writes, torn_writes_why) = resolve_torn(&backend, config, area.is_some())?;
+    // Every setting is checked: a window a crash left (or a drop without
+    // close) is cut off now, whatever this open's configuration.
+    let grown = grow::recover(&backend, read_only, config.page_align)
+        .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
+    let len = match grown {
+        Some(found) => found.len,
+        None => backend.len().map_err(|e| Error::io("fstat", None, e))?,
+    };
+    // Recovery before the ring too: a failed one (a full disk) must not
+    // leave a ring holding the file.
+    let (area, recovery) = recover_area(&backend, area, torn_writes, config, read_only)?;
+    let run_bytes = max_run_bytes(config);
+    let (engine, engine_fallback, writer) =
+        resolve_writer(&backend, config, run_bytes, config.rounds_in_flight)?;
+    let io_mode = IoMode {
+        engine,
+        engine_fallback,
+        direct: backend.dio_align(),
+        direct_fallback: opening.direct_fallback,
+        torn_writes,
+        torn_writes_why,
+        grow_ahead: window_bytes,
+    };
+    let backend: Arc<dyn StorageBackend> = Arc::new(backend);
+    let atomic_max = (torn_writes == TornWrites::Atomic).then(|| {
+        let unit = backend
+            .atomic_write_unit()
+            .expect("checked by resolve_torn");
+        (unit.max as usize).min(run_bytes)
+    });
+    // Recovery may have grown the file (a page staged past the end, or
+    // the length a record carries).
+    let len = if recovery.repaired.is_empty() && !recovery.resized {
+        len
+    } else {
+        backend.len().map_err(|e| Error::io("fstat", None, e))?
+    };
+    let grow = match window_bytes {
+        Some(bytes) => Some(start_grow_ahead(&backend, bytes, config, len)?),
+        None => None,
+    };
+    let slots = write_slots(&backend, config, writer, engine, atomic_max)?;
+    let lanes = config.sync_lanes.min(backend.sync_lanes());
+    Ok(Prepared {
+        backend,
+        io_mode,
+        len,
+        max_len,
+        atomic_max,
+        area,
+        recovery,
+        run_bytes,
+        slots,
+        lanes,
+        grow,
+    })
+}
+
+/// Grow-ahead's window in bytes (none on a read-only file or without
+/// [`GrowAhead::Window`]) and the largest length a write may reach: the
+/// file system's largest file, less the trailer with a window.
+///
+/// Errors: [`Error::InvalidConfig`] for a window past that largest file.
+fn grow_ahead_limits(
+    backend: &dyn StorageBackend,
+    config: &Config,
+    read_only: bool,
+) -> Result<(Option<u64>, u64)> {
+    let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
+    let window_bytes = match config.grow_ahead {
+        GrowAhead::Window { bytes } if !read_only => bytes,
+        _ => return Ok((None, fs_max)),
+    };
+    let max = Window::max_len(fs_max, grow::slot_bytes(backend), config.page_size as u64);
+    if window_bytes > max {
+        return Err(Error::InvalidConfig(format!(
+            "grow_ahead window {window_bytes} is larger than the file system's largest file ({fs_max} bytes)"
+        )));
+    }
+    Ok((Some(window_bytes), max))
+}
+
+/// Grow-ahead's trailer state and its filler thread, for a window of
+/// `bytes` over a file of `len` bytes.
+///
+/// Errors: [`Error::NoMemory`] for the trailer's slots; `Error::Io` with
+/// op "grow-ahead: start the filler thread".
+fn start_grow_ahead(
+    backend: &Arc<dyn StorageBackend>,
+    bytes: u64,
+    config: &Config,
+    len: u64,
+) -> Result<(Window, Filler)> {
+    let slot = grow::slot_bytes(&**backend);
+    let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
+    let page = config.page_size as u64;
+    let window = Window::new(bytes, slot, page, config.page_align, fs_max)
+        .ok_or(Error::NoMemory { bytes: 2 * slot })?;
+    let filler = Filler::start(Arc::clone(backend), bytes, len)
+        .map_err(|e| Error::io("grow-ahead: start the filler thread", None, e))?;
+    Ok((window, filler))
+}
 
 /// Opens `path` for a [`PagedCachedFile`](crate::PagedCachedFile) with
 /// `O_DIRECT` as `config.direct` asks, write caps and sync lanes set.

@@ -98,6 +98,16 @@ impl Stripe {
     }
 }
 
+/// Bytes written into part of one page ([`WriteBuffer::merge`]).
+pub(crate) struct PartialPage<'a> {
+    pub(crate) page_no: u64,
+    /// Where in the page the bytes start.
+    pub(crate) within: usize,
+    pub(crate) bytes: &'a [u8],
+    /// The logical length the write grows the file to (bytes).
+    pub(crate) end: u64,
+}
+
 /// What became of a page a failed write gave back ([`WriteBuffer::requeue`]).
 pub(crate) enum Requeued {
     /// Back in the write buffer, still counted.
@@ -383,8 +393,9 @@ impl WriteBuffer {
         add(&counters.pages_dirtied, 1);
     }
 
-    /// Merges `bytes` at `within` into page `page_no` and buffers the
-    /// result; the logical length grows to `end`. The page to merge into
+    /// Merges `write.bytes` at `write.within` into page `write.page_no`
+    /// and buffers the result; the logical length grows to `write.end`.
+    /// The page to merge into
     /// is the buffered or in-flight version, else the cached one, else
     /// `read_disk` reads it (into a zeroed page, with no lock held); the
     /// merge goes in only if the stripe did not change meanwhile
@@ -393,18 +404,20 @@ impl WriteBuffer {
     ///
     /// Errors: [`Error::Busy`] over a page this thread guards;
     /// [`Error::NoMemory`]; `read_disk`'s.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn merge(
         &self,
-        page_no: u64,
-        within: usize,
-        bytes: &[u8],
-        end: u64,
+        write: PartialPage<'_>,
         length: &Length,
         cache: &ReadCache,
         counters: &Counters,
         mut read_disk: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
+        let PartialPage {
+            page_no,
+            within,
+            bytes,
+            end,
+        } = write;
         let stripe = self.stripe(page_no);
         loop {
             let seq = {

@@ -4,6 +4,7 @@
 
 use std::io::IoSlice;
 
+use super::flush::Company;
 use super::gather::{GatherBuf, write_run};
 use super::gather::{MAX_ZERO_COPY_SEGMENTS, gather, reuse, segments};
 use super::pages::PageRef;
@@ -22,6 +23,16 @@ pub(crate) struct WriteFailure {
     pub(crate) offset: u64,
     pub(crate) op: &'static str,
     pub(crate) error: std::io::Error,
+}
+
+/// How one [`RunWriter::write`] goes out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteMode {
+    /// Each run written durably (`RWF_DSYNC`; only where
+    /// [`RunWriter::can_dsync`]).
+    pub(crate) dsync: bool,
+    /// What runs beside the write ([`RunWriter::writes_inline`]).
+    pub(crate) company: Company,
 }
 
 /// How a flush writes its runs.
@@ -64,8 +75,7 @@ impl RunWriter {
     /// write call at a time on the flushing thread (`pwrite`, `pwritev`),
     /// rather than with writes in flight beside each other (several runs on
     /// the ring or the writer threads) or beside other commit rounds'
-    /// syncs (the ring). `alone`: no commit round is syncing while this
-    /// flush writes.
+    /// syncs (the ring).
     ///
     /// The ring writes a lone one-run flush inline: it has one write to
     /// make and nothing to overlap it with, and the hand-off through the
@@ -84,14 +94,14 @@ impl RunWriter {
     /// no more commits/s; against also handing over any several-run round
     /// written beside a syncing one, this rule made 1.085x commits/s at 2
     /// committers (0.68x CPU per GB), 1.02x at 4, 1.06x at 8.
-    pub(crate) fn writes_inline(&self, runs: usize, alone: bool) -> bool {
+    pub(crate) fn writes_inline(&self, runs: usize, company: Company) -> bool {
         match self {
             RunWriter::PerPage | RunWriter::Concat { .. } => true,
             RunWriter::Vectored { pool, .. } => match pool {
                 None => true,
                 Some(pool) => runs < pool.threads(),
             },
-            RunWriter::Uring { .. } => runs <= 1 && alone,
+            RunWriter::Uring { .. } => runs <= 1 && company == Company::Alone,
         }
     }
 
@@ -110,10 +120,10 @@ impl RunWriter {
     /// OS (a run is retried whole at the next flush, even if part of it was
     /// written: rewriting the same bytes is harmless).
     ///
-    /// With `dsync` (only when [`can_dsync`](Self::can_dsync)), each run is
-    /// written with [`StorageBackend::write_vectored_all_at_dsync`], so a
-    /// run that did not fail is durable. `alone`: no commit round is
-    /// syncing meanwhile ([`writes_inline`](Self::writes_inline)).
+    /// With `mode.dsync` (only when [`can_dsync`](Self::can_dsync)), each
+    /// run is written with [`StorageBackend::write_vectored_all_at_dsync`],
+    /// so a run that did not fail is durable; `mode.company` says what
+    /// runs beside it ([`writes_inline`](Self::writes_inline)).
     ///
     /// With `atomic` ([`TornWrites::Atomic`](crate::TornWrites::Atomic)),
     /// `runs` are pieces an atomic write takes
@@ -122,20 +132,19 @@ impl RunWriter {
     /// on the ring (copied into its buffers) where the ring would write,
     /// else `pwritev2` on this thread, from the page itself or from a copy
     /// of a piece's pages in `atomic`'s buffer.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn write(
         &mut self,
         backend: &dyn StorageBackend,
         runs: &[Run],
         entries: &[(u64, PageRef)],
         counters: &Counters,
-        dsync: bool,
-        alone: bool,
+        mode: WriteMode,
         atomic: Option<&mut GatherBuf>,
     ) -> Result<(), WriteFailure> {
+        let dsync = mode.dsync;
         let mut results = Results::new(runs.len());
         debug_assert!(!dsync || self.can_dsync());
-        let from_pages = dsync || self.writes_inline(runs.len(), alone);
+        let from_pages = dsync || self.writes_inline(runs.len(), mode.company);
         if let Some(scratch) = atomic {
             add(&counters.atomic_writes, runs.len() as u64);
             match self {
@@ -161,17 +170,8 @@ impl RunWriter {
             }
             return results.finish(runs, counters);
         }
-        if let Some((iovecs, copy)) = self.page_iovecs(from_pages) {
-            pwritev_runs(
-                iovecs,
-                copy,
-                backend,
-                runs,
-                entries,
-                counters,
-                dsync,
-                &mut results,
-            );
+        if let Some(kept) = self.page_iovecs(from_pages) {
+            pwritev_runs(kept, backend, runs, entries, counters, dsync, &mut results);
         } else {
             debug_assert!(!dsync, "checked by can_dsync");
             self.write_own(backend, runs, entries, counters, &mut results);
@@ -246,10 +246,8 @@ impl RunWriter {
                 pool: None,
                 copy,
             } => {
-                let copy = copy.as_mut();
-                pwritev_runs(
-                    iovecs, copy, backend, runs, entries, counters, false, results,
-                );
+                let kept = (iovecs, copy.as_mut());
+                pwritev_runs(kept, backend, runs, entries, counters, false, results);
             }
             RunWriter::Uring {
                 ring,
@@ -304,13 +302,12 @@ fn write_atomic_runs(
 type PageWrite<'a> = (&'a mut Vec<IoSlice<'static>>, Option<&'a mut GatherBuf>);
 
 /// One write per run, durable with `dsync`: a `pwritev` from page memory
-/// (split at `IOV_MAX` by the backend), or with `copy` (under `O_DIRECT`),
-/// for a run in more than [`MAX_ZERO_COPY_SEGMENTS`] pieces, one `pwrite`
-/// of the run gathered into `copy`. `iovecs` is kept between flushes.
-#[allow(clippy::too_many_arguments)]
+/// (split at `IOV_MAX` by the backend), or with a copy buffer (under
+/// `O_DIRECT`), for a run in more than [`MAX_ZERO_COPY_SEGMENTS`] pieces,
+/// one `pwrite` of the run gathered into it. `kept`: the iovec vector kept
+/// between flushes and the copy buffer.
 fn pwritev_runs(
-    iovecs: &mut Vec<IoSlice<'static>>,
-    mut copy: Option<&mut GatherBuf>,
+    kept: PageWrite<'_>,
     backend: &dyn StorageBackend,
     runs: &[Run],
     entries: &[(u64, PageRef)],
@@ -318,6 +315,7 @@ fn pwritev_runs(
     dsync: bool,
     results: &mut Results,
 ) {
+    let (iovecs, mut copy) = kept;
     for (i, run) in runs.iter().enumerate() {
         add(&counters.write_calls, 1);
         if dsync {

@@ -1,25 +1,36 @@
-//! What the holder of `flusher` (the drain lock) owns: the file's size as
-//! the OS will hold it once every drained write completed, and every
-//! change of that size: the `ftruncate` that extends the file to its
+//! What the holder of the flush pipeline's drain lock owns: the file's
+//! size as the OS will hold it once every drained write completed, and
+//! every change of that size: the `ftruncate` that extends the file to its
 //! logical length, the `fallocate` of runs past the end under `O_DIRECT`,
 //! the cut of a tail written past an unaligned length, the cut back after
 //! a failed write, and `set_len`'s own.
 //!
-//! Owns: `os_len`, under the flush pipeline's `flusher` lock (a method
-//! that changes the size takes `&mut Flusher`: the lock guard is the proof
-//! the lock is held). Calls: the backend (`ftruncate`, `fallocate`), the
+//! Owns: `os_len` and grow-ahead's trailer, under the drain lock (a method
+//! that changes the size takes `&mut FileSize`: only the lock's guard
+//! hands one out, so holding it is the proof the lock is held). Calls: the backend (`ftruncate`, `fallocate`), the
 //! lengths and the write sequence (a change of length is a `write_seq`
 //! step the next `fdatasync` must cover).
 //!
-//! Invariant: sizes change only with `flusher` held, before the writes
+//! Invariant: sizes change only with the drain lock held, before the writes
 //! they precede; one that must see no write in flight (a cut) is made
 //! only when every older generation has written.
 
 use super::batch::Batch;
+use super::flush::Company;
 use super::grow::Window;
 use super::parts::Parts;
 use super::slots::WriteSlot;
 use crate::error::{Error, Result};
+
+/// Whether a change of length is carried by a doublewrite record the
+/// caller stages ([`FileSize::extend_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Staging {
+    /// The caller stages a record carrying the new length.
+    Yes,
+    /// No record: only an `fdatasync` makes the change durable.
+    No,
+}
 
 /// Largest hole between two runs past the end of an `O_DIRECT` file that
 /// one `fallocate` covers (bytes): 64 KiB. Writers filling fresh pages side
@@ -27,19 +38,19 @@ use crate::error::{Error, Result};
 /// call, so sparse files stay sparse.
 pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
-/// The state under the `flusher` lock (see the module docs).
-pub(crate) struct Flusher {
+/// The state under the drain lock (see the module docs).
+pub(crate) struct FileSize {
     /// The file's length as the OS will hold it once every write drained so
     /// far completed (grown at each drain by its pages, and by every
-    /// `fallocate` and `ftruncate`, all made with `flusher` held): what a
+    /// `fallocate` and `ftruncate`, all made with the drain lock held): what a
     /// flush compares the logical length with.
     os_len: u64,
     /// Grow-ahead's trailer, with [`GrowAhead::Window`](super::grow::GrowAhead::Window).
     window: Option<Window>,
 }
 
-impl Flusher {
-    /// A flusher over a file of `os_len` bytes, with grow-ahead's trailer
+impl FileSize {
+    /// The size of a file of `os_len` bytes, with grow-ahead's trailer
     /// state if configured.
     pub(crate) fn new(os_len: u64, window: Option<Window>) -> Self {
         Self { os_len, window }
@@ -83,14 +94,14 @@ impl Flusher {
     /// Called before the flush's writes: every write in flight ends at or
     /// below `os_len`, so this only ever grows the file.
     ///
-    /// `staging`: the caller stages a doublewrite record carrying `len`
-    /// and makes the `write_seq` step itself once it knows whether the
-    /// record is durable (a plain step if it is, else
+    /// [`Staging::Yes`]: the caller stages a doublewrite record carrying
+    /// `len` and makes the `write_seq` step itself once it knows whether
+    /// the record is durable (a plain step if it is, else
     /// `Durability::step_unstaged`). Otherwise the step is marked unstaged
     /// here.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
-    pub(crate) fn extend_to(&mut self, p: &Parts<'_>, len: u64, staging: bool) -> Result<bool> {
+    pub(crate) fn extend_to(&mut self, p: &Parts<'_>, len: u64, staging: Staging) -> Result<bool> {
         if len <= self.os_len {
             return Ok(false);
         }
@@ -100,7 +111,7 @@ impl Flusher {
         self.os_len = len;
         p.length.grow_written(len);
         p.length.grow_disk(len);
-        if !staging {
+        if staging == Staging::No {
             p.durability.step_unstaged();
         }
         Ok(true)
@@ -254,9 +265,9 @@ impl Flusher {
         slot: &mut WriteSlot,
         batch: &mut Batch,
         first: &mut Option<(u64, &'static str, std::io::Error)>,
-        alone: bool,
+        company: Company,
     ) {
-        if !p.direct || slot.writer.writes_inline(slot.runs.len(), alone) {
+        if !p.direct || slot.writer.writes_inline(slot.runs.len(), company) {
             return;
         }
         let disk = p.length.disk();

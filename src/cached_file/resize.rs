@@ -1,0 +1,242 @@
+//! The file's size changes that are not part of a flush: `set_len` (grow
+//! and cut, ordered with every buffered page), grow-ahead's room (the
+//! window extended, the trailer's length record), the window dropped at
+//! `close`, and `refresh` (the size taken from the OS).
+//!
+//! Owns: nothing (methods of [`FlushPipeline`], made with its drain lock
+//! held: a method that needs it takes `&mut FileSize`, which only the
+//! lock's guard hands out). Calls: [`FileSize`] for each change of size,
+//! grow-ahead's `Window` and `Filler`, the write buffer (a cut), the read
+//! cache and lengths, the doublewrite area (emptied by a cut), the sync
+//! lanes (a cut made durable).
+
+use super::file_size::FileSize;
+use super::flush::FlushPipeline;
+use super::parts::Parts;
+use super::stats::add;
+use crate::error::{Error, Result};
+
+/// Whether grow-ahead's room writes the length into the trailer's next
+/// slot ([`FlushPipeline::make_room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LengthRecord {
+    /// Record the length if the newest record holds another (a flush, a
+    /// `set_len` that grows).
+    Write,
+    /// No record: a cut removes the trailer, and a record that failed
+    /// partway must not make a refused cut come back after a crash.
+    Skip,
+}
+
+impl FlushPipeline {
+    /// Grow-ahead, under the drain lock, before a flush's writes (a no-op
+    /// without a window): if data up to `need` bytes or the length `len`
+    /// would reach the trailer's page, extends the window ([`Window::extend`]:
+    /// the trailer moves to the new end, an `fdatasync` makes it durable,
+    /// then the old slots are zeroed); then, with `record`, writes `len`
+    /// into the next trailer slot if the newest record holds another
+    /// length, a write the next `fdatasync` must cover (`write_seq`
+    /// steps).
+    ///
+    /// Errors: `Error::Io` with op "grow-ahead trailer" (the extension or
+    /// the record could not be written: an extending write is cut back)
+    /// or "fdatasync" (the file is poisoned).
+    pub(super) fn make_room(
+        &self,
+        p: &Parts<'_>,
+        size: &mut FileSize,
+        need: u64,
+        len: u64,
+        record: LengthRecord,
+    ) -> Result<()> {
+        let os_len = size.os_len();
+        let Some(w) = size.window() else {
+            return Ok(());
+        };
+        let trailer = |e| Error::io("grow-ahead trailer", None, e);
+        let grows = if w.active() {
+            !w.covers(need.max(len))
+        } else {
+            // A plain file gets a window once it grows.
+            need.max(len) > os_len
+        };
+        if grows {
+            let old_end = w.end();
+            let extended = match w.extend(p.backend, need, len) {
+                Ok(x) => x,
+                Err(e) => {
+                    // The write may have moved the size, and left part of
+                    // a trailer past the old end: cut back to it (the old
+                    // trailer's, or the plain file's end) and make that
+                    // durable, or a later trailer further out could bring
+                    // this one back inside the data after a crash.
+                    let _ = p
+                        .backend
+                        .set_len(if old_end > 0 { old_end } else { os_len });
+                    p.durability.step_unstaged();
+                    self.sync_file(p)?;
+                    return Err(trailer(e));
+                }
+            };
+            let (end, usable) = (w.end(), w.usable());
+            add(&p.counters.grow_extensions, 1);
+            p.durability.step_unstaged();
+            size.window_moved(end);
+            // The new end and trailer durable before anything is written
+            // below them: zeros or data written into the window before its
+            // end is durable could bring a crash back with the file's size
+            // at their end and no trailer there (a file system writes back
+            // blocks in any order), and the old trailer must stay valid
+            // until the new one is.
+            self.sync_file(p)?;
+            if let Some(at) = extended.old_slots
+                && let Some(w) = size.window()
+            {
+                w.zero_old(p.backend, Some(at)).map_err(trailer)?;
+                p.durability.step_unstaged();
+            }
+            if let Some(filler) = &self.filler {
+                filler.set_limit(usable);
+            }
+            return Ok(());
+        }
+        if w.has_stale() {
+            w.zero_old(p.backend, None).map_err(trailer)?;
+            p.durability.step_unstaged();
+        }
+        if record == LengthRecord::Write && w.record(p.backend, len).map_err(trailer)? {
+            add(&p.counters.grow_records, 1);
+            p.durability.step_unstaged();
+        }
+        Ok(())
+    }
+
+    /// Cuts a grow-ahead window off and makes that durable (`close`): the
+    /// file at rest is its length. A no-op without one.
+    ///
+    /// Errors: "ftruncate", "fdatasync" (`Error::Io`).
+    pub(crate) fn drop_window(&self, p: &Parts<'_>) -> Result<()> {
+        let mut size = self.drain.lock();
+        if !size.in_window() {
+            return Ok(());
+        }
+        if let Some(filler) = &self.filler {
+            filler.reset(p.length.get());
+        }
+        size.drop_window(p)?;
+        drop(size);
+        self.sync_file(p)
+    }
+
+    /// `set_len` to `len` bytes (validated by the caller), ordered with
+    /// everything buffered: growing extends the file with zeros now;
+    /// shrinking first waits for the in-flight writes (a round waiting for
+    /// its `fdatasync` included), cuts the file, then drops every buffered
+    /// and cached page past `len` and zeroes the buffered tail of the page
+    /// `len` falls in, so nothing past the new end is written afterwards.
+    /// With a doublewrite area a shrink first writes whole any page whose
+    /// earlier write failed, then makes the pages written in place durable
+    /// and empties the area.
+    ///
+    /// Errors: as `PagedCachedFile::set_len`.
+    pub(crate) fn set_len(&self, p: &Parts<'_>, len: u64) -> Result<()> {
+        let mut size = self.drain.lock();
+        if len >= p.length.get() {
+            self.make_room(p, &mut size, len, len, LengthRecord::Write)?;
+            return size.grow(p, len);
+        }
+        // A guard at or past the cut (even past the old end) would write
+        // there when dropped.
+        p.buffer.check_unguarded(len, u64::MAX - len)?;
+        // Memory for the zeroed tail first: past the ftruncate nothing
+        // may fail.
+        let tail_buf = if len.is_multiple_of(p.config.page_size as u64) {
+            None
+        } else {
+            Some(p.buffer.page_buf()?)
+        };
+        self.gens.wait_all_settled();
+        if let Some(area) = p.torn.area()
+            && area.has_failed()
+        {
+            // The cut empties the area, so a page a failed write may have
+            // torn must first be written whole: a flush retries it (its
+            // error is this call's, and nothing changed), then the cut
+            // starts again (no write is in flight and none can start while
+            // the drain lock is held, so the check above is final).
+            drop(size);
+            self.flush(p)?;
+            return self.set_len(p, len);
+        }
+        if let Some(area) = p.torn.area() {
+            // A record may hold pages past the cut, which recovery would
+            // write back after a later sync made the cut durable: make
+            // every page written in place durable, then empty the area.
+            self.sync_file(p)?;
+            area.clear()
+                .map_err(|e| Error::io("doublewrite area: empty", None, e))?;
+        }
+        // A length buffered past the window (no flush since) may put the cut
+        // inside the trailer: move the trailer past it first, so the cut
+        // takes all of it. No record of the shorter length: the cut
+        // removes the trailer, and a record that failed partway must not
+        // make a refused cut come back after a crash.
+        self.make_room(p, &mut size, 0, len, LengthRecord::Skip)?;
+        if let Some(filler) = &self.filler {
+            // No zero may be in flight past the cut (it would grow the
+            // file again).
+            filler.reset(len);
+        }
+        size.shrink(p, len)?;
+        // Pages wholly past `len` go; the one it falls in keeps its head.
+        // The read cache loses the cut pages before any stripe opens again:
+        // a write that merges into a page past the cut must not find its
+        // old bytes there and bring them back (stripe locks before cache
+        // locks, as in `WriteBuffer::merge`). Aligned or not, the first
+        // page touched is the one `len` falls in.
+        let first_gone = p.buffer.page_no(len);
+        p.buffer.cut(len, tail_buf, || {
+            p.cache.remove_where(|n| n >= first_gone, p.buffer.pool());
+            p.length.cut_to(len);
+        });
+        p.durability.step_unstaged();
+        if self.filler.is_some() {
+            // With grow-ahead the next extension may put a trailer below
+            // the old end: the cut must be durable first (the drain lock
+            // still held), or a crash could bring the old end back with trailer
+            // bytes inside the data.
+            self.sync_file(p)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the file's length from the OS and drops the read cache (a
+    /// refresh), with nothing buffered or in flight.
+    ///
+    /// Errors: [`Error::Buffered`] (nothing changed); `Error::Io` with op
+    /// "fstat".
+    pub(crate) fn refresh(&self, p: &Parts<'_>) -> Result<()> {
+        let mut size = self.drain.lock();
+        if size.in_window() {
+            return Err(Error::InvalidConfig(
+                "refresh: a grow-ahead window is in place (the file's size is not its length); \
+                 open without one to follow another writer"
+                    .into(),
+            ));
+        }
+        if !self.gens.is_empty() {
+            return Err(Error::Buffered {
+                bytes: p.buffer.buffered(),
+            });
+        }
+        p.buffer.with_nothing_buffered(|| {
+            let len = p.backend.len().map_err(|e| Error::io("fstat", None, e))?;
+            p.length.begin_cut();
+            p.cache.remove_where(|_| true, p.buffer.pool());
+            size.reset(len);
+            p.length.reset(len);
+            p.length.end_cut();
+            Ok(())
+        })
+    }
+}
