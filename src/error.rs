@@ -339,3 +339,18 @@ impl From<Error> for io::Error {
         }
     }
 }
+
+/// Short name of an I/O error for reports: the errno's name where known
+/// (`EINVAL`, `EPERM`, ...), else the error's message.
+pub fn short_error(e: &std::io::Error) -> String {
+    let name = match e.raw_os_error() {
+        Some(libc::EINVAL) => "EINVAL",
+        Some(libc::EPERM) => "EPERM",
+        Some(libc::ENOSYS) => "ENOSYS",
+        Some(libc::EOPNOTSUPP) => "EOPNOTSUPP",
+        Some(libc::ENOMEM) => "ENOMEM",
+        Some(libc::EACCES) => "EACCES",
+        _ => return e.to_string(),
+    };
+    name.to_string()
+}

@@ -89,12 +89,12 @@ pub(crate) mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use backend::{FileBackend, MemoryBackend, OpenOptions, StorageBackend};
+pub use backend::{DirectIo, FileBackend, FlushEngine, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
-    CommitStrategy, Config, DEFAULT_WRITE_THREADS, DirectIo, FlushEngine, GrowAhead, IoMode,
-    MAX_DIRECT_WRITERS, MAX_GROW_WINDOW, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
-    MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef, PagedCachedFile, Recovery, Stats,
-    TornWrites, WritablePage,
+    CommitStrategy, Config, DEFAULT_WRITE_THREADS, GrowAhead, IoMode, MAX_DIRECT_WRITERS,
+    MAX_GROW_WINDOW, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES, MAX_SYNC_LANES,
+    MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef, PagedCachedFile, Recovery, Stats, TornWrites,
+    WritablePage,
 };
 pub use error::{Error, Result};
 

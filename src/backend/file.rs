@@ -7,12 +7,9 @@ use std::io::{self, IoSlice, IoSliceMut};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::StorageBackend;
+use super::device::{AtomicUnit, DioAlign, IOV_MAX};
+use super::storage::StorageBackend;
 use super::sys;
-
-/// Most iovecs one vectored write is handed: 1024 (`IOV_MAX` on Linux,
-/// macOS and FreeBSD; the same cap on Windows, where a run is gathered).
-pub const IOV_MAX: usize = 1024;
 
 /// Default cap on the bytes of one write call: 1 MiB.
 ///
@@ -29,17 +26,6 @@ pub struct SyscallCounts {
     pub writes: u64,
     /// `fdatasync` calls.
     pub syncs: u64,
-}
-
-/// `O_DIRECT` alignment of a file in bytes: buffer addresses must be
-/// multiples of `memory`, file offsets and lengths multiples of `offset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct DioAlign {
-    /// Alignment of buffer addresses.
-    pub memory: u32,
-    /// Alignment of file offsets and I/O lengths.
-    pub offset: u32,
 }
 
 /// How a file is opened: access, creation and locking. The default is what
@@ -176,7 +162,7 @@ pub struct FileBackend {
     direct: Option<DioAlign>,
     /// Set when opened with `O_DIRECT` on a file system that takes
     /// `RWF_ATOMIC` writes (`statx(STATX_WRITE_ATOMIC)`).
-    atomic: Option<super::AtomicUnit>,
+    atomic: Option<AtomicUnit>,
     /// Extra open file descriptions of the same file, one per sync lane
     /// past the first (lane 0 is `file`).
     lanes: Vec<File>,
@@ -470,7 +456,7 @@ impl StorageBackend for FileBackend {
                 Err(e) => return Err(e),
             }
         }
-        super::zero_writes(offset, len, |at, zeros| self.write_all_at(at, zeros))
+        super::storage::zero_writes(offset, len, |at, zeros| self.write_all_at(at, zeros))
     }
 
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
@@ -500,7 +486,7 @@ impl StorageBackend for FileBackend {
         self.direct
     }
 
-    fn atomic_write_unit(&self) -> Option<super::AtomicUnit> {
+    fn atomic_write_unit(&self) -> Option<AtomicUnit> {
         self.atomic
     }
 

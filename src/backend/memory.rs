@@ -4,7 +4,7 @@ use std::io::{self, IoSlice};
 
 use parking_lot::RwLock;
 
-use super::StorageBackend;
+use super::storage::StorageBackend;
 
 /// A file held in a `Vec<u8>`. `sync_data` is a no-op that always succeeds.
 /// Growing past the memory the process can get is

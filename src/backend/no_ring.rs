@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{self, IoSlice};
 
-use super::UringFault;
+use super::storage::UringFault;
 use crate::buffer::AlignedBuf;
 
 /// As the real ring's: the test fail point.

@@ -29,10 +29,10 @@
 use std::io;
 
 use super::batch::{Batch, Written, panicked, unstaged};
-use super::file_size::{FileSize, Staging};
-use super::flush::{FlushMode, FlushPipeline, MAX_DIRECT_WRITERS, SlotKind};
+use super::file_size::{FileSize, LengthRecord, Staging};
+use super::flush::{FlushPipeline, MAX_DIRECT_WRITERS};
+use super::flush_mode::{FlushMode, SlotKind};
 use super::parts::Parts;
-use super::resize::LengthRecord;
 use super::slots::WriteSlot;
 use super::stats::{add, add_elapsed};
 use super::writer::WriteFailure;

@@ -26,7 +26,8 @@
 //!   before it returns reports it, so no caller is told durable past a
 //!   failed `fdatasync` (it may have lost pages another caller wrote).
 
-use super::flush::{FlushMode, FlushPipeline};
+use super::flush::FlushPipeline;
+use super::flush_mode::FlushMode;
 use super::parts::Parts;
 use crate::error::{Error, Result};
 

@@ -14,6 +14,7 @@ use super::doublewrite::Recovery;
 use super::durability::Durability;
 use super::flush::FlushPipeline;
 use super::guard::WritablePage;
+use super::io_mode::IoMode;
 use super::length::Length;
 use super::lifecycle::{Access, Lifecycle, LockHeld};
 use super::open::{self, Opening};
@@ -23,7 +24,7 @@ use super::read;
 use super::stats::{Counters, Stats};
 use super::torn::TornProtection;
 use super::write_buffer::{PartialPage, WriteBuffer};
-use crate::backend::{IoMode, OpenOptions, StorageBackend};
+use crate::backend::{OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, UniqueBuf};
 use crate::error::{Error, Result};
 

@@ -16,7 +16,7 @@
 //! only when every older generation has written.
 
 use super::batch::Batch;
-use super::flush::Company;
+use super::flush_mode::Company;
 use super::grow::Window;
 use super::parts::Parts;
 use super::slots::WriteSlot;
@@ -30,6 +30,18 @@ pub(crate) enum Staging {
     Yes,
     /// No record: only an `fdatasync` makes the change durable.
     No,
+}
+
+/// Whether grow-ahead's room writes the length into the trailer's next
+/// slot (`FlushPipeline::make_room`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LengthRecord {
+    /// Record the length if the newest record holds another (a flush, a
+    /// `set_len` that grows).
+    Write,
+    /// No record: a cut removes the trailer, and a record that failed
+    /// partway must not make a refused cut come back after a crash.
+    Skip,
 }
 
 /// Largest hole between two runs past the end of an `O_DIRECT` file that

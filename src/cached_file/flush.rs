@@ -68,7 +68,8 @@ use std::sync::atomic::Ordering;
 
 use super::batch::{Batch, Pass, Settled, SpareBatches};
 use super::doublewrite::{Area, CHECKPOINT_BYTES};
-use super::file_size::FileSize;
+use super::file_size::{FileSize, LengthRecord, Staging};
+use super::flush_mode::FlushMode;
 use super::gather::GatherBuf;
 use super::generations::Generations;
 use super::grow::{Filler, Window};
@@ -81,55 +82,6 @@ use crate::sync::{AtomicBool, Mutex};
 /// Most direct commits writing at once (each from an inline write slot of
 /// its own); more wait for a slot.
 pub const MAX_DIRECT_WRITERS: usize = 64;
-
-/// Which write slots a flush writes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SlotKind {
-    /// The file's write slots ([`Config::rounds_in_flight`](crate::Config::rounds_in_flight)
-    /// of them), with the engine resolved at open.
-    Shared,
-    /// An inline slot of a direct commit: `pwritev` from the committing
-    /// thread, beside other direct commits' writes.
-    Inline,
-}
-
-/// What runs beside a flush while it writes: the ring writes a one-run
-/// flush inline only when nothing does (see `RunWriter::writes_inline`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Company {
-    /// No commit round is syncing meanwhile.
-    Alone,
-    /// Commit rounds may be syncing beside this flush.
-    Rounds,
-}
-
-/// How one flush goes out ([`FlushPipeline::flush_for_commit`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FlushMode {
-    pub(crate) slot: SlotKind,
-    pub(crate) company: Company,
-    /// `Some(seq)`: a batch of one run may be written durably
-    /// (`RWF_DSYNC`) instead of being `fdatasync`ed, if the last
-    /// `fdatasync` covered `write_seq` up to `seq` and nothing was written
-    /// since ([`Pass::durable_seq`] says whether it was).
-    pub(crate) durable_write_at: Option<u64>,
-}
-
-impl FlushMode {
-    /// A flush for the OS only (`flush()`, backpressure): shared slots,
-    /// nothing durable.
-    pub(crate) const PLAIN: Self = Self {
-        slot: SlotKind::Shared,
-        company: Company::Rounds,
-        durable_write_at: None,
-    };
-    /// A direct commit's flush: its own inline slot, no round beside it.
-    pub(crate) const DIRECT: Self = Self {
-        slot: SlotKind::Inline,
-        company: Company::Alone,
-        durable_write_at: None,
-    };
-}
 
 /// The flush pipeline of one file (see the module docs).
 pub(crate) struct FlushPipeline {
@@ -275,8 +227,8 @@ impl FlushPipeline {
     ///
     /// Errors: grow-ahead's (see `make_room`); "ftruncate".
     fn extend_without_pages(&self, p: &Parts<'_>, size: &mut FileSize, len: u64) -> Result<bool> {
-        self.make_room(p, size, len, len, super::resize::LengthRecord::Write)?;
-        size.extend_to(p, len, super::file_size::Staging::No)
+        self.make_room(p, size, len, len, LengthRecord::Write)?;
+        size.extend_to(p, len, Staging::No)
     }
 
     /// A write slot of a direct commit: `pwritev` from the committing

@@ -56,7 +56,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use super::batch::Batch;
-use super::flush::{Company, FlushMode, FlushPipeline, SlotKind};
+use super::flush::FlushPipeline;
+use super::flush_mode::{Company, FlushMode, SlotKind};
 use super::parts::Parts;
 use super::stats::add;
 use crate::error::{Error, Result};

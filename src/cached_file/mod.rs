@@ -68,11 +68,13 @@ mod durability;
 mod file;
 mod file_size;
 mod flush;
+mod flush_mode;
 mod gather;
 mod generations;
 mod group;
 mod grow;
 mod guard;
+mod io_mode;
 mod length;
 mod lifecycle;
 mod open;
@@ -87,7 +89,6 @@ mod write_buffer;
 mod writer;
 mod writer_pool;
 
-pub use crate::backend::{DirectIo, FlushEngine, IoMode};
 pub use chooser::CommitStrategy;
 pub use config::{
     Config, DEFAULT_WRITE_THREADS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
@@ -98,6 +99,7 @@ pub use file::PagedCachedFile;
 pub use flush::MAX_DIRECT_WRITERS;
 pub use grow::{GrowAhead, MAX_GROW_WINDOW};
 pub use guard::WritablePage;
+pub use io_mode::IoMode;
 pub use pages::PageRef;
 pub use stats::Stats;
 pub use torn::TornWrites;

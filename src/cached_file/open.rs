@@ -10,16 +10,16 @@ use super::config::Config;
 use super::doublewrite::{self, Area, Recovery};
 use super::gather::GatherBuf;
 use super::grow::{self, Filler, GrowAhead, Window};
+use super::io_mode::IoMode;
 use super::lifecycle::{Access, LockHeld};
 use super::slots::WriteSlot;
 use super::torn::TornWrites;
 use super::writer::RunWriter;
 use super::writer_pool::WriterPool;
 use crate::backend::{
-    DirectIo, FileBackend, FlushEngine, IoMode, OpenOptions, StorageBackend, open_with_options,
-    short_error,
+    DirectIo, FileBackend, FlushEngine, OpenOptions, StorageBackend, open_with_options,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, short_error};
 
 /// How the file under a cached file was opened.
 #[derive(Debug, Clone, Default)]

@@ -10,23 +10,11 @@
 //! cache and lengths, the doublewrite area (emptied by a cut), the sync
 //! lanes (a cut made durable).
 
-use super::file_size::FileSize;
+use super::file_size::{FileSize, LengthRecord};
 use super::flush::FlushPipeline;
 use super::parts::Parts;
 use super::stats::add;
 use crate::error::{Error, Result};
-
-/// Whether grow-ahead's room writes the length into the trailer's next
-/// slot ([`FlushPipeline::make_room`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LengthRecord {
-    /// Record the length if the newest record holds another (a flush, a
-    /// `set_len` that grows).
-    Write,
-    /// No record: a cut removes the trailer, and a record that failed
-    /// partway must not make a refused cut come back after a crash.
-    Skip,
-}
 
 impl FlushPipeline {
     /// Grow-ahead, under the drain lock, before a flush's writes (a no-op

@@ -4,7 +4,7 @@
 
 use std::io::IoSlice;
 
-use super::flush::Company;
+use super::flush_mode::Company;
 use super::gather::{GatherBuf, write_run};
 use super::gather::{MAX_ZERO_COPY_SEGMENTS, gather, reuse, segments};
 use super::pages::PageRef;

@@ -27,10 +27,8 @@ use std::sync::Arc;
 use super::Rng;
 use super::{CrashBackend, FaultyBackend, WriteFault};
 use crate::backend::AtomicUnit;
-use crate::backend::{FileBackend, StorageBackend};
-use crate::cached_file::{
-    CommitStrategy, Config, FlushEngine, GrowAhead, PagedCachedFile, TornWrites,
-};
+use crate::backend::{FileBackend, FlushEngine, StorageBackend};
+use crate::cached_file::{CommitStrategy, Config, GrowAhead, PagedCachedFile, TornWrites};
 use crate::error::Error;
 
 /// Pages the model addresses: 0..MAX_PAGES.

@@ -44,7 +44,9 @@ use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, squeue, types};
 
-use super::{IOV_MAX, MAX_QUEUE_DEPTH, UringFault};
+use super::device::IOV_MAX;
+use super::engine::MAX_QUEUE_DEPTH;
+use super::storage::UringFault;
 use crate::buffer::AlignedBuf;
 
 mod buffers;

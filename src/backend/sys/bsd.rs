@@ -9,7 +9,7 @@ use std::io::{self, IoSlice};
 pub(crate) use super::unix::{
     file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, write_at,
 };
-use crate::backend::{AtomicUnit, DioAlign};
+use crate::backend::device::{AtomicUnit, DioAlign};
 
 pub(crate) const VECTORED_WRITE: &str = "pwritev";
 

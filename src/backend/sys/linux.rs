@@ -15,7 +15,7 @@ use super::unix::{MERGED_IOVECS, merge_adjacent};
 pub(crate) use super::unix::{
     file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, write_at,
 };
-use crate::backend::{AtomicUnit, DioAlign};
+use crate::backend::device::{AtomicUnit, DioAlign};
 
 pub(crate) const VECTORED_WRITE: &str = "pwritev";
 pub(crate) const SYNC: &str = "fdatasync";

@@ -1,4 +1,4 @@
-//! The operating system under [`FileBackend`](super::FileBackend): one
+//! The operating system under `FileBackend`: one
 //! file per platform, each with the same functions, so that nothing above
 //! `backend/` names a platform.
 //!
@@ -39,7 +39,7 @@ compile_error!("pagewriter's file backend needs a Unix or Windows target");
 pub(crate) use imp::*;
 
 /// What this platform's file backend does: the calls behind each part of
-/// [`FileBackend`](super::FileBackend), for reports and for an engine
+/// `FileBackend`, for reports and for an engine
 /// deciding what to ask for. [`PLATFORM`] is the one in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
@@ -48,9 +48,9 @@ pub struct Platform {
     pub os: &'static str,
     /// The call a vectored flush makes per run.
     pub vectored_write: &'static str,
-    /// The call behind [`StorageBackend::sync_data`](super::StorageBackend::sync_data).
+    /// The call behind `StorageBackend::sync_data`.
     pub sync: &'static str,
-    /// How the file bypasses the OS cache under [`DirectIo`](super::DirectIo)
+    /// How the file bypasses the OS cache under `DirectIo`
     /// `On`/`Auto`; `None` where it cannot (asking `On` is then an
     /// [`Error::Unsupported`](crate::Error::Unsupported)).
     pub direct_io: Option<&'static str>,

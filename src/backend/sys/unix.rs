@@ -76,11 +76,11 @@ pub(crate) fn pwritev(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Res
     Ok(rc as usize)
 }
 
-/// One `preadv` into `bufs` (at most [`IOV_MAX`](super::super::IOV_MAX)
+/// One `preadv` into `bufs` (at most `IOV_MAX`
 /// of them) at `offset`; `EINTR` is the caller's to retry. Returns the bytes
 /// read, 0 at the end of the file.
 pub(crate) fn preadv(file: &File, bufs: &mut [IoSliceMut<'_>], offset: u64) -> io::Result<usize> {
-    let n = bufs.len().min(super::super::IOV_MAX);
+    let n = bufs.len().min(crate::backend::device::IOV_MAX);
     let off = libc::off_t::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
     // SAFETY: `IoSliceMut` is ABI-compatible with `struct iovec` on Unix;
     // the slices (and the memory they point at) are borrowed mutably for

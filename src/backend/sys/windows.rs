@@ -16,7 +16,7 @@ use std::path::Path;
 
 use windows_sys::Win32::Storage::FileSystem as fs;
 
-use crate::backend::{AtomicUnit, DioAlign};
+use crate::backend::device::{AtomicUnit, DioAlign};
 use crate::buffer::AlignedBuf;
 
 pub(crate) const VECTORED_WRITE: &str = "WriteFile per run";

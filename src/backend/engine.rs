@@ -1,0 +1,166 @@
+//! How a file is written and opened, as a user names it: the flush engine
+//! ([`FlushEngine`]) and the `O_DIRECT` choice ([`DirectIo`]), with the
+//! ring's queue-depth limits.
+
+use crate::error::Result;
+
+/// Most SQEs in flight on one ring (io_uring's own limit on SQ entries is
+/// 32768; 4096 is past what any device here gains from).
+pub const MAX_QUEUE_DEPTH: u32 = 4096;
+
+/// How a flush turns runs of contiguous dirty pages into write calls.
+///
+/// The run writers of the flush pipeline's write slots (`cached_file/writer.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FlushEngine {
+    /// One `pwrite` per page, in offset order. The baseline that collapses
+    /// under concurrent writers; kept to measure against.
+    PerPage,
+    /// Each run is copied into one buffer and written with one `pwrite`.
+    /// Few system calls, but every byte is copied once more.
+    Concat,
+    /// Each run is written with one `pwritev` straight from the page
+    /// buffers (zero copy). The default.
+    #[default]
+    Vectored,
+    /// Each run is one `IORING_OP_WRITEV` SQE on a ring per file, up to
+    /// `queue_depth` (1..=[`MAX_QUEUE_DEPTH`]) in flight (Linux, cargo feature `io-uring`).
+    /// Opening fails if the ring cannot be set up.
+    IoUring {
+        /// Most SQEs in flight.
+        queue_depth: u32,
+    },
+    /// `IoUring` where a ring can be set up, else `Vectored`; the file's
+    /// [`IoMode`] says which and why.
+    Auto {
+        /// Queue depth if io_uring is used.
+        queue_depth: u32,
+    },
+}
+
+impl FlushEngine {
+    /// Short lower-case name used by the CLI and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushEngine::PerPage => "per-page",
+            FlushEngine::Concat => "concat",
+            FlushEngine::Vectored => "vectored",
+            FlushEngine::IoUring { .. } => "io-uring",
+            FlushEngine::Auto { .. } => "auto",
+        }
+    }
+
+    /// The engine with its queue depth set to `queue_depth` (io_uring
+    /// engines; the others are returned as they are).
+    pub fn with_queue_depth(self, queue_depth: u32) -> Self {
+        match self {
+            FlushEngine::IoUring { .. } => FlushEngine::IoUring { queue_depth },
+            FlushEngine::Auto { .. } => FlushEngine::Auto { queue_depth },
+            other => other,
+        }
+    }
+
+    /// The system call each write of this engine makes on this platform.
+    pub fn syscall(self) -> &'static str {
+        match self {
+            FlushEngine::PerPage | FlushEngine::Concat if cfg!(windows) => "WriteFile",
+            FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
+            FlushEngine::Vectored => super::sys::PLATFORM.vectored_write,
+            FlushEngine::IoUring { .. } => "io_uring writev",
+            FlushEngine::Auto { .. } => "io_uring writev or pwritev",
+        }
+    }
+}
+
+/// Queue depth of an io_uring engine named without one: 32 SQEs in flight
+/// (`.project/io-uring-and-direct.md`: deeper queues did not write faster
+/// here).
+pub const DEFAULT_QUEUE_DEPTH: u32 = 32;
+
+impl std::str::FromStr for FlushEngine {
+    type Err = crate::Error;
+
+    /// Parses a [`name`](FlushEngine::name); io_uring engines get
+    /// [`DEFAULT_QUEUE_DEPTH`] (see [`with_queue_depth`](FlushEngine::with_queue_depth)).
+    ///
+    /// Errors: [`Error::InvalidConfig`] naming
+    /// the engines there are.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let queue_depth = DEFAULT_QUEUE_DEPTH;
+        Ok(match s {
+            "per-page" => FlushEngine::PerPage,
+            "concat" => FlushEngine::Concat,
+            "vectored" => FlushEngine::Vectored,
+            "io-uring" | "io_uring" => FlushEngine::IoUring { queue_depth },
+            "auto" => FlushEngine::Auto { queue_depth },
+            other => {
+                return Err(crate::Error::InvalidConfig(format!(
+                    "unknown engine {other:?} (per-page, concat, vectored, io-uring, auto)"
+                )));
+            }
+        })
+    }
+}
+
+/// Whether the file is opened with `O_DIRECT` (bypassing the page cache).
+///
+/// Decided at open, below every component (`backend/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
+pub enum DirectIo {
+    /// Buffered I/O through the page cache. The default.
+    #[default]
+    Off,
+    /// `O_DIRECT`; opening fails where the file system refuses it or the
+    /// page size / page alignment do not meet its alignment.
+    On,
+    /// `O_DIRECT` where possible, else buffered; the file's
+    /// [`IoMode`] says which and why.
+    Auto,
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for FlushEngine {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_names_parse_back_and_unknown_names_are_errors() {
+        for e in [
+            FlushEngine::PerPage,
+            FlushEngine::Concat,
+            FlushEngine::Vectored,
+            FlushEngine::IoUring {
+                queue_depth: DEFAULT_QUEUE_DEPTH,
+            },
+            FlushEngine::Auto {
+                queue_depth: DEFAULT_QUEUE_DEPTH,
+            },
+        ] {
+            assert_eq!(e.name().parse::<FlushEngine>().unwrap(), e);
+        }
+        assert_eq!(
+            "io-uring"
+                .parse::<FlushEngine>()
+                .unwrap()
+                .with_queue_depth(7),
+            FlushEngine::IoUring { queue_depth: 7 }
+        );
+        assert_eq!(FlushEngine::Concat.with_queue_depth(7), FlushEngine::Concat);
+        for bad in ["", "IO-URING", "pwritev", "io-uring:8"] {
+            let e = bad.parse::<FlushEngine>().unwrap_err();
+            assert!(
+                matches!(e, crate::Error::InvalidConfig(ref m) if m.contains("per-page")),
+                "{bad:?}: {e}"
+            );
+        }
+    }
+}
