@@ -118,22 +118,6 @@ pub enum Error {
         /// Bytes asked for.
         bytes: u64,
     },
-    /// A worker thread panicked (a tool's writer, job or fill thread);
-    /// what it was doing is unknown, so its work counts as not done.
-    Panicked {
-        /// Which worker: "io job", "scale writer", "fill thread", ...
-        worker: &'static str,
-    },
-    /// The caller asked the work to stop (a tool's cancel flag, Ctrl-C in
-    /// a binding); what it left is reported as not done.
-    Cancelled,
-    /// Data read back is not what was written: the first bad block.
-    VerifyFailed {
-        /// Byte offset of the bad block.
-        offset: u64,
-        /// What is wrong with it.
-        why: String,
-    },
     /// The torn-write protection asked for
     /// ([`Config::torn_writes`](crate::Config::torn_writes)) cannot be
     /// given on this file; checked at open, before anything is written.
@@ -248,15 +232,10 @@ impl fmt::Display for Error {
             Error::NoMemory { bytes } => {
                 write!(f, "cannot allocate {bytes} bytes of memory for this call")
             }
-            Error::Panicked { worker } => write!(f, "a {worker} panicked; its work is not done"),
-            Error::Cancelled => write!(f, "cancelled before the work was done"),
             Error::Buffered { bytes } => write!(
                 f,
                 "{bytes} bytes of pages are still buffered or being written: flush first"
             ),
-            Error::VerifyFailed { offset, why } => {
-                write!(f, "verify: block at offset {offset} is bad: {why}")
-            }
             Error::Locked => write!(
                 f,
                 "file is locked by another open (a second writer, or a writer while readers hold it)"
@@ -324,9 +303,6 @@ impl From<Error> for io::Error {
                     }
                     Error::ReadOnly => io::ErrorKind::PermissionDenied,
                     Error::NoMemory { .. } => io::ErrorKind::OutOfMemory,
-                    Error::VerifyFailed { .. } => io::ErrorKind::InvalidData,
-                    Error::Panicked { .. } => io::ErrorKind::Other,
-                    Error::Cancelled => io::ErrorKind::Interrupted,
                     Error::FileTooLarge { .. } => io::ErrorKind::FileTooLarge,
                     Error::PagesFailed { ref source, .. } => source.kind(),
                     Error::TornWrites { .. } | Error::Unsupported { .. } => {

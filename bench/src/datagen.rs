@@ -22,8 +22,8 @@
 //! by side, vector code without multiplies); blocks are filled in parallel by
 //! [`Generator::fill_at_parallel`] on a persistent pool of fill threads.
 
+use crate::error::{CoreError, Error, Result};
 use crate::rng::{XorShift4, mix};
-use pagewriter::error::{Error, Result};
 
 /// Compression grain in bytes (at most; a smaller block is one chunk): each
 /// chunk is random bytes then zeros.
@@ -143,7 +143,7 @@ impl Generator {
     /// infinite, below 1 (or a compression ratio above 32), or a block size
     /// that is not a power of two in 512..=1 MiB.
     pub fn new(cfg: GenConfig) -> Result<Self> {
-        let bad = |m: String| Err(Error::InvalidConfig(m));
+        let bad = |m: String| Err(Error::Core(CoreError::InvalidConfig(m)));
         if cfg.size == 0 {
             return bad("size is 0".into());
         }
@@ -234,11 +234,11 @@ impl Generator {
         offset
             .checked_add(len as u64)
             .filter(|&e| e <= self.cfg.size)
-            .ok_or(Error::OutOfBounds {
+            .ok_or(Error::Core(CoreError::OutOfBounds {
                 offset,
                 len,
                 file_len: self.cfg.size,
-            })
+            }))
     }
 
     /// Fills `buf` with the file's bytes from byte `offset`.
@@ -352,7 +352,7 @@ fn fill_pool(threads: usize) -> Result<std::sync::Arc<rayon::ThreadPool>> {
         .num_threads(threads)
         .thread_name(|i| format!("pagewriter-fill-{i}"))
         .build()
-        .map_err(|e| Error::InvalidConfig(format!("cannot start {threads} fill threads: {e}")))?;
+        .map_err(|e| Error::config(format!("cannot start {threads} fill threads: {e}")))?;
     let pool = Arc::new(pool);
     pools.push((threads, pool.clone()));
     Ok(pool)
@@ -472,7 +472,7 @@ pub struct MeasuredRatios {
 /// Errors: [`Error::InvalidConfig`] naming the size.
 pub fn check_block_size(block_size: usize) -> Result<()> {
     if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
-        return Err(Error::InvalidConfig(format!(
+        return Err(Error::config(format!(
             "block size {block_size} is not a power of two in 512..=1MiB"
         )));
     }
@@ -678,11 +678,11 @@ mod tests {
         assert!(
             matches!(
                 e,
-                Error::Io {
+                Error::Core(CoreError::Io {
                     op: "write",
                     offset: Some(0),
                     ..
-                }
+                })
             ),
             "{e:?}"
         );
@@ -731,18 +731,18 @@ mod tests {
                 seed: 0,
             });
             assert!(
-                matches!(r, Err(Error::InvalidConfig(_))),
+                matches!(r, Err(Error::Core(CoreError::InvalidConfig(_)))),
                 "{size} {d} {c} {bs}"
             );
         }
         let g = generator(4096, 1.0, 1.0);
         assert!(matches!(
             g.fill_at(4000, &mut [0u8; 200]),
-            Err(Error::OutOfBounds { .. })
+            Err(Error::Core(CoreError::OutOfBounds { .. }))
         ));
         assert!(matches!(
             g.fill_at(u64::MAX, &mut [0u8; 2]),
-            Err(Error::OutOfBounds { .. })
+            Err(Error::Core(CoreError::OutOfBounds { .. }))
         ));
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod cpu;
 pub mod datagen;
+pub mod error;
 pub mod interrupt;
 pub mod plot;
 pub mod rng;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use pagewriter::{Error, Result};
+use crate::error::{Error, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use pagewriter::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Refuses writing `new_bytes` of new blocks into `path` when its file
 /// system has less free space, counting `reclaimed` bytes the write frees
@@ -25,7 +25,7 @@ pub fn check(path: &Path, new_bytes: u64, reclaimed: u64, force: bool) -> Result
         return Ok(());
     };
     if new_bytes > free.saturating_add(reclaimed) {
-        return Err(Error::InvalidConfig(format!(
+        return Err(Error::config(format!(
             "{}: {new_bytes} B do not fit: the file system has {free} B free{}; \
              --force to try anyway",
             path.display(),

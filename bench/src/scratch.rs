@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use pagewriter::{Error, Result};
+use crate::error::{Error, Result};
 
 const SUFFIX: &str = ".pwtmp";
 

@@ -3,8 +3,9 @@
 
 use std::os::unix::fs::FileExt;
 
-use pagewriter::{DirectIo, Error};
+use pagewriter::DirectIo;
 use pagewriter_bench::datagen::{GenConfig, Generator};
+use pagewriter_bench::error::{CoreError, Error};
 use pagewriter_bench::workload::io::{self, IoConfig, IoEngine, Pattern, Ranks, Rw};
 use proptest::prelude::*;
 
@@ -147,7 +148,7 @@ fn verify_catches_a_flipped_byte_and_names_its_block() {
         cfg.rw = Rw::Read;
         let e = io::run(&cfg, &mut |_| {}).unwrap_err();
         assert!(
-            matches!(e, pagewriter::Error::VerifyFailed { offset, .. } if offset == 37 * 4096),
+            matches!(e, Error::VerifyFailed { offset, .. } if offset == 37 * 4096),
             "{e:?}"
         );
 
@@ -285,7 +286,7 @@ fn bad_arguments_are_clear_errors() {
         let mut cfg = base.clone();
         change(&mut cfg);
         match io::run(&cfg, &mut |_| {}) {
-            Err(Error::InvalidConfig(m)) => assert!(!m.is_empty(), "{what}"),
+            Err(Error::Core(CoreError::InvalidConfig(m))) => assert!(!m.is_empty(), "{what}"),
             other => panic!("{what}: {other:?}"),
         }
     }
@@ -298,7 +299,7 @@ fn bad_arguments_are_clear_errors() {
         cfg.direct = DirectIo::On;
         cfg.bs = 1000;
         match io::run(&cfg, &mut |_| {}) {
-            Err(Error::InvalidConfig(m)) => assert!(m.contains("O_DIRECT"), "{m}"),
+            Err(Error::Core(CoreError::InvalidConfig(m))) => assert!(m.contains("O_DIRECT"), "{m}"),
             other => panic!("{other:?}"),
         }
     }
@@ -319,7 +320,7 @@ fn hipri_runs_or_says_the_device_has_no_poll_queues() {
     cfg.hipri = true;
     match io::run(&cfg, &mut |_| {}) {
         Ok(r) => assert_eq!(r.write.unwrap().bytes, 256 << 10),
-        Err(Error::InvalidConfig(m)) => assert!(m.contains("poll queues"), "{m}"),
+        Err(Error::Core(CoreError::InvalidConfig(m))) => assert!(m.contains("poll queues"), "{m}"),
         Err(e) => panic!("unclear error: {e}"),
     }
 }

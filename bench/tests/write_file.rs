@@ -5,8 +5,9 @@ mod common;
 
 use std::path::Path;
 
-use pagewriter::{DirectIo, Error};
+use pagewriter::DirectIo;
 use pagewriter_bench::datagen::Generator;
+use pagewriter_bench::error::{CoreError, Error};
 use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
 
 /// Engines to run: pwrite always, io_uring where a ring can be set up.
@@ -170,7 +171,10 @@ fn bad_arguments_are_errors_and_leave_an_existing_file_alone() {
     ];
     for (size, opts) in cases {
         let err = stream::write_file(&path, size, &opts).unwrap_err();
-        assert!(matches!(err.error, Error::InvalidConfig(_)), "{err}");
+        assert!(
+            matches!(err.error, Error::Core(CoreError::InvalidConfig(_))),
+            "{err}"
+        );
         assert_eq!(err.stats.bytes, 0);
     }
     if pagewriter::testing::direct_available(dir.path()) {
@@ -180,7 +184,7 @@ fn bad_arguments_are_errors_and_leave_an_existing_file_alone() {
         };
         let err = stream::write_file(&path, 1 << 20, &opts).unwrap_err();
         assert!(
-            matches!(&err.error, Error::InvalidConfig(m) if m.contains("O_DIRECT")),
+            matches!(&err.error, Error::Core(CoreError::InvalidConfig(m)) if m.contains("O_DIRECT")),
             "{err}"
         );
         // Auto writes it buffered instead, and says why.
@@ -290,7 +294,9 @@ fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
         };
         let err = stream::write_file(&path, size, &opts).unwrap_err();
         match &err.error {
-            Error::Io { source, .. } => assert_eq!(source.raw_os_error(), Some(libc::ENOSPC)),
+            Error::Core(CoreError::Io { source, .. }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC))
+            }
             other => panic!("{other:?}"),
         }
         let s = &err.stats;
@@ -311,7 +317,7 @@ fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
         };
         let err = stream::write_file(&path, size, &opts).unwrap_err();
         assert!(
-            matches!(&err.error, Error::Io { op, source, .. }
+            matches!(&err.error, Error::Core(CoreError::Io { op, source, .. })
                 if *op == "fallocate" && source.raw_os_error() == Some(libc::ENOSPC)),
             "{err}"
         );

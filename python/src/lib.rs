@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use numpy::PyArrayMethods;
-use pagewriter::{DirectIo, Error};
+use pagewriter::DirectIo;
 use pagewriter_bench::datagen::{self, GenConfig};
+use pagewriter_bench::error::{CoreError, Error};
 use pagewriter_bench::stream::{self, StreamEngine, WriteOptions};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
@@ -79,20 +80,24 @@ fn path_arg(name: &str, path: PathBuf) -> PyResult<PathBuf> {
 /// The Python exception for a crate error about `path`.
 fn to_py(e: Error, path: Option<&std::path::Path>) -> PyErr {
     let shown = path.map(|p| p.display().to_string());
+    let e = match e {
+        Error::Core(core) => core,
+        other => return PyRuntimeError::new_err(other.to_string()),
+    };
     match e {
-        Error::Io { op, offset, source } => {
+        CoreError::Io { op, offset, source } => {
             let at = offset.map_or(String::new(), |o| format!(" at offset {o}"));
             let msg = format!("{op}{at}: {source}");
             os_error(&source, msg, shown)
         }
-        Error::PagesFailed { ref source, .. } => {
+        CoreError::PagesFailed { ref source, .. } => {
             let msg = e.to_string();
             os_error(source, msg, shown)
         }
-        Error::InvalidConfig(_)
-        | Error::FileTooLarge { .. }
-        | Error::InvalidPageSize(_)
-        | Error::Unaligned { .. } => PyValueError::new_err(match shown {
+        CoreError::InvalidConfig(_)
+        | CoreError::FileTooLarge { .. }
+        | CoreError::InvalidPageSize(_)
+        | CoreError::Unaligned { .. } => PyValueError::new_err(match shown {
             Some(p) => format!("{p}: {e}"),
             None => e.to_string(),
         }),

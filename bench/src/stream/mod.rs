@@ -35,11 +35,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel as chan;
 
 use crate::datagen::{GenConfig, Generator};
+use crate::error::{CoreError, Error, Result};
 use pagewriter::DirectIo;
 use pagewriter::backend::open_with_direct;
 use pagewriter::backend::{DioAlign, FileBackend, StorageBackend};
 use pagewriter::buffer::{AlignedBuf, DEFAULT_ALIGN, HugePages};
-use pagewriter::error::{Error, Result};
 
 mod options;
 mod pipeline;
@@ -259,12 +259,7 @@ pub fn write_file_cancellable(
 /// dangling link or a file the caller may not write; [`Error::Io`] for a
 /// `stat` that fails otherwise.
 pub fn resolve_target(path: &Path) -> Result<std::path::PathBuf> {
-    let refuse = |why: String| {
-        Err(Error::InvalidConfig(format!(
-            "{}: {why}: refused",
-            path.display()
-        )))
-    };
+    let refuse = |why: String| Err(Error::config(format!("{}: {why}: refused", path.display())));
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
         Err(e) => return Err(Error::io("stat", None, e)),
@@ -327,11 +322,11 @@ fn write_partial(
     if let Some(max) = backend.max_file_size()
         && size > max
     {
-        let e = Error::FileTooLarge {
+        let e = Error::Core(CoreError::FileTooLarge {
             offset: 0,
             len: size,
             max,
-        };
+        });
         return Err(fail(e, &stats));
     }
     let padded = size
@@ -339,11 +334,11 @@ fn write_partial(
         .checked_mul(io_align)
         .ok_or_else(|| {
             fail(
-                Error::FileTooLarge {
+                Error::Core(CoreError::FileTooLarge {
                     offset: 0,
                     len: size,
                     max: u64::MAX - io_align + 1,
-                },
+                }),
                 &stats,
             )
         })?;
@@ -416,7 +411,7 @@ fn write_partial(
 /// Opens `path` for writing with `O_DIRECT` as `opts.direct` asks,
 /// without truncating it yet (argument errors must leave it untouched).
 fn open(path: &Path, opts: &WriteOptions) -> Result<(FileBackend, Option<String>)> {
-    open_with_direct(path, opts.direct, &|b: &FileBackend| {
+    let opened = open_with_direct(path, opts.direct, &|b: &FileBackend| {
         let a = b.direct()?;
         (!opts.buffer_size.is_multiple_of(a.offset as usize)).then(|| {
             format!(
@@ -424,7 +419,8 @@ fn open(path: &Path, opts: &WriteOptions) -> Result<(FileBackend, Option<String>
                 opts.buffer_size, a.offset
             )
         })
-    })
+    })?;
+    Ok(opened)
 }
 
 fn alloc_buffers(
@@ -457,7 +453,7 @@ fn alloc_buffers(
         } else {
             bufs.push(
                 AlignedBuf::zeroed(opts.buffer_size, align)
-                    .ok_or_else(|| Error::InvalidConfig("buffer alignment".into()))?,
+                    .ok_or_else(|| Error::config("buffer alignment".into()))?,
             );
         }
     }
@@ -513,7 +509,7 @@ fn run_io(
         }
     }
     if opts.engine == StreamEngine::IoUring {
-        return Err(Error::InvalidConfig(
+        return Err(Error::config(
             "the io_uring engine is not built in (cargo feature io-uring, Linux)".into(),
         ));
     }

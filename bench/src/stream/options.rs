@@ -30,7 +30,7 @@ impl std::str::FromStr for StreamEngine {
             "io-uring" | "io_uring" => Ok(StreamEngine::IoUring),
             "pwrite" | "psync" => Ok(StreamEngine::Pwrite),
             "auto" => Ok(StreamEngine::Auto),
-            other => Err(Error::InvalidConfig(format!(
+            other => Err(Error::config(format!(
                 "unknown engine {other:?} (io-uring, pwrite, auto)"
             ))),
         }
@@ -117,7 +117,7 @@ impl WriteOptions {
     ///
     /// Errors: [`Error::InvalidConfig`] naming the setting.
     pub fn validate(&self, size: u64) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidConfig(m));
+        let bad = |m: String| Err(Error::config(m));
         if !(1..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {
             return bad(format!(
                 "buffer_size {} is not in 1..={MAX_BUFFER_SIZE}",

@@ -109,7 +109,7 @@ impl Tally {
         stats.contiguous_bytes = self.contiguous(plan);
         match first_error {
             Some(e) => Err(e),
-            None if !self.finished() => Err(Error::InvalidConfig(
+            None if !self.finished() => Err(Error::config(
                 "a fill thread stopped before the file was complete".into(),
             )),
             None => Ok(()),

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::error::{Error, Result};
 use crate::rng::WyRand;
-use pagewriter::error::{Error, Result};
 use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile, Stats};
 
 /// Settings of a bulk flush run.
@@ -105,12 +105,10 @@ pub struct BulkRun {
 pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Vec<BulkRun>> {
     let pages = config.size / config.page_size.max(1) as u64;
     if pages == 0 {
-        return Err(Error::InvalidConfig(
-            "bulk size is less than one page".into(),
-        ));
+        return Err(Error::config("bulk size is less than one page".into()));
     }
     if config.engines.is_empty() || config.repeats == 0 {
-        return Err(Error::InvalidConfig("no engines or no repeats".into()));
+        return Err(Error::config("no engines or no repeats".into()));
     }
     // Every page is held in memory until the one flush: a size the
     // machine cannot hold is refused here, not an abort half-way.
@@ -118,13 +116,13 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
     if let Some(avail) = mem_available()
         && bytes > avail
     {
-        return Err(Error::InvalidConfig(format!(
+        return Err(Error::config(format!(
             "size {bytes} B does not fit in memory ({avail} B available): the bulk flush \
              holds every page until its one flush"
         )));
     }
     if usize::try_from(bytes).is_err() {
-        return Err(Error::InvalidConfig(format!(
+        return Err(Error::config(format!(
             "size {bytes} B does not fit in memory"
         )));
     }
@@ -250,7 +248,7 @@ fn run_one(
 /// refused (and never removed).
 fn check_target(p: &std::path::Path) -> Result<()> {
     let refuse = |what: &str| {
-        Err(Error::InvalidConfig(format!(
+        Err(Error::config(format!(
             "{} is not a regular file ({what}): refused",
             p.display()
         )))

@@ -1,8 +1,8 @@
 //! Dirtying pages for flush measurements (criterion `benches/flush.rs`).
 
+use crate::error::Result;
 use crate::rng::WyRand;
 use pagewriter::PagedCachedFile;
-use pagewriter::error::Result;
 
 /// Which pages a flush benchmark dirties.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

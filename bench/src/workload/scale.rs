@@ -17,8 +17,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::datagen::{GenConfig, Generator};
+use crate::error::{CoreError, Error, Result};
 use crate::rng::WyRand;
-use pagewriter::error::{Error, Result};
 use pagewriter::{
     CommitStrategy, Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats,
     StorageBackend, TornWrites,
@@ -79,13 +79,13 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode> {
         match s {
             "separate-files" => Ok(Mode::SeparateFiles),
-            "auto" => Err(Error::InvalidConfig(
+            "auto" => Err(Error::config(
                 "mode auto: scale measures named engines (per-page, concat, vectored, \
                  io-uring, separate-files)"
                     .into(),
             )),
             engine => engine.parse().map(Mode::Engine).map_err(|_| {
-                Error::InvalidConfig(format!(
+                Error::config(format!(
                     "unknown mode {engine:?} (per-page, concat, vectored, io-uring, \
                      separate-files)"
                 ))
@@ -375,7 +375,7 @@ impl ScaleConfig {
     /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
     /// first bad one, [`Error::InvalidPageSize`].
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: &str| Err(Error::InvalidConfig(m.to_string()));
+        let bad = |m: &str| Err(Error::config(m.to_string()));
         if self.threads.is_empty() || self.threads.contains(&0) {
             return bad("thread counts must be at least 1");
         }
@@ -395,7 +395,7 @@ impl ScaleConfig {
             return bad("repeats must be at least 1");
         }
         if self.reads_per_txn > MAX_READS_PER_TXN {
-            return Err(Error::InvalidConfig(format!(
+            return Err(Error::config(format!(
                 "reads per transaction {} is above {MAX_READS_PER_TXN}",
                 self.reads_per_txn
             )));
@@ -415,7 +415,7 @@ impl ScaleConfig {
             Layout::Preallocated | Layout::Written
                 if self.preallocate_bytes < txn_bytes.saturating_mul(threads) =>
             {
-                return Err(Error::InvalidConfig(format!(
+                return Err(Error::config(format!(
                     "a {} layout of {} bytes is below one transaction per thread ({} bytes)",
                     self.layout.name(),
                     self.preallocate_bytes,
@@ -427,7 +427,7 @@ impl ScaleConfig {
         // The page size is also the generator's block size: say "page
         // size" before the generator says "block size".
         if !self.page_size.is_power_of_two() || !(512..=1 << 20).contains(&self.page_size) {
-            return Err(Error::InvalidConfig(format!(
+            return Err(Error::config(format!(
                 "page size {} is not a power of two in 512..=1MiB",
                 self.page_size
             )));
@@ -637,7 +637,7 @@ fn write_zeros(path: &Path, bytes: u64) -> Result<()> {
         .dio_align()
         .map_or(4096, |a| a.memory as usize)
         .max(4096);
-    let buf = pagewriter::buffer::AlignedBuf::zeroed(CHUNK, align).ok_or(Error::NoMemory {
+    let buf = pagewriter::buffer::AlignedBuf::zeroed(CHUNK, align).ok_or(CoreError::NoMemory {
         bytes: CHUNK as u64,
     })?;
     let mut at = 0u64;
@@ -682,7 +682,7 @@ fn open_cached(
     if config.torn_writes != TornWrites::Allow {
         crate::scratch::sidecar(file.path());
     }
-    PagedCachedFile::open(file.path(), cfg)
+    Ok(PagedCachedFile::open(file.path(), cfg)?)
 }
 
 /// Runs one cell; returns it with the I/O mode its file(s) used.
@@ -1068,7 +1068,9 @@ mod tests {
             reads_per_txn: MAX_READS_PER_TXN + 1,
             ..ScaleConfig::default()
         };
-        assert!(matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.contains("reads")));
+        assert!(
+            matches!(c.validate(), Err(Error::Core(CoreError::InvalidConfig(m))) if m.contains("reads"))
+        );
         let c = ScaleConfig {
             reads_per_txn: MAX_READS_PER_TXN,
             ..ScaleConfig::default()
@@ -1128,7 +1130,7 @@ mod tests {
                 preallocate_bytes: bytes,
                 ..ScaleConfig::default()
             };
-            matches!(c.validate(), Err(Error::InvalidConfig(_)))
+            matches!(c.validate(), Err(Error::Core(CoreError::InvalidConfig(_))))
         };
         assert!(
             bad(Layout::Growing, 1 << 20),
@@ -1184,7 +1186,7 @@ mod tests {
             ..ScaleConfig::default()
         };
         assert!(
-            matches!(c.validate(), Err(Error::InvalidConfig(m)) if m.contains("preallocation"))
+            matches!(c.validate(), Err(Error::Core(CoreError::InvalidConfig(m))) if m.contains("preallocation"))
         );
     }
 }

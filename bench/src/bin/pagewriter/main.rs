@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use pagewriter::{DirectIo, FlushEngine};
 use pagewriter_bench::datagen;
+use pagewriter_bench::error::{CoreError, Error};
 use pagewriter_bench::plot;
 use pagewriter_bench::workload::bulk::{self, BulkConfig, BulkRun};
 use pagewriter_bench::workload::io::{IoEngine, Rw};
@@ -451,9 +452,9 @@ fn cmd_io(a: IoArgs) -> Result<(), Box<dyn std::error::Error>> {
 
 /// An I/O error from work on `path` names it (the library's I/O errors
 /// carry the call and offset, not the file).
-fn with_path(path: &std::path::Path, e: pagewriter::Error) -> Box<dyn std::error::Error> {
+fn with_path(path: &std::path::Path, e: Error) -> Box<dyn std::error::Error> {
     match e {
-        e @ (pagewriter::Error::Io { .. } | pagewriter::Error::PagesFailed { .. }) => {
+        e @ Error::Core(CoreError::Io { .. } | CoreError::PagesFailed { .. }) => {
             format!("{}: {e}", path.display()).into()
         }
         other => other.into(),

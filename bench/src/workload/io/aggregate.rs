@@ -5,7 +5,7 @@ use super::*;
 /// Refuses reports that are not exactly one run's ranks: two run ids, two
 /// rank counts or sizes, a rank twice, or a rank missing.
 pub(super) fn check_one_run(dir: &Path, reports: &[IoReport]) -> Result<()> {
-    let bad = |why: String| Err(Error::InvalidConfig(format!("{}: {why}", dir.display())));
+    let bad = |why: String| Err(Error::config(format!("{}: {why}", dir.display())));
     let mut ids: Vec<&str> = reports.iter().map(|r| r.config.run_id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -73,7 +73,7 @@ pub fn claim_report_dir(dir: &Path, run_id: &str, rank: u32, overwrite: bool) ->
             continue;
         }
         if !overwrite && other.config.run_id == run_id {
-            return Err(Error::InvalidConfig(format!(
+            return Err(Error::config(format!(
                 "{} already holds rank {rank}'s report of run {run_id}: a rank run twice \
                  would mix two runs; use --run-id (or another --report-dir) for a new run, \
                  or --overwrite to replace it",
@@ -81,7 +81,7 @@ pub fn claim_report_dir(dir: &Path, run_id: &str, rank: u32, overwrite: bool) ->
             )));
         }
         if !overwrite {
-            return Err(Error::InvalidConfig(format!(
+            return Err(Error::config(format!(
                 "{} holds reports of another run ({}): use another --report-dir, or \
                  --overwrite to replace them",
                 dir.display(),
@@ -123,14 +123,13 @@ pub fn aggregate(dir: &Path) -> Result<Aggregate> {
         let path = entry.map_err(|e| read_dir_error(dir, e))?.path();
         if path.extension().is_some_and(|e| e == "json") {
             let text = std::fs::read(&path).map_err(|e| Error::io("read", None, e))?;
-            let r = serde_json::from_slice(&text).map_err(|e| {
-                Error::InvalidConfig(format!("{} is not a report: {e}", path.display()))
-            })?;
+            let r = serde_json::from_slice(&text)
+                .map_err(|e| Error::config(format!("{} is not a report: {e}", path.display())))?;
             reports.push(r);
         }
     }
     if reports.is_empty() {
-        return Err(Error::InvalidConfig(format!(
+        return Err(Error::config(format!(
             "no *.json reports in {}",
             dir.display()
         )));

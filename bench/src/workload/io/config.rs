@@ -73,7 +73,7 @@ impl std::str::FromStr for Rw {
             "rw" | "readwrite" => Self::Rw,
             "randrw" => Self::RandRw,
             other => {
-                return Err(Error::InvalidConfig(format!(
+                return Err(Error::config(format!(
                     "unknown rw {other:?} (read, write, randread, randwrite, rw, randrw)"
                 )));
             }
@@ -91,7 +91,7 @@ impl std::str::FromStr for IoEngine {
         match s {
             "io_uring" | "io-uring" => Ok(Self::IoUring),
             "psync" | "pwrite" => Ok(Self::Psync),
-            other => Err(Error::InvalidConfig(format!(
+            other => Err(Error::config(format!(
                 "unknown engine {other:?} (io_uring, psync)"
             ))),
         }
@@ -260,7 +260,7 @@ impl IoConfig {
     ///
     /// Errors: [`Error::InvalidConfig`] naming the setting.
     pub fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(Error::InvalidConfig(m));
+        let bad = |m: String| Err(Error::config(m));
         if self.verify && matches!(self.rw, Rw::Rw | Rw::RandRw) {
             return bad(format!(
                 "--verify with --rw {}: the job reads blocks it never wrote, so their \
@@ -327,7 +327,7 @@ impl IoConfig {
         }
         let end = self
             .file_extent()
-            .ok_or_else(|| Error::InvalidConfig("offset + regions overflow a u64".into()))?;
+            .ok_or_else(|| Error::config("offset + regions overflow a u64".into()))?;
         Generator::new(self.gen_config(end)).map(|_| ())
     }
 

@@ -145,7 +145,7 @@ pub(super) fn run_job(ctx: &JobCtx<'_>, job: usize) -> Result<JobOut> {
         IoEngine::IoUring => uring::run(ctx, &mut iter, &mut out)?,
         #[cfg(not(all(target_os = "linux", feature = "io-uring")))]
         IoEngine::IoUring => {
-            return Err(Error::InvalidConfig(
+            return Err(Error::config(
                 "io_uring is not built in (cargo feature io-uring, Linux)".into(),
             ));
         }
@@ -206,7 +206,7 @@ pub(super) fn run_psync(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -
         .dio
         .map_or(DEFAULT_ALIGN, |a| (a.memory as usize).max(DEFAULT_ALIGN));
     let mut buf = AlignedBuf::zeroed(ctx.cfg.bs, mem_align)
-        .ok_or_else(|| Error::InvalidConfig("buffer alignment".into()))?;
+        .ok_or_else(|| Error::config("buffer alignment".into()))?;
     ctx.generator
         .fill_at(
             0,

@@ -29,12 +29,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use hdrhistogram::Histogram;
 
 use crate::datagen::{GenConfig, Generator, Permutation};
+use crate::error::{Error, Result};
 use crate::rng::WyRand;
 use pagewriter::DirectIo;
 use pagewriter::backend::open_with_options;
 use pagewriter::backend::{DioAlign, FileBackend, StorageBackend};
 use pagewriter::buffer::{AlignedBuf, DEFAULT_ALIGN};
-use pagewriter::error::{Error, Result};
 
 mod aggregate;
 mod config;
@@ -92,7 +92,7 @@ fn prepare(
         && let Some(v) = pagewriter::backend::queue_attr(backend.file(), "io_poll")
         && v.trim() == "0"
     {
-        return Err(Error::InvalidConfig(
+        return Err(Error::config(
             "hipri: the device has no poll queues (queue/io_poll is 0; NVMe needs \
              nvme.poll_queues > 0)"
                 .into(),
@@ -202,7 +202,7 @@ fn check_target(cfg: &IoConfig, extent: u64, writes: bool, align: u64) -> Result
     let shown = cfg.path.display();
     let len = match std::fs::metadata(&cfg.path) {
         Ok(m) if m.is_dir() => {
-            return Err(Error::InvalidConfig(format!("{shown} is a directory")));
+            return Err(Error::config(format!("{shown} is a directory")));
         }
         Ok(m) => Some(m.len()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -211,13 +211,13 @@ fn check_target(cfg: &IoConfig, extent: u64, writes: bool, align: u64) -> Result
     if !writes {
         match len {
             None => {
-                return Err(Error::InvalidConfig(format!(
+                return Err(Error::config(format!(
                     "{shown} does not exist: a read job needs its data laid out first \
                      (e.g. pagewriter write-file {shown} --size {extent})"
                 )));
             }
             Some(l) if l < extent => {
-                return Err(Error::InvalidConfig(format!(
+                return Err(Error::config(format!(
                     "{shown} holds {l} B, less than the {extent} B the read job covers \
                      (write it first, or lower --size / --offset)"
                 )));
@@ -321,7 +321,7 @@ fn run_checked(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<I
     if let (Some(a), Some(first)) = (dio, tails.first())
         && cfg.direct == DirectIo::On
     {
-        return Err(Error::InvalidConfig(format!(
+        return Err(Error::config(format!(
             "--direct on: the region ending at byte {first} is not a multiple of the O_DIRECT \
              alignment {} B, so its last I/O could only be written buffered; give --size (and \
              --offset) in whole multiples of {}, or --direct auto (the header then says so)",
@@ -395,7 +395,7 @@ fn run_checked(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<I
             })?;
         }
         if verified_blocks == 0 {
-            return Err(Error::InvalidConfig(
+            return Err(Error::config(
                 "verify: no block was checked, which proves nothing".into(),
             ));
         }

@@ -23,7 +23,7 @@ pub(crate) fn run(ctx: &JobCtx<'_>, iter: &mut IoIter, out: &mut JobOut) -> Resu
         (0..cfg.iodepth)
             .map(|_| AlignedBuf::zeroed(cfg.bs, mem_align))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::InvalidConfig("buffer alignment".into()))?
+            .ok_or_else(|| Error::config("buffer alignment".into()))?
     };
     for (k, b) in bufs.iter_mut().enumerate() {
         // Pattern::Fixed writes these bytes for ever.
@@ -186,7 +186,7 @@ impl Flight {
                     ));
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) && ctx.cfg.hipri => {
-                    return Err(Error::InvalidConfig(
+                    return Err(Error::config(
                         "hipri: the device completes polled I/O with EOPNOTSUPP (no poll \
                      queues)"
                             .into(),
