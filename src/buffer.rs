@@ -442,9 +442,8 @@ impl fmt::Debug for UniqueBuf {
 /// dirty pages for reuse the same way). Holds at most `max_bytes` of idle
 /// buffers; what is returned past that is freed.
 ///
-/// Freeing is what made it worth having: retiring a 1 GiB flush freed
-/// 262,144 separately allocated 4 KiB buffers in ~160 ms, a fifth of the
-/// whole flush (`.project/results.md`). Buffers are kept with their `Arc`
+/// Freeing is what makes it worth having: retiring a large flush would
+/// otherwise free every page buffer one by one. Buffers are kept with their `Arc`
 /// ([`UniqueBuf`]), so reusing one allocates nothing at all.
 pub struct BufferPool {
     len: usize,

@@ -40,8 +40,7 @@
 //!
 //! Where things are: [`PagedCachedFile`] is a composition of components
 //! (write buffer, read cache, lengths, durability, lifecycle, torn-page
-//! protection, flush pipeline, commit; `.project/architecture.md` in the
-//! repository draws them). [`Config`] sets them; [`IoMode`] says what is in
+//! protection, flush pipeline, commit). [`Config`] sets them; [`IoMode`] says what is in
 //! force; [`Stats`] counts what they did; [`Error`] is every failure.
 //!
 //! Layout: [`backend`] (where bytes go: files, `O_DIRECT`, io_uring rings),

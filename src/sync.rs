@@ -17,9 +17,9 @@ pub(crate) use std::thread::{Builder as ThreadBuilder, JoinHandle};
 /// The calling thread's id (a guard records its owner: a thread asking for
 /// a page it holds a guard on is refused instead of waiting on itself).
 /// Kept per thread: `std::thread::current()` clones the thread's handle
-/// (an atomic count up and down), 2.3% of `scale`'s CPU samples at 8
-/// committers with a guard per page; kept, 0.98x CPU per GB
-/// (`scripts/ab-scale.sh`, 7 rounds).
+/// (an atomic count up and down) on every call.
+// 2.3% of scale's CPU samples at 8 committers with a guard per page;
+// kept per thread, 0.98x CPU per GB (scripts/ab-scale.sh, 7 rounds).
 #[cfg(not(feature = "shuttle"))]
 pub(crate) fn current_thread_id() -> ThreadId {
     std::thread_local! {

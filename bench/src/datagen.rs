@@ -139,7 +139,7 @@ pub const WRITE_CHUNK: usize = 8 << 20;
 impl Generator {
     /// Checks `cfg` and prepares the block mapping.
     ///
-    /// Errors: [`Error::InvalidConfig`] for size 0, a ratio that is NaN,
+    /// Errors: [`CoreError::InvalidConfig`] for size 0, a ratio that is NaN,
     /// infinite, below 1 (or a compression ratio above 32), or a block size
     /// that is not a power of two in 512..=1 MiB.
     pub fn new(cfg: GenConfig) -> Result<Self> {
@@ -243,7 +243,7 @@ impl Generator {
 
     /// Fills `buf` with the file's bytes from byte `offset`.
     ///
-    /// Errors: [`Error::OutOfBounds`] if the range passes the end.
+    /// Errors: [`CoreError::OutOfBounds`] if the range passes the end.
     pub fn fill_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = self.check_range(offset, buf.len())?;
         let bs = self.cfg.block_size as u64;
@@ -272,7 +272,7 @@ impl Generator {
     /// `written` after every chunk (so that a Ctrl-C handler can cut a
     /// partial output to what is complete). Returns the bytes written.
     ///
-    /// Errors: `out`'s write error ([`Error::Io`], op `"write"`, at the
+    /// Errors: `out`'s write error ([`CoreError::Io`], op `"write"`, at the
     /// chunk's offset).
     pub fn write_to(
         &self,
@@ -302,8 +302,8 @@ impl Generator {
     /// The bytes are the same for any thread count. The calling thread
     /// waits while the pool fills.
     ///
-    /// Errors: [`Error::OutOfBounds`] if the range passes the end;
-    /// [`Error::InvalidConfig`] if the pool's threads cannot be started.
+    /// Errors: [`CoreError::OutOfBounds`] if the range passes the end;
+    /// [`CoreError::InvalidConfig`] if the pool's threads cannot be started.
     pub fn fill_at_parallel(&self, offset: u64, buf: &mut [u8], threads: usize) -> Result<()> {
         use rayon::prelude::*;
         let threads = threads.max(1);
@@ -370,7 +370,7 @@ pub const CELL_PIECE: usize = 256 << 10;
 /// (generation overlaps the copy). The bytes are the same as
 /// [`Generator::fill_at`]'s for any thread count.
 ///
-/// Errors: the range is outside the stream ([`Error::OutOfBounds`]); a
+/// Errors: the range is outside the stream ([`CoreError::OutOfBounds`]); a
 /// fill thread panicked ([`Error::Panicked`]).
 pub fn fill_cells(
     generator: &Generator,
@@ -469,7 +469,7 @@ pub struct MeasuredRatios {
 /// The dedup block sizes the generator and [`measure`] take: powers of two
 /// in 512..=1 MiB.
 ///
-/// Errors: [`Error::InvalidConfig`] naming the size.
+/// Errors: [`CoreError::InvalidConfig`] naming the size.
 pub fn check_block_size(block_size: usize) -> Result<()> {
     if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
         return Err(Error::config(format!(

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// first (an old file it truncates). Passes where free space cannot be
 /// read (the write then fails on its own if it must).
 ///
-/// Errors: [`Error::InvalidConfig`] naming the path, both figures and
+/// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) naming the path, both figures and
 /// `--force`.
 pub fn check(path: &Path, new_bytes: u64, reclaimed: u64, force: bool) -> Result<()> {
     if force {

@@ -38,9 +38,7 @@ pub struct AtomicUnit {
     /// (`queue/atomic_write_unit_max_bytes` in sysfs), 0 where it has none
     /// or it is unknown. Larger atomic writes the file system emulates:
     /// XFS (6.16+) writes them out of place and remaps the blocks in a log
-    /// transaction, which on this crate's test disk (no device atomic unit)
-    /// cost 0.36-0.65x the commits/s of plain writes
-    /// (`.project/torn-writes.md`).
+    /// transaction, which costs more than a plain write.
     pub device_max: u32,
 }
 

@@ -32,7 +32,7 @@ pub enum FlushEngine {
         queue_depth: u32,
     },
     /// `IoUring` where a ring can be set up, else `Vectored`; the file's
-    /// [`IoMode`] says which and why.
+    /// [`IoMode`](crate::IoMode) says which and why.
     Auto {
         /// Queue depth if io_uring is used.
         queue_depth: u32,
@@ -73,9 +73,8 @@ impl FlushEngine {
     }
 }
 
-/// Queue depth of an io_uring engine named without one: 32 SQEs in flight
-/// (`.project/io-uring-and-direct.md`: deeper queues did not write faster
-/// here).
+/// Queue depth of an io_uring engine named without one: 32 SQEs in
+/// flight, past what a single device queue usually gains from.
 pub const DEFAULT_QUEUE_DEPTH: u32 = 32;
 
 impl std::str::FromStr for FlushEngine {
@@ -84,7 +83,7 @@ impl std::str::FromStr for FlushEngine {
     /// Parses a [`name`](FlushEngine::name); io_uring engines get
     /// [`DEFAULT_QUEUE_DEPTH`] (see [`with_queue_depth`](FlushEngine::with_queue_depth)).
     ///
-    /// Errors: [`Error::InvalidConfig`] naming
+    /// Errors: [`Error::InvalidConfig`](crate::Error::InvalidConfig) naming
     /// the engines there are.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let queue_depth = DEFAULT_QUEUE_DEPTH;
@@ -117,7 +116,7 @@ pub enum DirectIo {
     /// page size / page alignment do not meet its alignment.
     On,
     /// `O_DIRECT` where possible, else buffered; the file's
-    /// [`IoMode`] says which and why.
+    /// [`IoMode`](crate::IoMode) says which and why.
     Auto,
 }
 

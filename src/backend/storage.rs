@@ -72,7 +72,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// buffer. Reading past the end is `io::ErrorKind::UnexpectedEof`.
     ///
     /// The default is one [`read_exact_at`](Self::read_exact_at) per slice;
-    /// [`FileBackend`] overrides it with `preadv`.
+    /// [`FileBackend`](crate::FileBackend) overrides it with `preadv`.
     fn read_vectored_exact_at(&self, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<()> {
         let mut at = offset;
         for buf in bufs.iter_mut() {
@@ -89,7 +89,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// one buffer. `bufs` may be modified (advanced past written bytes).
     ///
     /// The default is a loop of [`write_all_at`](Self::write_all_at), one call
-    /// per slice; [`FileBackend`] overrides it with `pwritev`.
+    /// per slice; [`FileBackend`](crate::FileBackend) overrides it with `pwritev`.
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         let mut at = offset;
         for buf in bufs.iter() {
@@ -106,7 +106,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// caller writes them again.
     ///
     /// The default writes, then calls [`sync_data`](Self::sync_data).
-    /// [`FileBackend`] overrides it with `pwritev2(RWF_DSYNC)` on Linux:
+    /// [`FileBackend`](crate::FileBackend) overrides it with `pwritev2(RWF_DSYNC)` on Linux:
     /// one system call, and a FUA write instead of a cache flush where the
     /// device and file system allow it.
     fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
@@ -126,7 +126,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// Writes `len` zero bytes at `offset`, inside the file or past its
     /// end (grow-ahead's filler: blocks written ahead of the data). The
     /// default writes them from a zeroed buffer of at most 1 MiB, aligned
-    /// for `O_DIRECT`; [`FileBackend`] first tries
+    /// for `O_DIRECT`; [`FileBackend`](crate::FileBackend) first tries
     /// `fallocate(FALLOC_FL_WRITE_ZEROES)` (Linux 6.17+, where the device
     /// zeroes without the bytes moving). On an `O_DIRECT` backend `offset`
     /// and `len` are multiples of its alignment (the filler writes whole
@@ -199,7 +199,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     }
 
     /// The untearable write sizes of this file, where it has them (see
-    /// [`AtomicUnit`]). Default: `None`. [`FileBackend`] reports them for a
+    /// [`AtomicUnit`]). Default: `None`. [`FileBackend`](crate::FileBackend) reports them for a
     /// file opened with `O_DIRECT` on a file system that offers them.
     fn atomic_write_unit(&self) -> Option<AtomicUnit> {
         None

@@ -28,7 +28,6 @@
 //! `fdatasync` commits the journal); direct commits write in parallel and
 //! let the kernel merge concurrent `fdatasync`s, which wins where a flush
 //! is cheap (pages rewritten in place) and grouping only adds hand-offs.
-//! Figures in `.project/commit-strategy.md`.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

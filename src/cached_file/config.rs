@@ -37,7 +37,7 @@ pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
 /// Settings of a [`PagedCachedFile`](crate::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
 ///
-/// Read by every component at open (`cached_file/file.rs` builds them from it).
+/// Read by every component at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
@@ -52,17 +52,11 @@ pub struct Config {
     /// Default 0.
     pub read_cache_bytes: usize,
     /// How runs are written. Default [`FlushEngine::Auto`] at queue depth
-    /// 32:
-    /// io_uring where a ring can be set up on the file, else `pwritev`
+    /// 32: io_uring where a ring can be set up on the file, else `pwritev`
     /// ([`PagedCachedFile::io_mode`](crate::PagedCachedFile::io_mode) says
-    /// which, and why). io_uring measured best at 8 committing threads
-    /// (commit suite against fio on this crate's test machine: io_uring
-    /// 1.00x fio, pwritev 0.86x, same run; `.project/commit-suite.md`), and
-    /// level at 1 thread, where a one-run round is written inline either way.
-    /// A process restarting right after its predecessor was killed may find
-    /// the file still locked by the dead process's ring for a few
-    /// milliseconds: open it with
-    /// [`OpenOptions::lock_wait`](crate::OpenOptions::lock_wait).
+    /// which, and why). The ring keeps many committers' runs in flight at
+    /// once; a flush of one run with nothing beside it is written inline
+    /// with `pwritev` either way.
     pub engine: FlushEngine,
     /// Most bytes one write call carries (a run is cut there),
     /// 1..=[`MAX_WRITE_BYTES`]. Default 1 MiB.
@@ -80,9 +74,10 @@ pub struct Config {
     pub direct: DirectIo,
     /// Most commit rounds in `fdatasync` at once, 1..=[`MAX_SYNC_LANES`] (capped by the
     /// backend's [`sync_lanes`](crate::StorageBackend::sync_lanes)).
-    /// Overlapping `fdatasync`s let the file system batch their journal
-    /// commits; on ext4 here 4 lanes gave 1.1-1.4x the commits/s of 1 at 8
-    /// threads (`.project/results.md`). Default 4.
+    /// Each lane is an open file description of its own, so overlapping
+    /// `fdatasync`s never share one (each sees every writeback error since
+    /// its lane's previous sync), and the file system can batch their
+    /// journal commits. Default 4.
     pub sync_lanes: usize,
     /// A commit round that writes one run, with every earlier write already
     /// synced, writes it with `RWF_DSYNC`
@@ -91,7 +86,8 @@ pub struct Config {
     /// commit instead of two, where the commit load is one thread (a round
     /// of several runs, or after an unsynced flush, still ends in
     /// `fdatasync`). Applies to the vectored and io_uring engines. Default
-    /// off (`.project/commit-suite.md`, "Kernel commit primitives").
+    /// off: a durable write holds the drain lock through its device round
+    /// trip, which costs more than it saves wherever commits overlap.
     pub commit_dsync: bool,
     /// Threads that write a flush's runs with the vectored engine (also
     /// where `Auto` falls back to it), 1..=[`MAX_WRITE_THREADS`], the
@@ -100,21 +96,14 @@ pub struct Config {
     /// least this many runs has up to this many `pwritev` calls in flight
     /// at once, as the io_uring engine has its SQEs (a flush of fewer runs
     /// writes them one after another itself: handing them over cost more
-    /// than it gave). ext4 runs `O_DIRECT` writes into one file's
-    /// allocated blocks in parallel (`.project/commit-suite.md`, "Parallel
-    /// writes into one file").
-    /// Other engines ignore it, and so does a buffered file (a backend
-    /// with a file and no `O_DIRECT`): its writes
-    /// copy into the page cache, where 4 threads measured 1.6-1.7x the CPU
-    /// per GB of 1 for the same GB/s (`pagewriter flush --size 1GiB`,
-    /// caches dropped before each run; `.project/commit-strategy.md`).
-    /// Default [`DEFAULT_WRITE_THREADS`] (4):
-    /// `scale`'s default transactions (16 pages, 2 of them rewrites, so
-    /// about 9 runs per round) at 8 committers made 1.43x the commits/s of
-    /// 1 thread at 0.90x the CPU per GB, 1.27x at 4, level at 1 and 2
-    /// committers (`.project/overlap.md`). 1 starts no threads. Each write
-    /// slot has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight) ×
-    /// (`write_threads` - 1) threads in all).
+    /// than it gave). File systems such as ext4 run `O_DIRECT` writes into
+    /// one file's allocated blocks in parallel, which is what the helpers
+    /// use. Other engines ignore it, and so does a buffered file (a backend
+    /// with a file and no `O_DIRECT`): its writes copy into the page cache,
+    /// where more threads cost CPU for no more bytes per second.
+    /// Default [`DEFAULT_WRITE_THREADS`] (4). 1 starts no threads. Each
+    /// write slot has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight)
+    /// × (`write_threads` - 1) threads in all).
     pub write_threads: usize,
     /// Most flushes and commit rounds whose writes are in flight at once,
     /// 1..=[`MAX_ROUNDS_IN_FLIGHT`]. A round drains and writes while
@@ -126,35 +115,32 @@ pub struct Config {
     /// 1 writes one round at a time (the round after waits for the write
     /// stage).
     ///
-    /// Default 1: on this crate's test machine (ext4, virtual disk) more
-    /// rounds in flight formed smaller rounds, each with its own
-    /// `fdatasync`, and lost at 8 committing threads: 2 rounds made
-    /// 0.85-0.90x the commits/s of 1 with a growing file and 0.97-0.99x
-    /// with a preallocated one, at 1.2-1.4x the CPU per GB
-    /// (`scripts/ab-scale.sh`, `.project/overlap.md`). Measure on your
-    /// device before raising it.
+    /// Default 1: more rounds in flight form smaller rounds, each with its
+    /// own `fdatasync`, which costs more than the overlap gains on a device
+    /// whose cache flush dominates a commit. Measure on your device before
+    /// raising it.
     pub rounds_in_flight: usize,
     /// How `sync` commits: group commit rounds, direct commits (each
     /// caller writes what it drained and `fdatasync`s itself unless a
     /// completed `fdatasync` covers it), or `Auto`, which measures both
     /// while the file is used and keeps the faster ([`CommitStrategy`]).
-    /// Default `Auto`: group commit won by 1.7x on a growing file here and
-    /// direct commits where pages are rewritten in place
-    /// (`.project/commit-strategy.md`). Pinning `Direct` refuses
-    /// [`commit_dsync`](Self::commit_dsync).
+    /// Default `Auto`: group commit tends to win on a growing file (each
+    /// write allocates and each `fdatasync` commits the file system's
+    /// journal, so fewer of both pay) and direct commits where pages are
+    /// rewritten in place (grouping then only adds hand-offs). Pinning
+    /// `Direct` refuses [`commit_dsync`](Self::commit_dsync).
     pub commit_strategy: CommitStrategy,
     /// Torn-page protection: none, `RWF_ATOMIC` writes, or a doublewrite
     /// area ([`TornWrites`]). Default
-    /// [`TornWrites::Allow`]: the others cost
-    /// writes (`.project/torn-writes.md` has the figures), and engines that
-    /// checksum copy-on-write pages do not need them.
+    /// [`TornWrites::Allow`]: the others cost a copy of every page (the
+    /// doublewrite area) or need a device with an atomic unit, and engines
+    /// that checksum copy-on-write pages do not need them.
     pub torn_writes: TornWrites,
     /// Grow-ahead: the file's size runs a window ahead of its data, that
     /// space written ahead of the writes, the length kept in a trailer
     /// ([`GrowAhead`]). Default [`GrowAhead::Off`]: with a window the
     /// file's size on the OS is not its length while it is open, which an
-    /// engine that reads the size itself would not expect (measurements in
-    /// `.project/grow-ahead.md`).
+    /// engine that reads the size itself would not expect.
     pub grow_ahead: GrowAhead,
 }
 

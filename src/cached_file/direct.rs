@@ -1,16 +1,18 @@
 //! Direct commits ([`CommitStrategy::Direct`](crate::CommitStrategy::Direct),
-//! or `Auto` where it measured faster): the caller is its own leader. It
+//! or `Auto` where it measures faster): the caller is its own leader. It
 //! drains and writes what is buffered from its own thread (an inline write
 //! slot, beside other callers' writes), then `fdatasync`s on a free sync
 //! lane, unless a completed `fdatasync` already covers its writes.
 //!
 //! Owns: nothing; a function over [`Parts`] and the flush pipeline. Calls:
-//! `FlushPipeline::flush_pass` (inline), the sync lanes and the watermark
+//! `FlushPipeline::flush_for_commit` (inline), the sync lanes and the watermark
 //! (`Durability`), the doublewrite area (a commit its records make durable
 //! needs no `fdatasync`), the lifecycle (poison).
 //!
-//! Why it is correct (`shared/DESIGN.md`, invariants 3 and 12):
-//! - `flush_pass` returns once every generation drained before or with the
+//! Why it is correct (durability: what `sync` returned Ok for survives a
+//! crash; an `fdatasync` covers exactly the writes completed before it
+//! began):
+//! - the flush returns once every generation drained before or with the
 //!   caller's own has written, so every page written before the call
 //!   (by any thread) has reached the OS, and `pass.seq` counts all those
 //!   writes;

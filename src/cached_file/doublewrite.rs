@@ -126,9 +126,8 @@ struct AreaState {
 /// Area bytes past which a flush first makes the pages written in place
 /// durable (an `fdatasync` of the file), so the area starts over and its
 /// next records overwrite blocks already allocated (an `fdatasync` of a
-/// growing area also commits its new size and blocks). 16 MiB measured
-/// 1.11-1.54x the commits/s of 4 x the write buffer (256 MiB) on this
-/// crate's test disk (`.project/torn-writes.md`).
+/// growing area also commits its new size and blocks).
+// 16 MiB measured 1.11-1.54x the commits/s of 256 MiB (.project/torn-writes.md).
 pub(crate) const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 impl Area {

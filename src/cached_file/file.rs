@@ -43,8 +43,6 @@ use crate::error::{Error, Result};
 /// Dropping the file without [`close`](Self::close) makes a best-effort
 /// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
 /// successful `sync` or `close` covered is promised durable.
-///
-/// The composition itself: its fields are the components of `cached_file/` (see `.project/architecture.md`).
 pub struct PagedCachedFile {
     /// Where the bytes go.
     backend: Arc<dyn StorageBackend>,

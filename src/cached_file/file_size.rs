@@ -263,14 +263,13 @@ impl FileSize {
     /// that writes one call at a time gains nothing from it and pays for it:
     /// the blocks `fallocate` reserves are unwritten extents, which each
     /// write then converts, while an extending write allocates written
-    /// blocks at once. Measured without it (`scripts/ab-scale.sh`, one
-    /// committer, vectored): 1.09x commits/s in two runs of `--rewrite 0
-    /// --direct on` (CPU per GB 0.86-0.91x), 1.19x with `scale`'s
-    /// defaults; level at 8 committers (`.project/commit-suite.md`). A
-    /// backend that cannot preallocate is written as is. Runs whose
-    /// `fallocate` fails (`ENOSPC`) are not written: they leave `slot.runs`,
-    /// their entries go to `batch.failed` and the error into `first`
-    /// (lowest offset wins).
+    /// blocks at once. A backend that cannot preallocate is written as is.
+    /// Runs whose `fallocate` fails (`ENOSPC`) are not written: they leave
+    /// `slot.runs`, their entries go to `batch.failed` and the error into
+    /// `first` (lowest offset wins).
+    // Measured without it (scripts/ab-scale.sh, one committer, vectored):
+    // 1.09x commits/s with --rewrite 0 --direct on, 1.19x with scale's
+    // defaults; level at 8 committers (.project/commit-suite.md).
     pub(crate) fn preallocate(
         &mut self,
         p: &Parts<'_>,

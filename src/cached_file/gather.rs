@@ -42,14 +42,13 @@ impl GatherBuf {
 /// Above this many pieces of memory per run, a run written under
 /// `O_DIRECT` from this thread is copied into one buffer first. The
 /// kernel pins and maps each iovec segment of a direct write on its own
-/// (and a virtual disk passes each on), which cost more than the copy:
-/// 64 KiB commits at 8 threads (`scale --rewrite 0 --direct on`, runs of
-/// ~45 pages in ~45 pieces) wrote 1.09-1.24x the commits/s copied (the
-/// Concat engine) as from the pages, each round's write 180 us against
-/// 205-230 us; bulk flushes of 256-page runs 1.76-1.90 against 1.30-1.62
-/// GB/s (`.project/io-uring-and-direct.md`). The ring copies for the same
-/// reason. Two pieces, as the ring allows for zero-copy: page slabs
-/// (`BufferPool`) lay a run written in file order out in one or two.
+/// (and a virtual disk passes each on), which costs more than the copy.
+/// The ring copies for the same reason. Two pieces, as the ring allows
+/// for zero-copy: page slabs (`BufferPool`) lay a run written in file
+/// order out in one or two.
+// Measured: 64 KiB commits at 8 threads (scale --rewrite 0 --direct on)
+// 1.09-1.24x commits/s copied; bulk flushes of 256-page runs 1.76-1.90
+// against 1.30-1.62 GB/s (.project/io-uring-and-direct.md).
 pub(crate) const MAX_ZERO_COPY_SEGMENTS: usize = 2;
 
 /// How many pieces of memory `pages` (in file order) lie in.

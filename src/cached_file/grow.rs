@@ -3,16 +3,16 @@
 //!
 //! Every change of a file's size, and every block a write allocates, is
 //! metadata the commit's `fdatasync` must make durable with the data: a
-//! journal commit as costly as the data write (fio's write + `fdatasync`
-//! job at 8 jobs here: 7.7k/s into a fresh file, 31.8k/s over written
-//! blocks). So with a window the file's size on the OS runs up to
+//! journal commit as costly as the data write, so commits into new space
+//! run at a fraction of the rate of commits over written blocks. So with a
+//! window the file's size on the OS runs up to
 //! `window` bytes ahead of the data, a filler thread writes that space
 //! (zeros) ahead of the writes that land in it, and the true length lives
 //! in a **trailer** at the file's end, rewritten in place by the commits
 //! that change it: a commit into the window overwrites written blocks and
 //! a trailer slot, and its `fdatasync` finds no metadata to write. The
 //! size changes once per window, in an extension made under the flush
-//! pipeline's `flusher` lock.
+//! pipeline's drain lock.
 //!
 //! **The trailer** is two slots of `slot` bytes (a sector, or the direct
 //! I/O alignment where larger) at the end of the file, each a [`Record`]:
@@ -68,9 +68,12 @@ use crate::backend::StorageBackend;
 use crate::buffer::AlignedBuf;
 use crate::sync::{AtomicU64, Condvar, JoinHandle, Mutex, ThreadBuilder};
 
-/// Grow-ahead (see `cached_file/grow.rs`, `.project/grow-ahead.md`).
+/// Grow-ahead: whether a growing file's size runs ahead of its data, so
+/// that commits into new space overwrite blocks already written instead
+/// of allocating them (each allocation, and each change of the file's
+/// size, is metadata the commit's `fdatasync` must write too).
 ///
-/// Component: the flush pipeline's size changes (`cached_file/grow.rs`).
+/// Component: the flush pipeline's size changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum GrowAhead {

@@ -41,8 +41,7 @@
 //!
 //! The read path (`read.rs`) and the guard type (`guard.rs`) own nothing;
 //! the run writers (`writer.rs`, `writer_pool.rs`, `gather.rs`) are what a
-//! write slot writes with. `.project/architecture.md` draws the picture and
-//! follows a write, a flush and a commit through it.
+//! write slot writes with.
 //!
 //! # Lock order
 //!
@@ -56,6 +55,8 @@
 //! (a doublewrite checkpoint), and a lane holder never takes `flusher`.
 //! No I/O happens under a stripe or cache lock.
 
+// The repository's .project/architecture.md draws the picture and follows
+// a write, a flush and a commit through the components.
 mod batch;
 mod batch_write;
 mod cache;

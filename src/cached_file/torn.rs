@@ -57,8 +57,8 @@ pub enum TornWrites {
     DoubleWrite,
     /// `Atomic` where the file takes atomic writes of a page and the
     /// device does them itself (`AtomicUnit::device_max`), else
-    /// `DoubleWrite` (where the file system would emulate atomic writes,
-    /// the area measured faster: `.project/torn-writes.md`); [`IoMode::torn_writes`](crate::IoMode::torn_writes)
+    /// `DoubleWrite` (atomic writes a file system emulates, out of place,
+    /// cost more than the area's copy); [`IoMode::torn_writes`](crate::IoMode::torn_writes)
     /// says which is in force and
     /// [`IoMode::torn_writes_why`](crate::IoMode::torn_writes_why) why.
     Auto,

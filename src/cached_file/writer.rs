@@ -58,7 +58,7 @@ pub(crate) enum RunWriter {
     /// io_uring, up to the queue depth of runs in flight: `WRITEV` SQEs
     /// from page memory, or with `copy` (under `O_DIRECT`) one segment per
     /// run copied into the ring's own buffers (the kernel's per-segment
-    /// cost there exceeds the copy, `.project/io-uring-and-direct.md`).
+    /// cost there exceeds the copy).
     /// A flush of one run while no commit round syncs is written on the
     /// flushing thread instead ([`writes_inline`](Self::writes_inline)),
     /// with `pwritev`, or under `O_DIRECT` from a copy as the pwritev
@@ -80,20 +80,16 @@ impl RunWriter {
     /// The ring writes a lone one-run flush inline: it has one write to
     /// make and nothing to overlap it with, and the hand-off through the
     /// ring (and, under `O_DIRECT`, the preallocation it needs, see
-    /// `preallocate` in `flush.rs`) cost more than they give. Measured
-    /// with `scripts/ab-scale.sh` (`--rewrite 0`, io-uring): one committer
-    /// 1.06-1.15x commits/s under `O_DIRECT` and 1.15x buffered; 2 and 8
-    /// committers level. Writing every one-run flush inline lost at 8
-    /// committers (0.85-0.97x), where the write runs beside other rounds'
-    /// `fdatasync`s (`.project/commit-suite.md`).
+    /// `preallocate` in `file_size.rs`) cost more than they give; beside
+    /// other rounds' `fdatasync`s the ring's overlap wins.
     ///
     /// The writer threads take a flush of at least as many runs as there
     /// are threads; fewer runs go out one after another from the flushing
-    /// thread. Rounds of ~3 runs (`scale`'s default transactions at 1-2
-    /// committers) spent up to 1.43x the CPU per GB handing them over, for
-    /// no more commits/s; against also handing over any several-run round
-    /// written beside a syncing one, this rule made 1.085x commits/s at 2
-    /// committers (0.68x CPU per GB), 1.02x at 4, 1.06x at 8.
+    /// thread (handing a few runs over costs more CPU than it saves).
+    // Measured with scripts/ab-scale.sh (.project/commit-suite.md): the
+    // lone one-run flush inline 1.06-1.15x commits/s at one committer,
+    // every one-run flush inline 0.85-0.97x at 8; the writer-thread rule
+    // 1.085x at 2 committers (0.68x CPU per GB), 1.02x at 4, 1.06x at 8.
     pub(crate) fn writes_inline(&self, runs: usize, company: Company) -> bool {
         match self {
             RunWriter::PerPage | RunWriter::Concat { .. } => true,

@@ -167,11 +167,11 @@ impl From<Error> for WriteFileError {
 /// [`write_file_with_progress`].
 ///
 /// Errors ([`WriteFileError`], with the stats so far): bad options
-/// ([`Error::InvalidConfig`], checked before the file is touched; with
+/// ([`CoreError::InvalidConfig`], checked before the file is touched; with
 /// `DirectIo::On` also a `buffer_size` that is not a multiple of the
 /// file's `O_DIRECT` alignment, checked before it is truncated); open,
 /// `fallocate` (`ENOSPC` when the file does not fit), a write or the
-/// `fdatasync` failing ([`Error::Io`] with the offset).
+/// `fdatasync` failing ([`CoreError::Io`] with the offset).
 pub fn write_file(
     path: impl AsRef<Path>,
     size: u64,
@@ -255,8 +255,8 @@ pub fn write_file_cancellable(
 /// replaced: the rename would need no write access to it), a symlink to
 /// one (its target is written, the link stays), or a name not taken yet.
 ///
-/// Errors: [`Error::InvalidConfig`] for a directory, device, FIFO, socket,
-/// dangling link or a file the caller may not write; [`Error::Io`] for a
+/// Errors: [`CoreError::InvalidConfig`] for a directory, device, FIFO, socket,
+/// dangling link or a file the caller may not write; [`CoreError::Io`] for a
 /// `stat` that fails otherwise.
 pub fn resolve_target(path: &Path) -> Result<std::path::PathBuf> {
     let refuse = |why: String| Err(Error::config(format!("{}: {why}: refused", path.display())));

@@ -24,7 +24,7 @@ impl std::str::FromStr for StreamEngine {
 
     /// Parses `io-uring` (or `io_uring`), `pwrite` (or `psync`) and `auto`.
     ///
-    /// Errors: [`Error::InvalidConfig`] for any other name.
+    /// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) for any other name.
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "io-uring" | "io_uring" => Ok(StreamEngine::IoUring),
@@ -115,7 +115,7 @@ impl WriteOptions {
 
     /// Checks everything that does not need the file.
     ///
-    /// Errors: [`Error::InvalidConfig`] naming the setting.
+    /// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) naming the setting.
     pub fn validate(&self, size: u64) -> Result<()> {
         let bad = |m: String| Err(Error::config(m));
         if !(1..=MAX_BUFFER_SIZE).contains(&self.buffer_size) {

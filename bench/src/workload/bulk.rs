@@ -99,7 +99,7 @@ pub struct BulkRun {
 
 /// Runs every engine `repeats` times, interleaved.
 ///
-/// Errors: [`Error::InvalidConfig`] for size 0 or no engines, or a size
+/// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) for size 0 or no engines, or a size
 /// the file system has no room for (unless `force`); any open or I/O
 /// error.
 pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Vec<BulkRun>> {

@@ -372,8 +372,8 @@ impl ScaleConfig {
         }
     }
 
-    /// Checks the settings. Errors: [`Error::InvalidConfig`] naming the
-    /// first bad one, [`Error::InvalidPageSize`].
+    /// Checks the settings. Errors: [`CoreError::InvalidConfig`] naming the
+    /// first bad one, [`CoreError::InvalidPageSize`].
     pub fn validate(&self) -> Result<()> {
         let bad = |m: &str| Err(Error::config(m.to_string()));
         if self.threads.is_empty() || self.threads.contains(&0) {
@@ -568,7 +568,7 @@ impl ScaleReport {
 /// space of `config.dir` at the cell's start, less a margin (a twentieth,
 /// at least 64 MiB), so a run never fills the file system.
 ///
-/// Errors: a bad config; [`Error::InvalidConfig`] where `config.dir` has
+/// Errors: a bad config; [`CoreError::InvalidConfig`] where `config.dir` has
 /// less free space than [`ScaleConfig::room_needed`] (unless
 /// `config.force`); any I/O error of a cell (its temporary files are
 /// removed).
@@ -608,7 +608,7 @@ pub fn run(config: &ScaleConfig, mut progress: impl FnMut(&Cell)) -> Result<Scal
 /// `bytes` (nothing for [`Layout::Growing`]).
 ///
 /// Errors: the file cannot be created; `fallocate` fails (`ENOSPC`, or a
-/// file system without it: [`Error::Io`], op `"fallocate"`); writing or
+/// file system without it: [`CoreError::Io`], op `"fallocate"`); writing or
 /// syncing the written layout fails (op `"lay out: pwrite"` or `"lay out:
 /// fdatasync"`). The file is removed either way.
 fn temp_file(dir: &Path, layout: Layout, bytes: u64) -> Result<tempfile::NamedTempFile> {

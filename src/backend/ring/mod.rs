@@ -841,8 +841,8 @@ impl SlotRing {
 
     /// Writes each job from the ring's own buffers: `fill(job, buf)` copies
     /// the job's bytes into a free slot, which goes out as one segment
-    /// (with `O_DIRECT` the kernel's per-segment cost exceeds a memcpy,
-    /// `.project/io-uring-and-direct.md`). Up to `min(queue_depth, slots)`
+    /// (with `O_DIRECT` the kernel's per-segment cost exceeds a memcpy).
+    /// Up to `min(queue_depth, slots)`
     /// writes are in flight; the copy of the next job overlaps them.
     /// Sets `errors` to each job's error (as in
     /// [`write_vectored`](Self::write_vectored)): a failed job does not

@@ -50,7 +50,7 @@ pub(super) fn check_one_run(dir: &Path, reports: &[IoReport]) -> Result<()> {
 /// first and `report` would merge two runs), unless `overwrite`, which
 /// removes them (only `rank-*.json` files that parse as reports).
 ///
-/// Errors: [`Error::InvalidConfig`] naming the other run or the rank;
+/// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) naming the other run or the rank;
 /// `Error::Io`.
 pub fn claim_report_dir(dir: &Path, run_id: &str, rank: u32, overwrite: bool) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create report dir", None, e))?;
@@ -114,8 +114,8 @@ pub struct Aggregate {
 
 /// Reads every `*.json` in `dir` as an [`IoReport`] and aggregates them.
 ///
-/// Errors: [`Error::Io`] reading the directory or a file;
-/// [`Error::InvalidConfig`] for a file that is not a report, or no reports.
+/// Errors: [`CoreError::Io`](crate::error::CoreError::Io) reading the directory or a file;
+/// [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) for a file that is not a report, or no reports.
 pub fn aggregate(dir: &Path) -> Result<Aggregate> {
     let mut reports: Vec<IoReport> = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| read_dir_error(dir, e))?;

@@ -63,7 +63,7 @@ impl std::str::FromStr for Rw {
     /// Parses fio's names: read, write, randread, randwrite, rw (readwrite),
     /// randrw.
     ///
-    /// Errors: [`Error::InvalidConfig`] for any other name.
+    /// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) for any other name.
     fn from_str(s: &str) -> Result<Self> {
         Ok(match s {
             "read" => Self::Read,
@@ -86,7 +86,7 @@ impl std::str::FromStr for IoEngine {
 
     /// Parses `io_uring` (or `io-uring`) and `psync` (or `pwrite`).
     ///
-    /// Errors: [`Error::InvalidConfig`] for any other name.
+    /// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) for any other name.
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "io_uring" | "io-uring" => Ok(Self::IoUring),
@@ -258,7 +258,7 @@ impl IoConfig {
 
     /// Checks the settings that do not need the file.
     ///
-    /// Errors: [`Error::InvalidConfig`] naming the setting.
+    /// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) naming the setting.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::config(m));
         if self.verify && matches!(self.rw, Rw::Rw | Rw::RandRw) {

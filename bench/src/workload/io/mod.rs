@@ -282,8 +282,8 @@ fn open(cfg: &IoConfig, writes: bool) -> Result<(FileBackend, File, Option<Strin
 /// nothing behind to fill the file system. [`created_by`] tells a caller
 /// that wants to remove it on an interrupt.
 ///
-/// Errors: [`Error::InvalidConfig`] for bad settings (before the file is
-/// touched) or `hipri` on a device without poll queues; [`Error::Io`] for
+/// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig) for bad settings (before the file is
+/// touched) or `hipri` on a device without poll queues; [`CoreError::Io`](crate::error::CoreError::Io) for
 /// I/O; [`Error::VerifyFailed`] naming the first bad block.
 pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoReport> {
     cfg.validate()?;
