@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use super::generations::Generations;
+use super::generations::{DrainHeld, Generations};
 use super::pages::{PageMap, PageRef};
 use super::parts::Parts;
 use super::write_buffer::{Requeued, SPARE_MAP_MAX};
@@ -101,6 +101,7 @@ impl Batch {
         gens: &Generations<Settled>,
         spare: &SpareBatches,
         drain_no: u64,
+        drain: &DrainHeld,
     ) -> Option<Batch> {
         let BatchVecs {
             mut entries,
@@ -108,12 +109,12 @@ impl Batch {
         } = spare.take();
         // Called with the drain lock held: ids follow drain order.
         let id = gens.next_id();
-        let after = p.buffer.drain(id, &mut drained);
+        let after = p.buffer.drain(drain, id, &mut drained);
         if drained.is_empty() {
             spare.keep(BatchVecs { entries, drained }, p.buffer.stripe_count());
             return None;
         }
-        gens.push(id);
+        gens.push(drain, id);
         let n = drained.iter().map(|(_, m)| m.len()).sum();
         entries.reserve(n);
         for (_, map) in &drained {

@@ -32,6 +32,7 @@ use super::batch::{Batch, Written, panicked, unstaged};
 use super::file_size::{FileSize, LengthRecord, Staging};
 use super::flush::{FlushPipeline, MAX_DIRECT_WRITERS};
 use super::flush_mode::{FlushMode, SlotKind};
+use super::generations::DrainHeld;
 use super::parts::Parts;
 use super::slots::WriteSlot;
 use super::stats::{add, add_elapsed};
@@ -120,7 +121,7 @@ impl FlushPipeline {
         mode: FlushMode,
         len: u64,
     ) -> Written {
-        let (mut w, mut slot) = match self.plan(p, batch, mode.slot) {
+        let (mut w, mut slot) = match self.plan(p, batch, mode.slot, size.held()) {
             Ok(planned) => planned,
             Err(failed) => return *failed,
         };
@@ -141,12 +142,13 @@ impl FlushPipeline {
         p: &Parts<'_>,
         mut batch: Batch,
         kind: SlotKind,
+        drain: &DrainHeld,
     ) -> Result<(BatchWrite, WriteSlot), Box<Written>> {
         let mut slot = match kind {
             SlotKind::Inline => self
                 .inline
                 .take_or_make(MAX_DIRECT_WRITERS, || self.inline_slot()),
-            SlotKind::Shared => self.slots.take(),
+            SlotKind::Shared => self.slots.take(drain),
         };
         let limits = RunLimits {
             max_pages: p.config.max_run_pages,

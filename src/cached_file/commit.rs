@@ -48,14 +48,14 @@ impl Commit {
     /// A durable commit: returns once everything written before the call
     /// (by any thread) is durable.
     ///
-    /// Errors: as the way taken (`GroupCommit::sync`, `direct::sync`).
+    /// Errors: as the way taken (`GroupCommit::join_round`, `direct::commit`).
     pub(crate) fn sync(&self, p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
         let way = self.chooser.way();
         let started = Instant::now();
         match way {
-            Way::Group => self.group.sync(p, flush)?,
+            Way::Group => self.group.join_round(p, flush)?,
             Way::Direct => {
-                direct::sync(p, flush)?;
+                direct::commit(p, flush)?;
                 add(&p.counters.commits, 1);
             }
         }

@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 /// Errors: [`Error::Poisoned`]; a write error of this caller's flush (its
 /// failed pages stay dirty; the rest were still synced); the `fdatasync`'s
 /// (the file is poisoned; the batch's pages go back to the write buffer).
-pub(crate) fn sync(p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
+pub(crate) fn commit(p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
     if p.life.is_poisoned() {
         return Err(Error::Poisoned);
     }

@@ -25,8 +25,8 @@
 //!   (Linux reports such an error once per description).
 //!
 //! Lock order: `unstaged_at` and the lanes' lock are leaves; a lane may be
-//! waited for with `flusher` held (a doublewrite checkpoint), and a lane
-//! holder never waits for `flusher`.
+//! waited for with the drain lock held (a doublewrite checkpoint), and a lane
+//! holder never waits for the drain lock.
 
 use std::sync::atomic::Ordering;
 

@@ -485,7 +485,7 @@ impl PagedCachedFile {
             return Ok(());
         }
         self.life.check_writable()?;
-        self.flush_to_os().map(|_| ())
+        self.flush.flush(&self.parts()).map(|_| ())
     }
 
     /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
@@ -797,7 +797,7 @@ impl PagedCachedFile {
         self.buffer.wait_for_room(
             &self.counters,
             || self.life.check_writable(),
-            || self.flush_to_os(),
+            || self.flush.flush(&self.parts()),
         )
     }
 
@@ -806,11 +806,6 @@ impl PagedCachedFile {
     fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
         self.buffer
             .insert(page_no, page, &self.length, &self.counters)
-    }
-
-    /// Flush without `fdatasync` (see `FlushPipeline::flush`).
-    fn flush_to_os(&self) -> Result<bool> {
-        self.flush.flush(&self.parts())
     }
 
     /// Merges `bytes` at `within` into page `page_no` and buffers the result;
@@ -833,7 +828,7 @@ impl PagedCachedFile {
 impl Drop for PagedCachedFile {
     fn drop(&mut self) {
         if !self.life.is_closed() && !self.is_poisoned() && !self.life.is_read_only() {
-            let _ = self.flush_to_os();
+            let _ = self.flush.flush(&self.parts());
         }
         self.unlock();
     }

@@ -17,6 +17,7 @@
 
 use super::batch::Batch;
 use super::flush_mode::Company;
+use super::generations::DrainHeld;
 use super::grow::Window;
 use super::parts::Parts;
 use super::slots::WriteSlot;
@@ -52,6 +53,9 @@ pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
 /// The state under the drain lock (see the module docs).
 pub(crate) struct FileSize {
+    /// The proof that the drain lock is held, lent to the calls that need
+    /// it ([`held`](Self::held)).
+    held: DrainHeld,
     /// The file's length as the OS will hold it once every write drained so
     /// far completed (grown at each drain by its pages, and by every
     /// `fallocate` and `ftruncate`, all made with the drain lock held): what a
@@ -65,7 +69,18 @@ impl FileSize {
     /// The size of a file of `os_len` bytes, with grow-ahead's trailer
     /// state if configured.
     pub(crate) fn new(os_len: u64, window: Option<Window>) -> Self {
-        Self { os_len, window }
+        Self {
+            held: DrainHeld::for_drain_lock(),
+            os_len,
+            window,
+        }
+    }
+
+    /// The proof that the drain lock is held, for as long as this borrow
+    /// of the state under it lives.
+    #[inline]
+    pub(crate) fn held(&self) -> &DrainHeld {
+        &self.held
     }
 
     /// The file's length as the OS will hold it once every drained write

@@ -180,8 +180,8 @@ impl FlushPipeline {
             }
             // Read before the drain: covers every write of the callers.
             let len = p.length.get();
-            let drain_no = self.gens.begin_drain();
-            let drained = Batch::drain(p, &self.gens, &self.spare, drain_no);
+            let drain_no = self.gens.begin_drain(size.held());
+            let drained = Batch::drain(p, &self.gens, &self.spare, drain_no, size.held());
             // Every generation below this one was drained by now.
             let mark = self.gens.next_id();
             match drained {

@@ -9,7 +9,7 @@
 //!
 //! Invariants:
 //! - generations are numbered and queued in drain order (every drain is
-//!   made with `flusher` held), and retire in that order: a younger
+//!   made with the drain lock held), and retire in that order: a younger
 //!   generation shadows an older one for readers, so removing it first
 //!   would let a reader find the older version of a page;
 //! - a generation counts as written once its writes completed, whether or
@@ -19,13 +19,27 @@
 //!   drained without those pages learns it
 //!   ([`wait_written_then_check`](Generations::wait_written_then_check)).
 //!
-//! Lock order: `flusher` -> `slots` -> this -> stripe -> cache stripe (the
+//! Lock order: drain lock -> `slots` -> this -> stripe -> cache stripe (the
 //! retire callback takes stripe and cache locks under it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use crate::sync::{AtomicU64, Condvar, Mutex};
+
+/// Proof that the flush pipeline's drain lock is held. Only the state
+/// under that lock (`FileSize`) owns one, and lends it out as
+/// `&DrainHeld` for no longer than its guard lives; a call that must be
+/// made with the drain lock held takes one, so the compiler checks what
+/// the lock order says.
+pub(crate) struct DrainHeld(());
+
+impl DrainHeld {
+    /// The one proof of a drain lock: made by `FileSize::new` only.
+    pub(crate) fn for_drain_lock() -> Self {
+        DrainHeld(())
+    }
+}
 
 /// The generations in flight (see the module docs).
 pub(crate) struct Generations<T> {
@@ -35,7 +49,7 @@ pub(crate) struct Generations<T> {
     /// Notified (under the lock) when the last generation in flight
     /// retires; `set_len` waits for it.
     settled: Condvar,
-    /// The next generation's number. Written only with `flusher` held.
+    /// The next generation's number. Written only with the drain lock held.
     next: AtomicU64,
 }
 
@@ -80,16 +94,16 @@ impl<T> Generations<T> {
     }
 
     /// The number the next generation gets: every generation below it was
-    /// drained by now. Read with `flusher` held for a drain's own number.
+    /// drained by now. Read with the drain lock held for a drain's own number.
     #[inline]
     pub(crate) fn next_id(&self) -> u64 {
         self.next.load(Ordering::Acquire)
     }
 
-    /// Numbers a drain (with `flusher` held) and registers its flush as
+    /// Numbers a drain (with the drain lock held) and registers its flush as
     /// one that will check the requeue records
     /// ([`wait_written_then_check`](Self::wait_written_then_check)).
-    pub(crate) fn begin_drain(&self) -> u64 {
+    pub(crate) fn begin_drain(&self, _drain: &DrainHeld) -> u64 {
         let mut g = self.state.lock();
         g.drains += 1;
         let no = g.drains;
@@ -98,8 +112,8 @@ impl<T> Generations<T> {
     }
 
     /// Queues generation `id` (the one [`next_id`](Self::next_id) gave,
-    /// with `flusher` held), not yet written.
-    pub(crate) fn push(&self, id: u64) {
+    /// with the drain lock held), not yet written.
+    pub(crate) fn push(&self, _drain: &DrainHeld, id: u64) {
         self.next.store(id + 1, Ordering::Release);
         self.state.lock().queue.push_back(Generation {
             id,

@@ -3,7 +3,7 @@
 //!
 //! Owns: the commit state (tickets, rounds in flight and their outcomes,
 //! failed rounds) under one lock, and the round condvars. Calls: the flush
-//! pipeline (a round's leader runs `FlushPipeline::flush_pass` and settles
+//! pipeline (a round's leader runs `FlushPipeline::flush_for_commit` and settles
 //! its batch), the sync lanes and watermark (`Durability`), the doublewrite
 //! area (a published round tells it what was synced), the lifecycle (a
 //! failed `fdatasync` poisons). Lock order: the commit lock is taken
@@ -15,7 +15,7 @@
 //! before that moment is in the write buffer, in flight, or on the OS. A
 //! round covers every ticket taken before it started: its drain begins
 //! after those tickets, so it writes their pages, and its `fdatasync` starts
-//! after every write drained before its own completed (`flush_pass`), so it
+//! after every write drained before its own completed (`flush_for_commit`), so it
 //! covers those too.
 //!
 //! Stages (as in a binlog group commit):
@@ -174,7 +174,7 @@ impl GroupCommit {
     ///
     /// Errors: the error of the round that covered this caller (a write
     /// error for its pages, or the `fdatasync`'s), or [`Error::Poisoned`].
-    pub(crate) fn sync(&self, p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
+    pub(crate) fn join_round(&self, p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
         let mut st = self.state.lock();
         st.next_ticket += 1;
         let ticket = st.next_ticket;

@@ -46,7 +46,7 @@
 //! frontier (the highest end any flush has drained) up to `window` bytes
 //! ahead, in [`FILL_CHUNK`] pieces, never below the frontier: a flush
 //! whose pages reach into the piece being written waits for it under
-//! `flusher` first, then moves the frontier past them. It leaves the
+//! the drain lock first, then moves the frontier past them. It leaves the
 //! commits their space: it writes a piece only while [`FILL_RESERVE`] (or
 //! the window, where larger) stays free after it (`fstatvfs`; not asked
 //! on Windows). It stops at the first error (`ENOSPC`, `EFBIG`,
@@ -56,8 +56,8 @@
 //! frontier back (a hole punched, where the file system can), so the
 //! space is the commits' again.
 //!
-//! Owns: the trailer state ([`Window`], under `flusher`, in `Flusher`) and
-//! the filler ([`Filler`], its own lock, taken under `flusher` or alone;
+//! Owns: the trailer state ([`Window`], under the drain lock, in `FileSize`) and
+//! the filler ([`Filler`], its own lock, taken under the drain lock or alone;
 //! it takes no other lock). Calls: the backend.
 
 use std::io;
@@ -232,7 +232,7 @@ pub(crate) fn recover(
     Ok(Some(Recovered { len: rec.len, size }))
 }
 
-/// The trailer of a file with a window, under `flusher` (in `Flusher`).
+/// The trailer of a file with a window, under the drain lock (in `FileSize`).
 pub(crate) struct Window {
     /// Bytes the size may run ahead of the data.
     bytes: u64,
@@ -498,7 +498,7 @@ impl Filler {
         })
     }
 
-    /// A flush drained pages ending at `end` (under `flusher`, before
+    /// A flush drained pages ending at `end` (under the drain lock, before
     /// they are written): moves the frontier up, so no later piece starts
     /// below `end`, then waits for the piece being written if it reaches
     /// below `end` (one piece at most: the filler's next starts above).
@@ -515,7 +515,7 @@ impl Filler {
     }
 
     /// The window's data space now ends at `limit` (an extension, under
-    /// `flusher`).
+    /// the drain lock).
     pub(crate) fn set_limit(&self, limit: u64) {
         let mut st = self.shared.state.lock();
         st.limit = limit;
@@ -523,7 +523,7 @@ impl Filler {
     }
 
     /// The window is gone and the data ends at `len` (a cut, under
-    /// `flusher`): waits for the piece in flight, then starts over from
+    /// the drain lock): waits for the piece in flight, then starts over from
     /// `len` with no window.
     pub(crate) fn reset(&self, len: u64) {
         let mut st = self.shared.state.lock();

@@ -6,8 +6,8 @@
 //! Owns: three atomics and the shrink sequence; no lock. Calls: nothing.
 //! Invariants:
 //! - the logical length only grows under a stripe lock of the write buffer
-//!   (an insert) or with `flusher` held (`set_len`); it is lowered only
-//!   with `flusher` and every stripe lock held, so no page can be left
+//!   (an insert) or with the drain lock held (`set_len`); it is lowered only
+//!   with the drain lock and every stripe lock held, so no page can be left
 //!   buffered past it;
 //! - the disk length grows as writes complete, `fallocate`s and
 //!   `ftruncate`s are made; a cut lowers it inside an odd shrink sequence,
@@ -15,7 +15,7 @@
 //!   someone else truncating the file ([`read_disk`](Length::read_disk)).
 //!
 //! The length the OS will hold once every drained write completes
-//! (`os_len`) is the flush pipeline's, under its `flusher` lock.
+//! (`os_len`) is the flush pipeline's, under its drain lock.
 
 use std::sync::atomic::Ordering;
 
@@ -134,7 +134,7 @@ impl Length {
     }
 
     /// Grows every length to `len` (a `set_len` that grows the file, made
-    /// with `flusher` held).
+    /// with the drain lock held).
     pub(crate) fn grow_all(&self, len: u64) {
         self.grow_written(len);
         self.grow(len);

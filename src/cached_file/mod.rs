@@ -35,24 +35,38 @@
 //! | `WriteBuffer` | `write_buffer.rs` | dirty and in-flight pages in stripes, the page pool, room, guard latches |
 //! | `Durability` | `durability.rs` | `write_seq`, the durable watermark, `unstaged_at`, the sync lanes |
 //! | `TornProtection` | `torn.rs`, `doublewrite.rs` | atomic piece size, or the doublewrite area and its recovery |
-//! | `FlushPipeline` | `flush.rs` (+ `flusher.rs`, `generations.rs`, `slots.rs`, `batch.rs`) | the drain lock and the file's size on the OS, write slots, in-flight generations |
-//! | grow-ahead | `grow.rs` | the trailer (`Window`, in `Flusher`, under `flusher`) and the filler thread (`Filler`, its own lock), held by `FlushPipeline` |
+//! | `FlushPipeline` | `flush.rs` (+ `batch_write.rs`, `resize.rs`, `file_size.rs`, `generations.rs`, `slots.rs`, `batch.rs`, `flush_mode.rs`) | the drain lock over `FileSize` (the file's size on the OS), write slots, in-flight generations |
+//! | grow-ahead | `grow.rs` | the trailer (`Window`, in `FileSize`, under the drain lock) and the filler thread (`Filler`, its own lock), held by `FlushPipeline` |
 //! | `Commit` | `commit.rs` (+ `group.rs`, `direct.rs`, `chooser.rs`) | group commit rounds (tickets, rounds, their condvars), direct commits, the chooser between them |
 //!
 //! The read path (`read.rs`) and the guard type (`guard.rs`) own nothing;
 //! the run writers (`writer.rs`, `writer_pool.rs`, `gather.rs`) are what a
-//! write slot writes with.
+//! write slot writes with; `open.rs` decides at open what the components
+//! are built from, and `io_mode.rs` reports it.
+//!
+//! # Words
+//!
+//! One name per idea: a **write** puts bytes in the write buffer
+//! (`write_page`, `write_all_at`, or a guard from `write` / `overwrite`);
+//! a **drain** moves the dirty pages into a **batch** (one in-flight
+//! generation); a **flush** drains and writes a batch to the OS
+//! (`FlushPipeline::flush`, or `flush_for_commit` for a commit, which
+//! settles its batch only after its `fdatasync`); a batch **settles** when
+//! it leaves flight; an **`fdatasync`** is the system call, made on a
+//! **sync lane**; a **commit** makes writes durable (`sync`: everything
+//! written before it), as a group commit **round** or a **direct** commit.
 //!
 //! # Lock order
 //!
 //! `closer` (a `close`, which then commits) -> commit state ->
-//! `flusher` -> `slots` -> generations -> stripe -> cache stripe.
+//! drain lock -> `slots` -> generations -> stripe -> cache stripe.
 //! Leaves (nothing is taken under them): the room counter, `close_wait`,
 //! `unstaged_at`, the sync lanes, the spare batch vectors, the doublewrite
-//! area's lock, grow-ahead's filler lock (taken under `flusher` or alone;
-//! a flush may wait on it for the one zero piece in flight). The commit state is released around every call that takes
-//! `flusher` or does I/O; a sync lane may be waited for with `flusher` held
-//! (a doublewrite checkpoint), and a lane holder never takes `flusher`.
+//! area's lock, grow-ahead's filler lock (taken under the drain lock or
+//! alone; a flush may wait on it for the one zero piece in flight). The
+//! commit state is released around every call that takes the drain lock or
+//! does I/O; a sync lane may be waited for with the drain lock held (a
+//! doublewrite checkpoint), and a lane holder never takes the drain lock.
 //! No I/O happens under a stripe or cache lock.
 
 // The repository's .project/architecture.md draws the picture and follows

@@ -6,12 +6,13 @@
 //! [`MAX_DIRECT_WRITERS`](crate::MAX_DIRECT_WRITERS)).
 //!
 //! Owns: the free slots under one lock and a condvar. Calls: nothing.
-//! A flush takes a free slot with `flusher` held (waiting while all are
+//! A flush takes a free slot with the drain lock held (waiting while all are
 //! writing) and gives it back when its writes completed, without
-//! `flusher`; so the slots bound the flushes writing at once. Lock order:
-//! `flusher` -> `slots`; nothing is taken under `slots`.
+//! the drain lock; so the slots bound the flushes writing at once. Lock order:
+//! drain lock -> `slots`; nothing is taken under `slots`.
 
 use super::gather::GatherBuf;
+use super::generations::DrainHeld;
 use super::writer::RunWriter;
 use crate::coalesce::Run;
 use crate::sync::{Condvar, Mutex};
@@ -84,8 +85,8 @@ impl WriteSlots {
     }
 
     /// Takes a free write slot, waiting for one while all are writing.
-    /// Called with `flusher` held (slots come back without it).
-    pub(crate) fn take(&self) -> WriteSlot {
+    /// Called with the drain lock held (slots come back without it).
+    pub(crate) fn take(&self, _drain: &DrainHeld) -> WriteSlot {
         let mut free = self.free.lock();
         loop {
             if let Some(slot) = free.slots.pop() {

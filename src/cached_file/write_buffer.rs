@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::cache::ReadCache;
+use super::generations::DrainHeld;
 use super::length::Length;
 use super::pages::{PageMap, PageRef};
 use super::stats::{Counters, add};
@@ -653,8 +654,13 @@ impl WriteBuffer {
     /// map to `drained`. Returns the youngest older generation still in
     /// flight that holds one of these pages (the write latch: this
     /// generation writes only after every generation up to it has).
-    /// Called with `flusher` held, so generations follow drain order.
-    pub(crate) fn drain(&self, id: u64, drained: &mut Vec<(usize, Arc<PageMap>)>) -> Option<u64> {
+    /// Called with the drain lock held, so generations follow drain order.
+    pub(crate) fn drain(
+        &self,
+        _drain: &DrainHeld,
+        id: u64,
+        drained: &mut Vec<(usize, Arc<PageMap>)>,
+    ) -> Option<u64> {
         let mut after: Option<u64> = None;
         for (i, stripe) in self.stripes.iter().enumerate() {
             let mut s = stripe.lock();
