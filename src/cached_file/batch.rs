@@ -21,8 +21,9 @@ use crate::coalesce::Run;
 use crate::error::Error;
 use crate::sync::Mutex;
 
-/// Most emptied batch vectors kept ([`SpareBatches`]).
-const SPARE_BATCHES: usize = 4;
+/// Fewest and most emptied batch vectors kept ([`SpareBatches`]): as many
+/// as batches have been in flight at once, within these bounds.
+const SPARE_BATCHES: std::ops::RangeInclusive<usize> = 4..=64;
 
 /// What a settled generation carries until it retires: the batch, which
 /// of its entries failed (put back in the write buffer), and the bytes
@@ -49,16 +50,19 @@ impl SpareBatches {
         self.0.lock().pop().unwrap_or_default()
     }
 
-    /// Keeps a retired batch's emptied vectors for the next drain (up to
-    /// [`SPARE_BATCHES`]; one a bulk flush grew past [`SPARE_MAP_MAX`]
-    /// pages per stripe is dropped).
-    fn keep(&self, vecs: BatchVecs, stripes: usize) {
+    /// Keeps a retired batch's emptied vectors for the next drain: up to
+    /// `depth` (the most batches in flight at once so far) within
+    /// [`SPARE_BATCHES`], so a steady load of that many concurrent
+    /// commits allocates none; one a bulk flush grew past
+    /// [`SPARE_MAP_MAX`] pages per stripe is dropped.
+    fn keep(&self, vecs: BatchVecs, stripes: usize, depth: usize) {
         debug_assert!(vecs.entries.is_empty() && vecs.drained.is_empty());
         if vecs.entries.capacity() > SPARE_MAP_MAX * stripes {
             return;
         }
+        let keep = depth.clamp(*SPARE_BATCHES.start(), *SPARE_BATCHES.end());
         let mut spare = self.0.lock();
-        if spare.len() < SPARE_BATCHES {
+        if spare.len() < keep {
             spare.push(vecs);
         }
     }
@@ -111,10 +115,11 @@ impl Batch {
         let id = gens.next_id();
         let after = p.buffer.drain(drain, id, &mut drained);
         if drained.is_empty() {
-            spare.keep(BatchVecs { entries, drained }, p.buffer.stripe_count());
+            let vecs = BatchVecs { entries, drained };
+            spare.keep(vecs, p.buffer.stripe_count(), gens.peak());
             return None;
         }
-        gens.push(drain, id);
+        gens.push(drain, id, after.is_none());
         let n = drained.iter().map(|(_, m)| m.len()).sum();
         entries.reserve(n);
         for (_, map) in &drained {
@@ -202,7 +207,14 @@ impl Batch {
     /// stripes and the memory of released pages leaves the buffer bound.
     /// Every page is thus in the write buffer, or in the cache / on disk,
     /// before its in-flight entry goes.
-    pub(crate) fn retire((batch, is_failed, kept): Settled, p: &Parts<'_>, spare: &SpareBatches) {
+    /// `depth`: the most generations in flight at once so far (how many
+    /// spare maps and vectors are kept).
+    pub(crate) fn retire(
+        (batch, is_failed, kept): Settled,
+        p: &Parts<'_>,
+        spare: &SpareBatches,
+        depth: usize,
+    ) {
         let written = || {
             batch
                 .entries
@@ -230,7 +242,7 @@ impl Batch {
         } = batch;
         let mut total = 0usize;
         for (i, map) in drained.drain(..) {
-            total += p.buffer.retire(i, map);
+            total += p.buffer.retire(i, map, depth);
         }
         debug_assert!(total >= kept, "kept {kept} of {total} bytes");
         p.buffer.uncount(total - kept);
@@ -239,7 +251,11 @@ impl Batch {
         p.buffer
             .pool()
             .put_all(entries.drain(..).map(|(_, page)| page));
-        spare.keep(BatchVecs { entries, drained }, p.buffer.stripe_count());
+        spare.keep(
+            BatchVecs { entries, drained },
+            p.buffer.stripe_count(),
+            depth,
+        );
         if total > 0 {
             // Wake writers waiting for room (see `wait_for_room`): room was
             // freed, or the pages went back to the write buffer, where a

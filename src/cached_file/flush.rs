@@ -259,15 +259,17 @@ impl FlushPipeline {
     /// batch) did not reach the OS (for a commit: or were not synced) and
     /// go back to the write buffer (`Batch::requeue`); the rest did.
     ///
-    /// The generation then retires, but only after every older generation
-    /// did: a younger generation shadows an older one for readers, so
+    /// The generation then retires: at once if it shares no page with an
+    /// older generation in flight, else only after every older generation
+    /// did (a younger generation shadows an older one for readers, so
     /// removing it first would let a reader find the older version of a
-    /// page.
+    /// page).
     pub(crate) fn settle(&self, p: &Parts<'_>, batch: Batch) {
         let id = batch.id;
         let settled = batch.into_settled(p);
-        self.gens
-            .settle(id, settled, |s| Batch::retire(s, p, &self.spare));
+        self.gens.settle(id, settled, |s| {
+            Batch::retire(s, p, &self.spare, self.gens.peak())
+        });
     }
 
     /// Settles a batch all of whose pages failed.

@@ -9,9 +9,15 @@
 //!
 //! Invariants:
 //! - generations are numbered and queued in drain order (every drain is
-//!   made with the drain lock held), and retire in that order: a younger
-//!   generation shadows an older one for readers, so removing it first
-//!   would let a reader find the older version of a page;
+//!   made with the drain lock held). A generation that shares a page with
+//!   an older one in flight retires only after every older generation
+//!   has: a younger generation shadows an older one for readers, so
+//!   removing it first would let a reader find the older version of a
+//!   page. One that shares no page with any older generation in flight
+//!   (none held one of its pages when it drained, and older generations
+//!   gain no pages) retires as soon as it settles: no reader can find an
+//!   older version of its pages in flight, and an `fdatasync` stalled in
+//!   an older generation does not hold its pages and maps;
 //! - a generation counts as written once its writes completed, whether or
 //!   not they succeeded; a failed write records that its pages went back
 //!   to the write buffer ([`log_requeue`](Generations::log_requeue))
@@ -25,7 +31,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use crate::sync::{AtomicU64, Condvar, Mutex};
+use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex};
 
 /// Proof that the flush pipeline's drain lock is held. Only the state
 /// under that lock (`FileSize`) owns one, and lends it out as
@@ -51,6 +57,9 @@ pub(crate) struct Generations<T> {
     settled: Condvar,
     /// The next generation's number. Written only with the drain lock held.
     next: AtomicU64,
+    /// The most generations in flight at once so far: how many spare maps
+    /// and batch vectors a steady load goes round with.
+    peak: AtomicUsize,
 }
 
 struct Queue<T> {
@@ -75,6 +84,9 @@ struct Queue<T> {
 struct Generation<T> {
     id: u64,
     written: bool,
+    /// No older generation in flight holds one of its pages: it retires
+    /// as soon as it settles (see the module docs).
+    alone: bool,
     done: Option<T>,
 }
 
@@ -90,6 +102,7 @@ impl<T> Generations<T> {
             written: Condvar::new(),
             settled: Condvar::new(),
             next: AtomicU64::new(0),
+            peak: AtomicUsize::new(0),
         }
     }
 
@@ -112,14 +125,25 @@ impl<T> Generations<T> {
     }
 
     /// Queues generation `id` (the one [`next_id`](Self::next_id) gave,
-    /// with the drain lock held), not yet written.
-    pub(crate) fn push(&self, _drain: &DrainHeld, id: u64) {
+    /// with the drain lock held), not yet written. `alone`: no older
+    /// generation in flight holds one of its pages (it retires as soon as
+    /// it settles).
+    pub(crate) fn push(&self, _drain: &DrainHeld, id: u64, alone: bool) {
         self.next.store(id + 1, Ordering::Release);
-        self.state.lock().queue.push_back(Generation {
+        let mut g = self.state.lock();
+        g.queue.push_back(Generation {
             id,
             written: false,
+            alone,
             done: None,
         });
+        self.peak.fetch_max(g.queue.len(), Ordering::Relaxed);
+    }
+
+    /// The most generations that have been in flight at once.
+    #[inline]
+    pub(crate) fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
     }
 
     /// Records that the failed pages of the generation drained as
@@ -186,18 +210,25 @@ impl<T> Generations<T> {
         self.state.lock().queue.is_empty()
     }
 
-    /// Settles generation `id` with `done`, then retires every settled
-    /// generation at the front of the queue, oldest first, with `retire`
-    /// (under this lock), and wakes `set_len` when none is left.
+    /// Settles generation `id` with `done`: it retires at once with
+    /// `retire` (under this lock) if it shares no page with an older
+    /// generation in flight; then every settled generation at the front of
+    /// the queue retires, oldest first. Wakes `set_len` when none is left.
     pub(crate) fn settle(&self, id: u64, done: T, mut retire: impl FnMut(T)) {
         let mut g = self.state.lock();
-        let slot = g
+        let at = g
             .queue
-            .iter_mut()
-            .find(|x| x.id == id)
+            .iter()
+            .position(|x| x.id == id)
             .expect("generation registered at drain");
-        slot.done = Some(done);
         let mut retired = false;
+        if g.queue[at].alone && at > 0 {
+            g.queue.remove(at);
+            retire(done);
+            retired = true;
+        } else {
+            g.queue[at].done = Some(done);
+        }
         while g.queue.front().is_some_and(|x| x.done.is_some()) {
             let done = g.queue.pop_front().and_then(|x| x.done).expect("checked");
             retire(done);

@@ -18,8 +18,11 @@
 //! reader holding that lock sees it in one of the two. It leaves 2 only
 //! after its write completed (and, for a commit round, after the round's
 //! `fdatasync`), and after the read cache was updated, so a reader that
-//! misses 1 and 2 finds it in 3 or 4. Generations retire in drain order, so
-//! a younger version of a page in flight always shadows an older one.
+//! misses 1 and 2 finds it in 3 or 4. A generation holding a page an older
+//! one in flight also holds retires only after every older generation
+//! has, so a younger version of a page in flight always shadows an older
+//! one; a generation that shares no page with an older one in flight
+//! retires as soon as it settles.
 //!
 //! # The components
 //!

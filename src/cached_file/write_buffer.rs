@@ -39,10 +39,11 @@ use crate::buffer::{AlignedBuf, BufferPool, UniqueBuf};
 use crate::error::{Error, Result};
 use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, ThreadId, current_thread_id};
 
-/// Emptied maps a stripe keeps for its next drains (`Stripe::spare`): a
-/// commit pipeline has generations being written, one or two syncing and
-/// one settling, each holding a map.
-const SPARE_MAPS: usize = 4;
+/// Fewest and most emptied maps a stripe keeps for its next drains
+/// (`Stripe::spare`): as many as generations have been in flight at once
+/// (each holds a map: rounds being written, syncing and settling, or one
+/// per committer writing its own), within these bounds.
+const SPARE_MAPS: std::ops::RangeInclusive<usize> = 4..=64;
 
 /// Largest capacity (pages) of a map kept as a spare: one grown by a bulk
 /// flush is dropped, so the maps that go round stay small to iterate.
@@ -86,7 +87,7 @@ pub(crate) struct Stripe {
     flushing: Vec<InFlight>,
     /// Emptied maps of retired generations, each with its one `Arc` and
     /// its capacity: the next drain swaps one in for `dirty`, so a steady
-    /// load allocates no map per drain (at most [`SPARE_MAPS`]).
+    /// load allocates no map per drain (see [`SPARE_MAPS`]).
     spare: Vec<Arc<PageMap>>,
 }
 
@@ -733,7 +734,7 @@ impl WriteBuffer {
     /// flush grew large is freed outside the lock). Returns the bytes of
     /// the pages it held. Every page is in `dirty`, or in the read cache /
     /// on disk, before its in-flight entry goes.
-    pub(crate) fn retire(&self, stripe_no: usize, mut map: Arc<PageMap>) -> usize {
+    pub(crate) fn retire(&self, stripe_no: usize, mut map: Arc<PageMap>, depth: usize) -> usize {
         let total = map.values().map(|p| p.len()).sum::<usize>();
         let mut s = self.stripes[stripe_no].lock();
         s.flushing.retain(|g| !Arc::ptr_eq(&g.pages, &map));
@@ -743,7 +744,7 @@ impl WriteBuffer {
         // Out of `flushing`, the batch held the map's last reference.
         // Emptying it drops its page references, so each page's last
         // reference is the batch's and the pool can take it back.
-        let room = s.spare.len() < SPARE_MAPS;
+        let room = s.spare.len() < depth.clamp(*SPARE_MAPS.start(), *SPARE_MAPS.end());
         match Arc::get_mut(&mut map) {
             Some(m) if room && m.capacity() <= SPARE_MAP_MAX => {
                 m.clear();
