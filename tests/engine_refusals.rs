@@ -32,6 +32,18 @@ fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send
     }
 }
 
+/// Whether a race loop goes on: for at least `min_ms`, and then until
+/// `enough()` says both sides did enough work to mean something (a loaded
+/// machine may starve one of them for a while), a minute at most (the
+/// loop's own assertions then report what was done).
+fn keep_going(started: Instant, min_ms: u64, enough: impl Fn() -> bool) -> bool {
+    let spent = started.elapsed();
+    if spent < Duration::from_millis(min_ms) {
+        return true;
+    }
+    spent < Duration::from_secs(60) && !enough()
+}
+
 // ---- a write racing set_len ----
 
 #[test]
@@ -50,9 +62,11 @@ fn partial_writes_racing_a_shrink_land_before_or_after_it() {
         f.sync().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let errors = Arc::new(AtomicU64::new(0));
+        let writes_so_far = Arc::new(AtomicU64::new(0));
         let at = 100 * PS as u64 + 7;
         let writer = {
             let (f, stop, errors) = (Arc::clone(&f), Arc::clone(&stop), Arc::clone(&errors));
+            let writes_so_far = Arc::clone(&writes_so_far);
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -74,11 +88,14 @@ fn partial_writes_racing_a_shrink_land_before_or_after_it() {
                         errors.fetch_add(1, Ordering::Relaxed);
                     }
                     n += 1;
+                    writes_so_far.store(n, Ordering::Relaxed);
                 }
                 n
             })
         };
-        let deadline = Instant::now() + Duration::from_millis(1500);
+        // At least 1.5 s, and until both sides did enough (a loaded machine
+        // may starve one for a while); a minute at most.
+        let started = Instant::now();
         let mut cuts = 0u64;
         // A shrink over the page while the writer holds its guard is
         // refused (Busy) and changes nothing: try again.
@@ -88,7 +105,9 @@ fn partial_writes_racing_a_shrink_land_before_or_after_it() {
                 r => break r.unwrap(),
             }
         };
-        while Instant::now() < deadline {
+        while keep_going(started, 1500, || {
+            cuts > 10 && writes_so_far.load(Ordering::Relaxed) > 10
+        }) {
             set_len(PS as u64);
             set_len(1 << 20);
             f.sync().unwrap();
@@ -146,9 +165,11 @@ fn a_write_racing_a_shrink_never_brings_back_bytes_the_shrink_cut() {
             n
         })
     };
-    let deadline = Instant::now() + Duration::from_millis(2000);
+    let started = Instant::now();
     let (mut rounds, mut seen) = (0u64, 0u64);
-    while Instant::now() < deadline {
+    while keep_going(started, 2000, || {
+        rounds > 100 && written.load(Ordering::Acquire) > 100 && seen > 0
+    }) {
         f.write_all_at(page, &[0xAB; PS]).unwrap();
         f.sync().unwrap();
         // The page is clean and cached: read it so a cache hit is certain.
@@ -210,10 +231,12 @@ fn a_close_refused_as_busy_leaves_the_file_open_for_every_thread() {
     let guard_file = Arc::clone(&f);
     let stop = Arc::new(AtomicBool::new(false));
     let closed_seen = Arc::new(AtomicU64::new(0));
+    let calls_so_far = Arc::new(AtomicU64::new(0));
     let others: Vec<_> = (0..2u64)
         .map(|t| {
             let (f, stop, closed_seen) =
                 (Arc::clone(&f), Arc::clone(&stop), Arc::clone(&closed_seen));
+            let calls_so_far = Arc::clone(&calls_so_far);
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -231,6 +254,7 @@ fn a_close_refused_as_busy_leaves_the_file_open_for_every_thread() {
                         }
                     }
                     n += 1;
+                    calls_so_far.fetch_add(1, Ordering::Relaxed);
                 }
                 n
             })
@@ -238,8 +262,10 @@ fn a_close_refused_as_busy_leaves_the_file_open_for_every_thread() {
         .collect();
     let g = guard_file.write(PS as u64, PS).unwrap();
     let mut refused = 0;
-    let deadline = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < deadline {
+    let started = Instant::now();
+    while keep_going(started, 500, || {
+        refused > 100 && calls_so_far.load(Ordering::Relaxed) > 10
+    }) {
         match f.close() {
             Err(Error::Busy { offset }) => {
                 assert_eq!(offset, PS as u64);

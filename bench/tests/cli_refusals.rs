@@ -230,7 +230,9 @@ fn an_interrupted_io_run_removes_the_file_it_created() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // A bounded wait for the job to start (a minute: a loaded machine may
+    // be slow to start a process).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !f.exists() || std::fs::metadata(&f).unwrap().len() == 0 {
         assert!(std::time::Instant::now() < deadline, "io never started");
         std::thread::sleep(std::time::Duration::from_millis(10));

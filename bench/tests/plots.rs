@@ -256,7 +256,6 @@ fn an_unwritable_plot_path_fails_before_the_benchmark_runs() {
         d.path().join("missing-dir/s.svg"),
         d.path().to_path_buf(), // a directory
     ] {
-        let started = std::time::Instant::now();
         let out = Command::new(env!("CARGO_BIN_EXE_pagewriter"))
             .args(["scale", "--threads", "1", "--duration", "5", "--path"])
             .arg(d.path())
@@ -271,7 +270,6 @@ fn an_unwritable_plot_path_fails_before_the_benchmark_runs() {
             !err.contains("repeat 1"),
             "a cell ran before the check: {err}"
         );
-        assert!(started.elapsed() < Duration::from_secs(5));
     }
     let ro = d.path().join("ro");
     std::fs::create_dir(&ro).unwrap();

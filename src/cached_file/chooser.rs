@@ -174,6 +174,10 @@ pub(crate) struct Chooser {
     direct_commits: AtomicU64,
     switches: AtomicU64,
     state: Mutex<Decision>,
+    /// An epoch of a slow load ends after this long ([`EPOCH_MAX`]; the
+    /// unit tests set their own, so their verdicts do not depend on how
+    /// fast the machine runs them).
+    epoch_max: Duration,
 }
 
 struct Decision {
@@ -206,6 +210,7 @@ impl Chooser {
             warmup: AtomicUsize::new(0),
             direct_commits: AtomicU64::new(0),
             switches: AtomicU64::new(0),
+            epoch_max: EPOCH_MAX,
             state: Mutex::new(Decision {
                 started: Instant::now(),
                 incumbent: first,
@@ -258,7 +263,7 @@ impl Chooser {
         } else if n >= min && n.is_multiple_of(min) {
             // A slow load: end the epoch on time.
             if let Some(st) = self.state.try_lock()
-                && st.started.elapsed() >= EPOCH_MAX
+                && st.started.elapsed() >= self.epoch_max
             {
                 drop(st);
                 self.end_epoch();
@@ -337,6 +342,15 @@ impl Chooser {
 mod tests {
     use super::*;
 
+    /// An `Auto` chooser whose epochs end by count only, whatever the
+    /// machine's speed.
+    fn counting() -> Chooser {
+        Chooser {
+            epoch_max: Duration::MAX,
+            ..Chooser::new(CommitStrategy::Auto)
+        }
+    }
+
     /// Feeds `n` commits of `us` µs going the way the chooser picks, and
     /// checks they all went `way`.
     fn feed(c: &Chooser, way: Way, n: usize, us: u64) {
@@ -348,7 +362,7 @@ mod tests {
 
     #[test]
     fn auto_switches_after_two_winning_probes_and_backs_off_after_losing_ones() {
-        let c = Chooser::new(CommitStrategy::Auto);
+        let c = counting();
         assert_eq!(c.way(), Way::Group, "group commit first");
         // Group at 100 µs: after PROBE_EVERY epochs, a probe of direct.
         feed(&c, Way::Group, PROBE_EVERY as usize * EPOCH_COMMITS, 100);
@@ -381,7 +395,7 @@ mod tests {
 
     #[test]
     fn a_probe_within_the_noise_never_switches() {
-        let c = Chooser::new(CommitStrategy::Auto);
+        let c = counting();
         for _ in 0..6 {
             while c.way() == Way::Group {
                 c.record(Way::Group, Duration::from_micros(100));
@@ -406,5 +420,21 @@ mod tests {
             }
             assert_eq!(c.switches(), 0);
         }
+    }
+
+    #[test]
+    fn a_slow_load_ends_its_epoch_on_time() {
+        // An epoch past its time ends at the next multiple of the fewest
+        // commits that count, long before its full count.
+        let c = Chooser {
+            epoch_max: Duration::ZERO,
+            ..Chooser::new(CommitStrategy::Auto)
+        };
+        for _ in 0..PROBE_EVERY {
+            feed(&c, Way::Group, EPOCH_MIN_COMMITS, 100);
+        }
+        // PROBE_EVERY epochs of group ended on time (by count each would
+        // have taken EPOCH_COMMITS): the next one probes.
+        assert_eq!(c.way(), Way::Direct);
     }
 }

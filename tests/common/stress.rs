@@ -33,6 +33,9 @@ use std::time::{Duration, Instant};
 use pagewriter::testing::Rng;
 use pagewriter::{Config, Error, PagedCachedFile, WritablePage};
 
+/// Engine calls a phase makes at least before it ends (see `run`).
+pub const MIN_OPS_PER_PHASE: u64 = 500;
+
 /// How big and how long.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -303,7 +306,22 @@ pub fn run(path: &Path, cfg: &Config, plan: &Plan) -> Report {
                 })
                 .collect();
             let cutter = s.spawn(|| cutter(&sh));
-            std::thread::sleep(plan.phase);
+            // The phase's time, and then until the workers and the cutter
+            // have done enough for the run's checks to mean something (a
+            // loaded machine may starve a thread for a while); a minute
+            // past its time at most.
+            let phase_started = Instant::now();
+            loop {
+                std::thread::sleep(Duration::from_millis(10));
+                let spent = phase_started.elapsed();
+                let enough = sh.ops.load(Ordering::Relaxed) >= MIN_OPS_PER_PHASE
+                    && sh.refusals.load(Ordering::Relaxed) > 0
+                    && !sh.cuts.lock().unwrap().is_empty();
+                if (spent >= plan.phase && enough) || spent >= plan.phase + Duration::from_secs(60)
+                {
+                    break;
+                }
+            }
             sh.stop.store(true, Ordering::SeqCst);
             for w in workers {
                 parts.push(w.join().expect("a worker panicked"));
