@@ -70,16 +70,11 @@ struct Recovery {
 }
 
 impl KvLog {
-    /// Opens (or creates) the log at `path` and rebuilds the index. Waits
-    /// up to 2 s for the lock: right after a `kill -9`, the dead writer's
-    /// io_uring ring (the default engine) holds the file, and its lock,
-    /// until the kernel has torn the ring down.
+    /// Opens (or creates) the log at `path` and rebuilds the index. Right
+    /// after a `kill -9` of the previous writer the file opens at once: a
+    /// dead process holds no lock.
     fn open(path: &Path) -> Res<(KvLog, Recovery)> {
-        let file = PagedCachedFile::open_with(
-            path,
-            &OpenOptions::new().lock_wait(std::time::Duration::from_secs(2)),
-            config()?,
-        )?;
+        let file = PagedCachedFile::open_with(path, &OpenOptions::new(), config()?)?;
         let pages = file.len().div_ceil(PAGE as u64);
         let mut index = HashMap::new();
         let mut rec = Recovery::default();

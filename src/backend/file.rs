@@ -63,11 +63,14 @@ impl OpenOptions {
     }
 
     /// How long to retry a lock held elsewhere before giving up (polled
-    /// every millisecond). Default zero: fail at once. An engine restarting
-    /// after its process was killed may want a second or so: a killed
-    /// process's io_uring ring holds its registered file, and with it the
-    /// lock, until the kernel's deferred ring teardown has finished the
-    /// writes that were in flight, which usually takes milliseconds.
+    /// every millisecond), for an engine that expects another holder to
+    /// let go soon. Default zero: a live holder is refused at once
+    /// ([`Error::Locked`](crate::Error::Locked)). A holder that died
+    /// (`kill -9` included) holds nothing: the lock is on a description
+    /// only its process references, and its io_uring ring (which the
+    /// kernel tears down a few milliseconds after the process is gone)
+    /// holds a description of its own, so a restarted engine opens its
+    /// file at once without a wait.
     pub fn lock_wait(mut self, wait: std::time::Duration) -> Self {
         self.lock_wait = wait;
         self
@@ -146,6 +149,16 @@ impl OpenOptions {
             }
         }
     }
+}
+
+/// Another open file description of `file` with its access mode and
+/// `O_DIRECT` flag (Linux, through `/proc/self/fd`). No lock taken on
+/// `file` reaches it. `None` where the platform cannot reopen a
+/// descriptor.
+///
+/// Errors: the reopen's (`ENOENT` where `/proc` is not mounted).
+pub(crate) fn reopen_description(file: &File) -> io::Result<Option<File>> {
+    sys::reopen(file)
 }
 
 /// A regular file. Writes go straight to the OS (no buffering here).
@@ -256,7 +269,7 @@ impl FileBackend {
     pub fn with_sync_lanes(mut self, lanes: usize) -> io::Result<Self> {
         self.lanes.clear();
         for _ in 1..lanes.max(1) {
-            match sys::reopen_for_sync(&self.file, self.read_only)? {
+            match sys::reopen(&self.file)? {
                 Some(lane) => self.lanes.push(lane),
                 None => break,
             }

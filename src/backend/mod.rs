@@ -29,6 +29,7 @@ mod sys;
 pub use crate::error::short_error;
 pub use device::{AtomicUnit, DioAlign, IOV_MAX};
 pub use engine::{DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
+pub(crate) use file::reopen_description;
 pub use file::{
     DEFAULT_MAX_WRITE_BYTES, FileBackend, OpenOptions, SyscallCounts, free_space, queue_attr,
 };

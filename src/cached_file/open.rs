@@ -542,6 +542,15 @@ fn uring_writer(
             Error::io("io_uring setup", None, e.into())
         }
     };
+    // The ring holds an open file description of its own, not the one
+    // the open's lock is on: a killed process's ring keeps what it
+    // registered until the kernel's deferred teardown, and the lock must
+    // not outlive the process (a restarted engine opens its file at once).
+    // Its requests are finished before the process's exit completes, so
+    // none lands after a successor opened the file. Where the file cannot
+    // be reopened (no /proc) the ring shares the locked description.
+    let own = crate::backend::reopen_description(file).ok().flatten();
+    let file = own.as_ref().unwrap_or(file);
     let bufs = bounce_buffers(bounce, bounce_len, align)?;
     let ring = match SlotRing::new(file, opts, bufs) {
         Err(e) if e.stage == "register buffers" => {

@@ -137,7 +137,7 @@ pub(crate) fn write_atomic_at(
 
 /// `None`: one sync lane here (no `/proc/self/fd` to reopen through, and
 /// `F_FULLFSYNC` flushes the whole drive whichever descriptor asks).
-pub(crate) fn reopen_for_sync(_file: &File, _read_only: bool) -> io::Result<Option<File>> {
+pub(crate) fn reopen(_file: &File) -> io::Result<Option<File>> {
     Ok(None)
 }
 

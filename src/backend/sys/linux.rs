@@ -235,18 +235,28 @@ fn pwritev2(file: &File, iov: &[libc::iovec], offset: u64, flags: i32) -> io::Re
     Ok(rc as usize)
 }
 
-/// Another open file description of `file` for a sync lane (through
-/// `/proc/self/fd`), read-only for a read-only file (`fdatasync` takes any
-/// descriptor; a read-only open never asks for write access).
+/// Another open file description of `file` (through `/proc/self/fd`),
+/// with the same access mode and `O_DIRECT` flag (`fcntl(F_GETFL)`): a
+/// read-only file is reopened read-only, never asking for write access.
+/// Locks taken on `file` do not reach it, and it lives as long as its own
+/// references.
 ///
-/// Errors: the reopen's (`ENOENT` where `/proc` is not mounted).
-pub(crate) fn reopen_for_sync(file: &File, read_only: bool) -> io::Result<Option<File>> {
-    let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
-    std::fs::OpenOptions::new()
-        .read(read_only)
-        .write(!read_only)
-        .open(&proc_path)
-        .map(Some)
+/// Errors: `F_GETFL`'s; the reopen's (`ENOENT` where `/proc` is not
+/// mounted).
+pub(crate) fn reopen(file: &File) -> io::Result<Option<File>> {
+    let fd = file.as_raw_fd();
+    // SAFETY: F_GETFL takes only the descriptor, which `file` keeps open
+    // for the whole call; it writes nothing.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let access = flags & libc::O_ACCMODE;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(access != libc::O_WRONLY)
+        .write(access != libc::O_RDONLY)
+        .custom_flags(flags & libc::O_DIRECT);
+    o.open(format!("/proc/self/fd/{fd}")).map(Some)
 }
 
 /// The file system's largest file length (`s_maxbytes`) for `file`, found

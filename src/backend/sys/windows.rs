@@ -171,7 +171,7 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<us
 }
 
 /// `None`: one sync lane here.
-pub(crate) fn reopen_for_sync(_file: &File, _read_only: bool) -> io::Result<Option<File>> {
+pub(crate) fn reopen(_file: &File) -> io::Result<Option<File>> {
     Ok(None)
 }
 
