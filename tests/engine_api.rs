@@ -10,6 +10,7 @@ use common::{page, tag_of};
 use pagewriter::testing::CrashBackend;
 use pagewriter::{
     Config, DirectIo, Error, MemoryBackend, OpenOptions, PagedCachedFile, StorageBackend,
+    TornWrites,
 };
 
 const PS: usize = 4096;
@@ -648,4 +649,66 @@ fn refresh_follows_another_handles_writes_and_length() {
         assert!(matches!(b.refresh(), Err(Error::Closed)));
         a.close().unwrap();
     }
+}
+
+// ---- page size on reopen ----
+
+/// The data file keeps no page size: a file written with 4 KiB pages
+/// reads the same at 8 KiB pages, and its length need not be a whole
+/// number of the new pages. A doublewrite area holding records of 4 KiB
+/// pages (a crash may have torn the pages they copy) refuses an open at 8
+/// KiB with a typed error naming both sizes and changes nothing; the open
+/// at 4 KiB repairs from it as always.
+#[test]
+fn a_reopen_at_another_page_size_reads_the_same_bytes_and_never_drops_repairs() {
+    let d = dir();
+    let path = d.path().join("ps");
+    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
+    for p in 0..3u64 {
+        f.write_page(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+    }
+    f.close().unwrap();
+    let big = Config::default().page_size(8192);
+    let f = PagedCachedFile::open(&path, big.clone()).unwrap();
+    assert_eq!(f.len(), 3 * 4096);
+    let mut all = vec![0u8; 3 * 4096];
+    f.read_exact_at(0, &mut all).unwrap();
+    assert!(
+        all.chunks(4096)
+            .enumerate()
+            .all(|(p, c)| c.iter().all(|&b| b == p as u8 + 1))
+    );
+    f.close().unwrap();
+
+    // Records of 4 KiB pages left in the area: a drop without close.
+    let path = d.path().join("dw");
+    let small = Config::default().torn_writes(TornWrites::DoubleWrite);
+    let f = PagedCachedFile::open(&path, small.clone()).unwrap();
+    f.write_page(0, &[7u8; 4096]).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let area = d.path().join("dw.dblwr");
+    let (file_before, area_before) = (std::fs::read(&path).unwrap(), std::fs::read(&area).unwrap());
+    assert!(!area_before.is_empty(), "the area holds the record");
+    let refused = PagedCachedFile::open(&path, small.clone().page_size(8192));
+    match refused {
+        Err(Error::InvalidConfig(m)) => {
+            assert!(m.contains("8192") && m.contains("4096"), "{m}")
+        }
+        other => panic!("an open at 8 KiB over an area of 4 KiB records: {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        file_before,
+        "the file changed"
+    );
+    assert_eq!(
+        std::fs::read(&area).unwrap(),
+        area_before,
+        "the area changed"
+    );
+    let f = PagedCachedFile::open(&path, small).unwrap();
+    assert_eq!(f.recovery().records, 1, "{:?}", f.recovery());
+    assert!(f.read(0, 4096).unwrap().iter().all(|&b| b == 7));
+    f.close().unwrap();
 }

@@ -42,8 +42,11 @@
 //! area. A record with a bad checksum (the tail a crash cut short: its
 //! pages never went in place, since in-place writes start only after the
 //! record is durable) ends the scan with a warning; an area of another
-//! file (device and inode differ) or another page size is reported and not
-//! applied.
+//! file (device and inode differ) is reported and not applied. An area of this file holding records of another page size
+//! refuses the open instead (nothing is changed): skipping its records and
+//! emptying the area would throw away the copies of pages a crash may have
+//! torn; the open with the page size the records were written with repairs
+//! them.
 
 use std::collections::BTreeSet;
 use std::io::{self, IoSlice};
@@ -286,6 +289,19 @@ impl Area {
     }
 }
 
+/// The area holds records of this page size (bytes), not the one the file
+/// is opened with.
+#[derive(Debug)]
+struct OtherPageSize(usize);
+
+impl std::fmt::Display for OtherPageSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "records of {} B pages", self.0)
+    }
+}
+
+impl std::error::Error for OtherPageSize {}
+
 /// One whole record read back.
 struct Record {
     seq: u64,
@@ -296,6 +312,9 @@ struct Record {
 
 /// Reads the records of `area` from offset 0 (see the module docs).
 /// Returns them and the warnings.
+///
+/// Errors: the area's reads; [`OtherPageSize`] (as the error's inner
+/// error) for records of this file written with another page size.
 fn read_records(
     area: &dyn StorageBackend,
     page_size: usize,
@@ -361,10 +380,10 @@ fn read_records(
             return Ok((Vec::new(), warnings));
         }
         if ps != page_size {
-            warnings.push(format!(
-                "the area was written with {ps} B pages, the file is opened with {page_size} B pages; not applied"
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                OtherPageSize(ps),
             ));
-            return Ok((Vec::new(), warnings));
         }
         let mut pages = Vec::with_capacity(count);
         let mut data_at = at + HEADER as u64 + table_len;
@@ -412,8 +431,19 @@ pub(crate) fn recover(
 ) -> Result<(Recovery, u64)> {
     let io = |op| move |e| Error::io(op, None, e);
     let ident = file_identity(backend);
-    let (records, warnings) =
-        read_records(area, page_size, ident).map_err(io("doublewrite recovery: read area"))?;
+    let (records, warnings) = match read_records(area, page_size, ident) {
+        Ok(read) => read,
+        Err(e) => {
+            if let Some(OtherPageSize(ps)) = e.get_ref().and_then(|i| i.downcast_ref()) {
+                return Err(Error::InvalidConfig(format!(
+                    "page_size {page_size}: the doublewrite area beside this file holds records of \
+                     {ps} B pages (pages a crash may have torn, not yet repaired); open it with \
+                     page_size({ps}) once to repair them, then with any page size"
+                )));
+            }
+            return Err(Error::io("doublewrite recovery: read area", None, e));
+        }
+    };
     let mut report = Recovery {
         records: records.len(),
         pages: records.iter().map(|r| r.pages.len()).sum(),
