@@ -8,34 +8,34 @@
 //!
 //! ```
 //! use pagewriter::{Config, PagedCachedFile};
-//! # fn main() -> pagewriter::Result<()> {
-//! # let dir = tempfile::tempdir().unwrap();
-//! # let path = dir.path().join("data.db");
 //!
-//! let file = PagedCachedFile::open(&path, Config::default())?;
-//! // Threads write pages and commit; commits that arrive together share
-//! // one write per run of contiguous pages and one fdatasync.
-//! std::thread::scope(|s| {
-//!     for t in 0..4u64 {
-//!         let file = &file;
-//!         s.spawn(move || {
-//!             file.write_page(t * 4096, &[t as u8; 4096]).unwrap();
-//!             file.sync().unwrap(); // durable when it returns
-//!         });
+//! fn main() -> pagewriter::Result<()> {
+//!     let path = std::env::temp_dir().join(format!("crate-doc-{}.db", std::process::id()));
+//!     let file = PagedCachedFile::open(&path, Config::default())?;
+//!     // Threads write pages and commit; commits that arrive together share
+//!     // one write per run of contiguous pages and one fdatasync.
+//!     std::thread::scope(|s| {
+//!         for t in 0..4u64 {
+//!             let file = &file;
+//!             s.spawn(move || {
+//!                 file.write_page(t * 4096, &[t as u8; 4096]).unwrap();
+//!                 file.sync().unwrap(); // durable when it returns
+//!             });
+//!         }
+//!     });
+//!     {
+//!         // A guard over the newest bytes of a page; dropping it buffers them.
+//!         let mut page = file.write(4096, 4096)?;
+//!         page[..5].copy_from_slice(b"hello");
 //!     }
-//! });
-//! {
-//!     // A guard over the newest bytes of a page; dropping it buffers them.
-//!     let mut page = file.write(4096, 4096)?;
-//!     page[..5].copy_from_slice(b"hello");
-//! }
-//! file.close()?; // syncs what is buffered
+//!     file.close()?; // syncs what is buffered
 //!
-//! let file = PagedCachedFile::open(&path, Config::default())?;
-//! assert_eq!(&file.read(4096, 4096)?[..5], b"hello");
-//! assert!(file.read(3 * 4096, 4096)?.iter().all(|&b| b == 3));
-//! # Ok(())
-//! # }
+//!     let file = PagedCachedFile::open(&path, Config::default())?;
+//!     assert_eq!(&file.read(4096, 4096)?[..5], b"hello");
+//!     assert!(file.read(3 * 4096, 4096)?.iter().all(|&b| b == 3));
+//!     file.close()?;
+//!     std::fs::remove_file(&path).map_err(|e| pagewriter::Error::io("remove", None, e))
+//! }
 //! ```
 //!
 //! Where things are: [`PagedCachedFile`] is a composition of components

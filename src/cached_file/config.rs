@@ -70,7 +70,13 @@ pub struct Config {
     /// Alignment of page memory in bytes; a power of two. Default 4096
     /// (enough for `O_DIRECT` on any common device).
     pub page_align: usize,
-    /// `O_DIRECT` or buffered. Default [`DirectIo::Off`].
+    /// `O_DIRECT` or buffered. Default [`DirectIo::Off`]: buffered I/O
+    /// works on every file system (tmpfs refuses `O_DIRECT`) and with any
+    /// page size. An engine that keeps its own cache and wants to bypass
+    /// the page cache sets [`DirectIo::On`] (refused where the file cannot
+    /// have it) or [`DirectIo::Auto`] (falls back to buffered, and
+    /// [`PagedCachedFile::io_mode`](crate::PagedCachedFile::io_mode) says
+    /// why).
     pub direct: DirectIo,
     /// Most commit rounds in `fdatasync` at once, 1..=[`MAX_SYNC_LANES`] (capped by the
     /// backend's [`sync_lanes`](crate::StorageBackend::sync_lanes)).

@@ -476,10 +476,14 @@ impl PagedCachedFile {
     /// Hands every buffered page to the OS: drain, sort, coalesce, one write
     /// call per run. Not durable; see [`sync`](Self::sync).
     ///
-    /// Errors: [`Error::Closed`], [`Error::Poisoned`], `Error::Io` from a
-    /// write. On a write error the pages that were not written stay dirty
-    /// (unless a newer version was written meanwhile) and a later flush
-    /// retries them.
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`];
+    /// [`Error::PagesFailed`] when some pages could not be written (it
+    /// names their byte ranges and the call that failed; every other page
+    /// was written; the failed ones stay dirty, unless a newer version was
+    /// written meanwhile, and a later flush retries them); `Error::Io`
+    /// when the file could not be extended to its length (op "ftruncate")
+    /// or, with grow-ahead, its window could not (op "grow-ahead trailer",
+    /// or "fdatasync", which poisons the file).
     pub fn flush(&self) -> Result<()> {
         if self.life.is_read_only() && !self.life.is_closed() {
             return Ok(());
@@ -493,15 +497,22 @@ impl PagedCachedFile {
     /// so does the length [`len`](Self::len) reported before the call (a
     /// file whose last pages were discarded is extended to it with zeros).
     ///
-    /// Group commit: concurrent callers share one flush and one
-    /// `fdatasync`. One caller leads a round; the others wait for it and
-    /// return with its result. If nothing was written since the last
-    /// `fdatasync`, none is issued.
+    /// How, as [`Config::commit_strategy`](crate::Config::commit_strategy)
+    /// says: a group commit round (concurrent callers share one flush and
+    /// one `fdatasync`; one caller leads, the others wait and return with
+    /// its result) or a direct commit (the caller writes what is buffered
+    /// from its own thread and `fdatasync`s, beside other callers doing the
+    /// same); the default `Auto` measures both and keeps the faster. Either
+    /// way, no `fdatasync` is issued when one that began after this call's
+    /// writes completed has already returned.
     ///
     /// Errors: [`Error::Closed`]; [`Error::Poisoned`] if an earlier
-    /// `fdatasync` failed; `Error::Io` from a write (pages stay dirty, a later
-    /// `sync` retries) or from `fdatasync` (the file is poisoned from then
-    /// on; the pages of that round stay in memory and readable).
+    /// `fdatasync` failed; [`Error::PagesFailed`] when some pages could not
+    /// be written (it names them; every other page was still made durable;
+    /// the failed ones stay dirty and a later `sync` retries them); as
+    /// [`flush`](Self::flush) for the file's length; `Error::Io` with op
+    /// "fdatasync" when the `fdatasync` failed (the file is poisoned from
+    /// then on; the pages of that commit stay in memory and readable).
     pub fn sync(&self) -> Result<()> {
         if self.life.is_read_only() && !self.life.is_closed() {
             // Nothing can have been written.
