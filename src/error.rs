@@ -141,6 +141,17 @@ pub enum Error {
         /// Why not.
         why: String,
     },
+    /// Opening a file at a path failed: the file itself, its doublewrite
+    /// area, or a further description of it.
+    Open {
+        /// What was being opened: "open", "open O_DIRECT", "open
+        /// doublewrite area", "reopen for sync lanes".
+        op: &'static str,
+        /// The path, as given (the area's: the file's with `.dblwr`).
+        path: std::path::PathBuf,
+        /// The operating system's error.
+        source: Arc<io::Error>,
+    },
     /// An I/O call failed.
     Io {
         /// What was being done: "pwritev", "pwrite", "pread", "fdatasync", ...
@@ -162,10 +173,21 @@ impl Error {
         }
     }
 
+    /// An open of the file at `path` that failed.
+    pub fn open(op: &'static str, path: &std::path::Path, source: io::Error) -> Self {
+        Error::Open {
+            op,
+            path: path.to_path_buf(),
+            source: Arc::new(source),
+        }
+    }
+
     /// The `io::ErrorKind` of an I/O error, `None` for other variants.
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
-            Error::Io { source, .. } | Error::PagesFailed { source, .. } => Some(source.kind()),
+            Error::Io { source, .. }
+            | Error::Open { source, .. }
+            | Error::PagesFailed { source, .. } => Some(source.kind()),
             _ => None,
         }
     }
@@ -174,7 +196,9 @@ impl Error {
     /// error code where there is one (a copy: the source is shared).
     pub(crate) fn to_io(&self) -> io::Error {
         match self {
-            Error::Io { source, .. } | Error::PagesFailed { source, .. } => copy_io(source),
+            Error::Io { source, .. }
+            | Error::Open { source, .. }
+            | Error::PagesFailed { source, .. } => copy_io(source),
             other => io::Error::new(io::Error::from(other.clone()).kind(), other.to_string()),
         }
     }
@@ -266,6 +290,9 @@ impl fmt::Display for Error {
                 platform,
                 why,
             } => write!(f, "{setting} is not available on {platform}: {why}"),
+            Error::Open { op, path, source } => {
+                write!(f, "{op} {} failed: {source}", path.display())
+            }
             Error::Io {
                 op,
                 offset: Some(off),
@@ -283,7 +310,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io { source, .. } | Error::PagesFailed { source, .. } => Some(&**source),
+            Error::Io { source, .. }
+            | Error::Open { source, .. }
+            | Error::PagesFailed { source, .. } => Some(&**source),
             _ => None,
         }
     }
@@ -292,7 +321,7 @@ impl std::error::Error for Error {
 impl From<Error> for io::Error {
     fn from(e: Error) -> Self {
         match e {
-            Error::Io { source, .. } => {
+            Error::Io { source, .. } | Error::Open { source, .. } => {
                 Arc::try_unwrap(source).unwrap_or_else(|shared| copy_io(&shared))
             }
             other => {

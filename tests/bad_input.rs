@@ -29,7 +29,7 @@ fn immutable_file_is_a_typed_open_error() {
     let r = PagedCachedFile::open(&path, Config::default());
     let _ = Command::new("chattr").arg("-i").arg(&path).status();
     let err = r.unwrap_err();
-    assert!(matches!(err, Error::Io { op: "open", .. }), "{err}");
+    assert!(matches!(err, Error::Open { op: "open", .. }), "{err}");
     assert_eq!(
         err.io_kind(),
         Some(std::io::ErrorKind::PermissionDenied),

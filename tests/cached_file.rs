@@ -730,9 +730,17 @@ fn drop_flushes_to_the_os() {
 fn file_errors_are_typed() {
     let dir = tempfile::tempdir().unwrap();
     let err = PagedCachedFile::open(dir.path(), Config::default()).unwrap_err();
-    assert!(matches!(err, Error::Io { op: "open", .. }), "{err}");
-    let err = PagedCachedFile::open(dir.path().join("missing/x"), Config::default()).unwrap_err();
+    assert!(matches!(err, Error::Open { op: "open", .. }), "{err}");
+    // The message names the path the caller gave.
+    let shown = dir.path().display().to_string();
+    assert!(err.to_string().contains(&shown), "{err}");
+    let missing = dir.path().join("missing/x");
+    let err = PagedCachedFile::open(&missing, Config::default()).unwrap_err();
     assert_eq!(err.io_kind(), Some(std::io::ErrorKind::NotFound));
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
 
     // Truncated by someone else while open: a typed read error, no panic.
     let path = dir.path().join("t");

@@ -90,6 +90,14 @@ fn to_py(e: Error, path: Option<&std::path::Path>) -> PyErr {
             let msg = format!("{op}{at}: {source}");
             os_error(&source, msg, shown)
         }
+        CoreError::Open {
+            op,
+            ref path,
+            ref source,
+        } => {
+            let msg = format!("{op}: {source}");
+            os_error(source, msg, Some(path.display().to_string()))
+        }
         CoreError::PagesFailed { ref source, .. } => {
             let msg = e.to_string();
             os_error(source, msg, shown)

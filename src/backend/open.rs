@@ -17,7 +17,8 @@ use crate::error::{Error, Result, short_error};
 /// writer, the I/O worker), so all decide and report `O_DIRECT` the same
 /// way.
 ///
-/// Errors: `Error::Io` with op "open" or "open O_DIRECT";
+/// Errors: [`Error::Open`] with op "open" or "open O_DIRECT", naming
+/// `path`;
 /// [`Error::InvalidConfig`] with `On` and a misfit;
 /// [`Error::Unsupported`] with `On` on a platform without direct I/O.
 pub fn open_with_direct(
@@ -41,7 +42,7 @@ pub fn open_with_options(
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 Error::Locked
             } else {
-                Error::io(op, None, e)
+                Error::open(op, path, e)
             }
         })
     };
@@ -77,7 +78,7 @@ pub fn open_with_options(
                     Ok((buffered()?, Some(why)))
                 }
             },
-            Err(Error::Io { source: e, .. }) => Ok((
+            Err(Error::Open { source: e, .. }) => Ok((
                 buffered()?,
                 Some(format!("{name} refused: {}", short_error(&e))),
             )),

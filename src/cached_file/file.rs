@@ -85,17 +85,19 @@ impl PagedCachedFile {
     /// a [`FileBackend`](crate::FileBackend): `O_DIRECT` per `config.direct`, write cap
     /// `config.max_write_bytes`, `config.sync_lanes` sync lanes.
     ///
-    /// Errors: a bad `config` (see [`Config::validate`]); `Error::Io` with op
-    /// "open" if the file cannot be opened read-write (a directory, a
-    /// read-only file, a missing parent directory); "open O_DIRECT" with
-    /// [`DirectIo::On`](crate::DirectIo::On) where the file system refuses `O_DIRECT`;
-    /// `Error::InvalidConfig` with `DirectIo::On` where the page size or
-    /// alignment does not fit the device's; "io_uring setup" for
-    /// [`FlushEngine::IoUring`](crate::FlushEngine::IoUring) where no ring can be set up; "reopen for
-    /// sync lanes" if the extra descriptions cannot be opened (use
-    /// `sync_lanes(1)` where `/proc` is missing); "grow-ahead recovery"
-    /// if the end of the file cannot be read, or a grow-ahead window a
-    /// crash left there cannot be cut off (see [`new`](Self::new)).
+    /// Errors: a bad `config` (see [`Config::validate`]); [`Error::Open`],
+    /// naming the path, with op "open" if the file cannot be opened
+    /// read-write (a directory, a read-only file, a missing parent
+    /// directory), "open O_DIRECT" with [`DirectIo::On`](crate::DirectIo::On)
+    /// where the file system refuses `O_DIRECT`, "open doublewrite area"
+    /// for the area beside the file, "reopen for sync lanes" if the extra
+    /// descriptions cannot be opened (use `sync_lanes(1)` where `/proc` is
+    /// missing); `Error::InvalidConfig` with `DirectIo::On` where the page
+    /// size or alignment does not fit the device's; `Error::Io` with op
+    /// "io_uring setup" for [`FlushEngine::IoUring`](crate::FlushEngine::IoUring)
+    /// where no ring can be set up, "grow-ahead recovery" if the end of the
+    /// file cannot be read, or a grow-ahead window a crash left there
+    /// cannot be cut off (see [`new`](Self::new)).
     ///
     /// The file is locked (an exclusive advisory lock; a second open of it
     /// fails with [`Error::Locked`]). For read-only, must-exist or unlocked
@@ -109,8 +111,8 @@ impl PagedCachedFile {
     /// [`open`](Self::open).
     ///
     /// Errors: as [`open`](Self::open); [`Error::Locked`] when `options`
-    /// lock and another open holds the lock; `Error::Io` with op "open" and
-    /// `NotFound` for a missing file that may not be created.
+    /// lock and another open holds the lock; [`Error::Open`] with op "open"
+    /// and `NotFound` for a missing file that may not be created.
     pub fn open_with(
         path: impl AsRef<Path>,
         options: &OpenOptions,

@@ -194,7 +194,7 @@ pub(crate) fn open_file(
     let backend = backend
         .with_max_write_bytes(config.max_write_bytes)
         .with_sync_lanes(lanes)
-        .map_err(|e| Error::io("reopen for sync lanes", None, e))?;
+        .map_err(|e| Error::open("reopen for sync lanes", path, e))?;
     Ok((backend, why))
 }
 
@@ -318,7 +318,7 @@ pub(crate) fn open_area(
         Err(e) if read_only && e.kind() == std::io::ErrorKind::NotFound => {
             Ok(Some(Arc::new(crate::backend::MemoryBackend::new())))
         }
-        Err(e) => Err(Error::io("open doublewrite area", None, e)),
+        Err(e) => Err(Error::open("open doublewrite area", &area_path, e)),
     }
 }
 
