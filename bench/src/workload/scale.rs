@@ -534,9 +534,19 @@ pub struct Row {
     /// See `p50_us`.
     pub p99_us: u64,
     /// `page_writes_per_s` over the per-page engine's at the same thread
-    /// count (`None` when per-page was not run).
+    /// count (`None` when per-page was not run, or either row is not
+    /// [`ranked`](Self::ranked)).
     pub vs_per_page: Option<f64>,
+    /// The fewest commits any of the row's cells made.
+    pub min_commits: u64,
+    /// Every cell made at least [`MIN_RANKED_COMMITS`]: fewer are too few
+    /// for a rate or a ratio to mean anything (run longer cells).
+    pub ranked: bool,
 }
+
+/// Fewest commits a cell makes for its row to be ranked (its ratio to
+/// per-page printed).
+pub const MIN_RANKED_COMMITS: u64 = 20;
 
 /// Everything a scale run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -998,17 +1008,20 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                 p50_us: latency.value_at_quantile(0.50),
                 p99_us: latency.value_at_quantile(0.99),
                 vs_per_page: None,
+                min_commits: these.iter().map(|c| c.commits).min().unwrap_or(0),
+                ranked: these.iter().all(|c| c.commits >= MIN_RANKED_COMMITS),
             });
         }
     }
     let base: Vec<(usize, f64)> = rows
         .iter()
-        .filter(|r| r.mode == Mode::Engine(FlushEngine::PerPage))
+        .filter(|r| r.mode == Mode::Engine(FlushEngine::PerPage) && r.ranked)
         .map(|r| (r.threads, r.page_writes_per_s))
         .collect();
     for r in &mut rows {
         if let Some(&(_, b)) = base.iter().find(|(t, _)| *t == r.threads)
             && b > 0.0
+            && r.ranked
         {
             r.vs_per_page = Some(r.page_writes_per_s / b);
         }

@@ -16,7 +16,7 @@ pub(crate) struct Cli {
 /// What `scale`'s modes and columns mean (`scale --help`).
 const SCALE_COLUMNS: &str = "\
 Modes (each writes one file shared by all threads, except separate-files):
-  per-page        one pwrite per page: the baseline, what an engine does without a page writer
+  per-page        one pwrite per page, no coalescing (the baseline; its commits still share fdatasyncs)
   concat          each run of contiguous pages copied into one buffer, one pwrite
   vectored        one pwritev per run from the pages themselves (writer threads under O_DIRECT)
   io-uring        runs as io_uring SQEs, queue depth --queue-depth (pwritev where a ring is refused)
@@ -41,8 +41,8 @@ alignment, or the reason for a fallback).";
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Commit throughput across thread counts: redb-style transactions of
-    /// fresh and rewritten pages, each flush engine against one file per
-    /// thread.
+    /// fresh and rewritten pages, each flush engine writing one file all
+    /// threads share (and separate-files, one file per thread).
     #[command(after_long_help = SCALE_COLUMNS)]
     Scale(ScaleArgs),
     /// Bulk flush: dirty N bytes of pages in order, then one flush +
@@ -137,15 +137,19 @@ pub(crate) struct IoArgs {
     /// fdatasync when the writes are done (always on in shared-file mode).
     #[arg(long)]
     pub(crate) end_fsync: bool,
-    /// Data: gen (generator bytes at each offset), header (offset +
-    /// checksum per block), fixed (buffers filled once, like fio).
+    /// Data: gen (generator bytes at each offset, which depend on the
+    /// job's extent: --verify with the writing job's --size, --numjobs and
+    /// --offset), header (offset + checksum per block), fixed (buffers
+    /// filled once, like fio).
     #[arg(long, default_value = "gen")]
     pub(crate) pattern: String,
-    /// Dedup ratio of generated data.
-    #[arg(long, default_value_t = 1.0)]
+    /// Dedup ratio of generated data (at least 1).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true,
+          value_parser = number_in(1.0, f64::MAX))]
     pub(crate) dedup: f64,
-    /// Compression ratio of generated data.
-    #[arg(long, default_value_t = 1.0)]
+    /// Compression ratio of generated data (at least 1).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true,
+          value_parser = number_in(1.0, f64::MAX))]
     pub(crate) compress: f64,
     /// Seed of data and offsets.
     #[arg(long, default_value_t = 0)]
@@ -218,10 +222,10 @@ pub(crate) struct WriteFileArgs {
     #[arg(long, value_parser = parse_size)]
     pub(crate) size: u64,
     /// Dedup ratio of the data (logical / unique 4 KiB blocks), >= 1.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub(crate) dedup: f64,
     /// Compression ratio of the data (LZ4), 1..=32.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub(crate) compress: f64,
     /// Seed of the data.
     #[arg(long, default_value_t = 0)]
@@ -235,8 +239,8 @@ pub(crate) struct WriteFileArgs {
     /// Writes in flight (io_uring).
     #[arg(long)]
     pub(crate) queue_depth: Option<u32>,
-    /// Bytes per buffer and per write, e.g. 4MiB.
-    #[arg(long, value_parser = parse_size)]
+    /// Bytes per buffer and per write, e.g. 4MiB (1..=1GiB).
+    #[arg(long, value_parser = size_in(1, pagewriter_bench::stream::MAX_BUFFER_SIZE as u64))]
     pub(crate) buffer_size: Option<u64>,
     /// Buffers in the pool.
     #[arg(long)]
@@ -274,12 +278,14 @@ pub(crate) struct GenArgs {
     /// Write -o even if the file system's free space looks too small.
     #[arg(long)]
     pub(crate) force: bool,
-    /// Dedup ratio (logical / unique bytes at --block-size), >= 1.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) dedup: f64,
-    /// Compression ratio (logical / LZ4-compressed bytes), 1..=32.
-    #[arg(long, default_value_t = 1.0)]
-    pub(crate) compress: f64,
+    /// Dedup ratio (logical / unique bytes at --block-size), >= 1
+    /// (default 1).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) dedup: Option<f64>,
+    /// Compression ratio (logical / LZ4-compressed bytes), 1..=32
+    /// (default 1).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) compress: Option<f64>,
     /// Dedup block size in bytes.
     #[arg(long, default_value = "4KiB", value_parser = parse_size)]
     pub(crate) block_size: u64,
@@ -410,14 +416,17 @@ pub(crate) struct ScaleArgs {
     /// Page size in bytes.
     #[arg(long, default_value_t = 4096)]
     pub(crate) page_size: usize,
-    /// Fraction of each transaction's pages that rewrite earlier pages.
-    #[arg(long, default_value_t = 0.125)]
+    /// Fraction of each transaction's pages that rewrite earlier pages
+    /// (0..=1).
+    #[arg(long, default_value_t = 0.125, allow_negative_numbers = true,
+          value_parser = number_in(0.0, 1.0))]
     pub(crate) rewrite: f64,
     /// How each transaction ends.
     #[arg(long, value_enum, default_value = "sync")]
     pub(crate) commit: CommitArg,
-    /// Seconds each cell runs.
-    #[arg(long, default_value_t = 1.5)]
+    /// Seconds each cell runs (above 0, at most 3600).
+    #[arg(long, default_value_t = 1.5, allow_negative_numbers = true,
+          value_parser = cell_seconds)]
     pub(crate) duration: f64,
     /// Rounds over all cells (rows show medians).
     #[arg(long, default_value_t = 3)]
@@ -425,9 +434,9 @@ pub(crate) struct ScaleArgs {
     /// Directory for the temporary files (removed afterwards).
     #[arg(long, default_value = ".")]
     pub(crate) path: PathBuf,
-    /// Write buffer bound in MiB.
-    #[arg(long, default_value_t = 64)]
-    pub(crate) buffer_mib: usize,
+    /// Write buffer bound in MiB (at least 1).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
+    pub(crate) buffer_mib: u64,
     /// Commit rounds allowed in fdatasync at once (1 = strictly serial).
     #[arg(long, default_value_t = 4)]
     pub(crate) sync_lanes: usize,
@@ -455,12 +464,16 @@ pub(crate) struct ScaleArgs {
     #[arg(long)]
     pub(crate) commit_dsync: bool,
     /// Threads writing a flush's runs in the vectored modes, the flushing
-    /// thread included (`Config::write_threads`; 1 = runs one after another).
-    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS)]
+    /// thread included (`Config::write_threads`; 1 = runs one after another;
+    /// at most 64).
+    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=pagewriter::MAX_WRITE_THREADS as u64))]
     pub(crate) write_threads: usize,
     /// Most bytes one write call carries: longer runs are cut there
-    /// (`Config::max_write_bytes`; bytes, units accepted).
-    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    /// (`Config::max_write_bytes`; bytes, units accepted; 1..=1GiB).
+    #[arg(long, default_value = "1MiB",
+          value_parser = size_in(1, pagewriter::MAX_WRITE_BYTES as u64))]
     pub(crate) max_write_bytes: u64,
     /// O_DIRECT (auto: where the file system takes it; buffered I/O lets
     /// the kernel coalesce per-page writes and hides what is measured).
@@ -470,10 +483,10 @@ pub(crate) struct ScaleArgs {
     #[arg(long, default_value_t = 0x5eed)]
     pub(crate) seed: u64,
     /// Dedup ratio of the page contents (at the page size).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub(crate) dedup: f64,
     /// Compression ratio of the page contents (LZ4), 1 = incompressible.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub(crate) compress: f64,
     /// Page reads per transaction before its commit (90% to the oldest
     /// tenth of the pages), for a read-heavy mix.
@@ -527,8 +540,10 @@ pub(crate) struct FlushArgs {
     /// io_uring queue depth.
     #[arg(long, default_value_t = 32)]
     pub(crate) queue_depth: u32,
-    /// Bytes per write call (like fio's bs), e.g. 1MiB.
-    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    /// Bytes per write call (like fio's bs), e.g. 1MiB: at least a page
+    /// (4KiB), at most 1GiB.
+    #[arg(long, default_value = "1MiB",
+          value_parser = size_in(4096, pagewriter::MAX_WRITE_BYTES as u64))]
     pub(crate) bs: u64,
     /// O_DIRECT.
     #[arg(long, value_enum, default_value = "off")]
@@ -552,12 +567,58 @@ pub(crate) struct FlushArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Threads writing the runs with the vectored engine, the flushing
-    /// thread included (`Config::write_threads`).
-    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS)]
+    /// thread included (`Config::write_threads`; at most 64).
+    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=pagewriter::MAX_WRITE_THREADS as u64))]
     pub(crate) write_threads: usize,
     /// Write even if the file system has less free space than --size.
     #[arg(long)]
     pub(crate) force: bool,
+}
+
+/// A byte size ([`parse_size`]) in `lo..=hi`; clap's message names the
+/// flag and the value as typed, this one the bounds.
+pub(crate) fn size_in(
+    lo: u64,
+    hi: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let v = parse_size(s)?;
+        if (lo..=hi).contains(&v) {
+            Ok(v)
+        } else {
+            Err(format!("{v} bytes is not in {lo}..={hi}"))
+        }
+    }
+}
+
+/// A number in `lo..=hi` (negative numbers parse, and are refused by
+/// the bound with the flag named, not taken for a flag).
+pub(crate) fn number_in(
+    lo: f64,
+    hi: f64,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s| {
+        let v: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+        if v >= lo && v <= hi {
+            Ok(v)
+        } else if hi == f64::MAX {
+            Err(format!("{v:?} is not a number >= {lo:?}"))
+        } else {
+            Err(format!("{v:?} is not in {lo:?}..={hi:?}"))
+        }
+    }
+}
+
+/// Seconds a `scale` cell runs: above 0, at most an hour.
+pub(crate) fn cell_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if v > 0.0 && v <= 3600.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v:?} is not in (0, 3600] seconds"))
+    }
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {

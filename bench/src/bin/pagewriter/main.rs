@@ -49,10 +49,6 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|m| m.with_queue_depth(a.queue_depth))
         .collect();
-    if !a.duration.is_finite() || a.duration <= 0.0 || a.duration > 3600.0 {
-        // `{:?}`: 1e300 prints as 1e300, not as its 301 digits.
-        return Err(format!("--duration {:?} is not in (0, 3600] seconds", a.duration).into());
-    }
     if !a.path.is_dir() {
         return Err(format!("--path {} is not a directory", a.path.display()).into());
     }
@@ -76,10 +72,8 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         repeats: a.repeats,
         dir: a.path,
         seed: a.seed,
-        max_write_buffer_bytes: a
-            .buffer_mib
-            .checked_mul(1 << 20)
-            .ok_or("--buffer-mib too large")?,
+        max_write_buffer_bytes: usize::try_from(a.buffer_mib << 20)
+            .map_err(|_| format!("--buffer-mib {} is too large here", a.buffer_mib))?,
         sync_lanes: a.sync_lanes,
         rounds_in_flight: a.rounds_in_flight,
         torn_writes: a.torn_writes.into(),
@@ -149,6 +143,23 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
     if !a.path.is_dir() {
         return Err(format!("--path {} is not a directory", a.path.display()).into());
     }
+    if let Some(file) = &a.file {
+        let parent = match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        if !parent.is_dir() {
+            return Err(format!(
+                "--file {}: its directory {} does not exist",
+                file.display(),
+                parent.display()
+            )
+            .into());
+        }
+        if file.is_dir() {
+            return Err(format!("--file {}: a directory, not a file", file.display()).into());
+        }
+    }
     let config = BulkConfig {
         size: a.size,
         engines,
@@ -192,9 +203,16 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
     use std::io::{Read, Write};
     let block_size = usize::try_from(a.block_size).map_err(|_| "--block-size too large")?;
     if let Some(path) = &a.verify {
-        let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if path.is_dir() {
+            return Err(format!("--verify {}: a directory, not a file", path.display()).into());
+        }
+        let mut f =
+            std::fs::File::open(path).map_err(|e| format!("--verify {}: {e}", path.display()))?;
         let started = std::time::Instant::now();
-        let m = datagen::measure(|buf| f.read(buf), block_size)?;
+        let m = datagen::measure(|buf| f.read(buf), block_size)
+            .map_err(|e| format!("--verify {}: {e}", path.display()))?;
+        // A target only where one was given.
+        let target = |t: Option<f64>| t.map_or(String::new(), |t| format!("target {t:.3}, "));
         if a.json {
             println!(
                 "{}",
@@ -212,20 +230,24 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
                 started.elapsed().as_secs_f64()
             );
             println!(
-                "dedup ratio       {:>8.3}  (target {:.3}, block {} B, XXH3-128 per block)",
-                m.dedup_ratio, a.dedup, block_size
+                "dedup ratio       {:>8.3}  ({}block {} B, XXH3-128 per block)",
+                m.dedup_ratio,
+                target(a.dedup),
+                block_size
             );
             println!(
-                "compression ratio {:>8.3}  (target {:.3}, LZ4 per 64 KiB of unique data)",
-                m.compress_ratio, a.compress
+                "compression ratio {:>8.3}  ({}LZ4 per 64 KiB of unique data)",
+                m.compress_ratio,
+                target(a.compress)
             );
         }
         return Ok(());
     }
+    let (dedup, compress) = (a.dedup.unwrap_or(1.0), a.compress.unwrap_or(1.0));
     let generator = datagen::Generator::new(datagen::GenConfig {
         size: a.size,
-        dedup_ratio: a.dedup,
-        compress_ratio: a.compress,
+        dedup_ratio: dedup,
+        compress_ratio: compress,
         block_size,
         seed: a.seed,
     })?;
@@ -244,6 +266,14 @@ fn cmd_gen(a: GenArgs) -> Result<(), Box<dyn std::error::Error>> {
         pagewriter_bench::interrupt::partial(p.clone(), good.clone());
     }
     generator.write_to(&mut out, threads, &good)?;
+    if let Some(p) = &a.output {
+        eprintln!(
+            "{}: {} B written (dedup {dedup}, compression {compress}, block {block_size} B, seed {})",
+            p.display(),
+            a.size,
+            a.seed
+        );
+    }
     Ok(())
 }
 

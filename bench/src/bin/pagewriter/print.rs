@@ -57,8 +57,19 @@ pub(crate) fn print_scale(r: &ScaleReport) {
             row.p99_us,
             row.cpu_us_per_commit,
             row.rounds_in_flight,
-            row.vs_per_page
-                .map_or("-".to_string(), |v| format!("{v:.2}x")),
+            match (row.ranked, row.vs_per_page) {
+                (false, _) => "too few".to_string(),
+                (true, Some(v)) => format!("{v:.2}x"),
+                (true, None) => "-".to_string(),
+            },
+        );
+    }
+    if r.rows.iter().any(|row| !row.ranked) {
+        println!(
+            "too few: a cell of the row made fewer than {} commits (the fewest: {}), too few for \
+             its rates to rank; run longer cells (--duration)",
+            pagewriter_bench::workload::scale::MIN_RANKED_COMMITS,
+            r.rows.iter().map(|row| row.min_commits).min().unwrap_or(0)
         );
     }
     if c.reads_per_txn > 0 {

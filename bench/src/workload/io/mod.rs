@@ -295,6 +295,32 @@ pub fn run(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<IoRep
     result
 }
 
+/// A read job that verifies generator bytes must cover what the writing
+/// job covered: the generator's bytes at an offset depend on the whole
+/// extent it was made for (its dedup and compression layout spans it), so
+/// a job of another size would find every block "bad". The file a write
+/// job created holds its extent exactly: a file of another length is
+/// refused, naming both.
+///
+/// Errors: [`CoreError::InvalidConfig`](crate::error::CoreError::InvalidConfig);
+/// `Io` reading the file's length.
+fn check_verify_extent(cfg: &IoConfig, extent: u64) -> Result<()> {
+    let len = std::fs::metadata(&cfg.path)
+        .map_err(|e| Error::io("stat", None, e))?
+        .len();
+    if len == extent {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "--verify of {}: the file is {len} bytes and this job covers {extent} (from 0 to the \
+         end of its last region, --size {} per job); the generator's bytes at an offset depend \
+         on the extent of the job that wrote them, so verify with that job's --size, --numjobs \
+         and --offset",
+        cfg.path.display(),
+        cfg.size,
+    )))
+}
+
 /// Whether a run of `cfg` would create its file: it does not exist yet
 /// and the run is not one rank of a shared file (whose file other ranks
 /// create and write too). Such a file is removed if the run fails.
@@ -312,6 +338,9 @@ fn run_checked(cfg: &IoConfig, progress: &mut dyn FnMut(IoProgress)) -> Result<I
     let align = lcm(cfg.bs as u64, 4096);
     let writes = cfg.rw.read_percent(cfg.rwmix_read) < 100;
     check_target(cfg, extent, writes, align)?;
+    if cfg.verify && !writes && cfg.pattern == Pattern::Gen {
+        check_verify_extent(cfg, extent)?;
+    }
     let (backend, tail, direct_why) = open(cfg, writes)?;
     let dio = backend.direct();
     // An I/O at the end of a region that is not a whole number of
