@@ -67,6 +67,11 @@ fn sizes_and_counts_are_refused_by_their_flag() {
         &["max_write_bytes 0"],
     );
     refused(
+        &["scale", "--write-threads", "65"],
+        &["--write-threads", "'65'"],
+        &["write_threads 65"],
+    );
+    refused(
         &[
             "write-file",
             "f.bin",
