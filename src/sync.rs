@@ -50,6 +50,62 @@ pub(crate) fn current_thread_id() -> ThreadId {
 #[cfg(feature = "shuttle")]
 pub(crate) use shuttle::thread::ThreadId;
 
+/// A `Waker` that unparks the calling thread, and [`park`] to wait for
+/// it: how a thread blocks until the event it registered for (an
+/// `fdatasync` that covers its commit) wakes exactly it. Cached per
+/// thread, so a steady load allocates none.
+#[cfg(not(feature = "shuttle"))]
+pub(crate) fn thread_waker() -> std::task::Waker {
+    std::thread_local! {
+        static WAKER: std::task::Waker =
+            std::task::Waker::from(std::sync::Arc::new(ThreadWake(std::thread::current())));
+    }
+    WAKER.with(std::task::Waker::clone)
+}
+
+/// Blocks the calling thread until its waker is woken (or spuriously:
+/// callers recheck their condition).
+#[cfg(not(feature = "shuttle"))]
+pub(crate) fn park() {
+    std::thread::park();
+}
+
+#[cfg(not(feature = "shuttle"))]
+struct ThreadWake(std::thread::Thread);
+
+#[cfg(not(feature = "shuttle"))]
+impl std::task::Wake for ThreadWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// See the other `thread_waker` (a fresh one per call: shuttle's threads
+/// are not the OS's, so no thread-local cache).
+#[cfg(feature = "shuttle")]
+pub(crate) fn thread_waker() -> std::task::Waker {
+    std::task::Waker::from(std::sync::Arc::new(ShuttleWake(shuttle::thread::current())))
+}
+
+/// See the other `park`.
+#[cfg(feature = "shuttle")]
+pub(crate) fn park() {
+    shuttle::thread::park();
+}
+
+#[cfg(feature = "shuttle")]
+struct ShuttleWake(shuttle::thread::Thread);
+
+#[cfg(feature = "shuttle")]
+impl std::task::Wake for ShuttleWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
 #[cfg(feature = "shuttle")]
 pub(crate) use self::model::{Condvar, Mutex, MutexGuard, RwLock};
 #[cfg(feature = "shuttle")]

@@ -141,6 +141,55 @@ impl Batch {
         })
     }
 
+    /// A scoped drain: moves the dirty pages among `pages` (grouped by
+    /// stripe, [`WriteBuffer::by_stripe`](super::write_buffer::WriteBuffer::by_stripe))
+    /// to a new in-flight generation and collects them; `None` if none of
+    /// them was dirty. For each of `pages` in flight in an older generation
+    /// instead, that generation's number goes to `in_flight`. Called with
+    /// the drain lock held.
+    pub(crate) fn drain_pages(
+        p: &Parts<'_>,
+        gens: &Generations<Settled>,
+        spare: &SpareBatches,
+        (drain_no, drain): (u64, &DrainHeld),
+        pages: &[u64],
+        in_flight: &mut Vec<u64>,
+    ) -> Option<Batch> {
+        let BatchVecs {
+            mut entries,
+            mut drained,
+        } = spare.take();
+        let id = gens.next_id();
+        let after = p
+            .buffer
+            .drain_pages(drain, id, pages, &mut drained, in_flight);
+        if drained.is_empty() {
+            let vecs = BatchVecs { entries, drained };
+            spare.keep(vecs, p.buffer.stripe_count(), gens.peak());
+            return None;
+        }
+        gens.push(drain, id, after.is_none());
+        let n = drained.iter().map(|(_, m)| m.len()).sum();
+        entries.reserve(n);
+        for (_, map) in &drained {
+            entries.extend(
+                map.iter()
+                    .map(|(&n, page)| (p.buffer.offset_of(n), Arc::clone(page))),
+            );
+        }
+        Some(Batch {
+            id,
+            drain_no,
+            after,
+            entries,
+            drained,
+            failed: Vec::new(),
+            is_failed: Vec::new(),
+            kept: 0,
+            disk_cap: u64::MAX,
+        })
+    }
+
     /// Every entry failed (a failed `fdatasync`, or the file poisoned
     /// meanwhile): all go back to the write buffer at the settle.
     pub(crate) fn fail_all(&mut self) {
@@ -311,6 +360,20 @@ pub(crate) struct Pass {
     pub(crate) wrote: bool,
 }
 
+/// What a scoped flush did (`FlushPipeline::flush_scoped`).
+#[derive(Default)]
+pub(crate) struct ScopedPass {
+    /// The batch of the scope's dirty pages, to settle once they are
+    /// durable; `None` if none was dirty.
+    pub(crate) batch: Option<Batch>,
+    /// Pages of the scope that failed to write (`PagesFailed`; back in the
+    /// write buffer), or the file could not be extended to its length.
+    pub(crate) error: Option<Error>,
+    /// A `write_seq` that counts every write of the scope's pages: an
+    /// `fdatasync` covering it makes them durable.
+    pub(crate) target: u64,
+}
+
 /// One batch's write: the batch (to settle; its failed entries are back
 /// in the write buffer), the error of what failed, and the `write_seq` up
 /// to which it made the file durable, if it was written with `RWF_DSYNC`.
@@ -318,6 +381,9 @@ pub(crate) struct Written {
     pub(crate) batch: Batch,
     pub(crate) error: Option<Error>,
     pub(crate) durable_seq: Option<u64>,
+    /// The `write_seq` step its writes made (none if nothing reached the
+    /// OS).
+    pub(crate) step: Option<u64>,
 }
 
 /// The failure of a batch whose doublewrite record could not be staged:

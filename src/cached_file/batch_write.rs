@@ -159,12 +159,13 @@ impl FlushPipeline {
             batch.failed.push(0..batch.entries.len());
             batch.requeue(p);
             self.gens.log_requeue(batch.drain_no);
-            self.gens.mark_written(batch.id);
+            self.gens.mark_written(batch.id, None);
             self.slots_of(kind).put(slot);
             return Err(Box::new(Written {
                 batch,
                 error: Some(e),
                 durable_seq: None,
+                step: None,
             }));
         }
         if let (Some(max), Some((_, spare))) = (p.torn.atomic_max(), slot.atomic.as_mut()) {
@@ -290,8 +291,13 @@ impl FlushPipeline {
         // The length now, not at the drain: pages written after that read
         // and drained with the batch reach past it.
         let staged = self.checkpoint_if_due(p, area).and_then(|()| {
-            area.stage(&w.batch.entries, p.length.get(), p.counters)
-                .map_err(|e| Error::io("doublewrite area", None, e))
+            area.stage(
+                &w.batch.entries,
+                p.length.get(),
+                p.durability.fsynced(),
+                p.counters,
+            )
+            .map_err(|e| Error::io("doublewrite area", None, e))
         });
         match staged {
             Ok(()) => {
@@ -406,7 +412,7 @@ impl FlushPipeline {
             self.gens.log_requeue(batch.drain_no);
         }
         let durable_seq = durable.then(|| p.durability.write_seq());
-        self.gens.mark_written(batch.id);
+        self.gens.mark_written(batch.id, seq_after);
         if failed {
             self.cut_pending
                 .store(true, std::sync::atomic::Ordering::Release);
@@ -424,6 +430,7 @@ impl FlushPipeline {
             batch,
             error,
             durable_seq,
+            step: seq_after,
         }
     }
 

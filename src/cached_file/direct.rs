@@ -1,8 +1,10 @@
 //! Direct commits ([`CommitStrategy::Direct`](crate::CommitStrategy::Direct),
 //! or `Auto` where it measures faster): the caller is its own leader. It
 //! drains and writes what is buffered from its own thread (an inline write
-//! slot, beside other callers' writes), then `fdatasync`s on a free sync
-//! lane, unless a completed `fdatasync` already covers its writes.
+//! slot, beside other callers' writes), then makes it durable the
+//! leaderless way (`Durability::sync_to`): it returns at once if a
+//! completed `fdatasync` covers its writes, waits for one in flight that
+//! covers them, or issues its own on a free sync lane.
 //!
 //! Owns: nothing; a function over [`Parts`] and the flush pipeline. Calls:
 //! `FlushPipeline::flush_for_commit` (inline), the sync lanes and the watermark
@@ -22,8 +24,8 @@
 //!   means an `fdatasync` began after all of this caller's writes
 //!   completed and has returned, and the caller needs none of its own
 //!   (PostgreSQL's `XLogFlush` returns at once for a record already
-//!   flushed, the same rule). A caller waiting for a lane looks again each
-//!   time one comes back;
+//!   flushed, the same rule). One in flight that covers `pass.seq` began
+//!   after those writes too: waiting for it is enough;
 //! - a failed `fdatasync` poisons the file; a caller that sees the poison
 //!   before it returns reports it, so no caller is told durable past a
 //!   failed `fdatasync` (it may have lost pages another caller wrote).
@@ -43,29 +45,16 @@ pub(crate) fn commit(p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
         return Err(Error::Poisoned);
     }
     let pass = flush.flush_for_commit(p, FlushMode::DIRECT);
-    let covers = pass.seq;
     // Doublewrite: every change since the last fdatasync is in a durable
     // record (see `group.rs`, the same rule).
     let by_area = p.torn.area().is_some() && pass.unstaged_at <= p.durability.fsynced();
-    let synced = if by_area || covers <= p.durability.fsynced() {
-        Ok(None)
+    let synced = if by_area {
+        Ok(())
     } else {
-        match p.durability.take_lane_unless_covered(covers) {
-            None => Ok(None),
-            Some(lane) => {
-                let r = p
-                    .durability
-                    .fdatasync_on(lane, p.backend, p.counters, p.life);
-                p.durability.put_lane(lane);
-                r.map(Some)
-            }
-        }
+        p.durability.sync_to(pass.seq)
     };
     match synced {
-        Ok(covered) => {
-            if let Some(c) = covered {
-                p.torn.data_synced(c);
-            }
+        Ok(()) => {
             if let Some(b) = pass.batch {
                 flush.settle(p, b);
             }

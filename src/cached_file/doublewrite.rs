@@ -166,13 +166,17 @@ impl Area {
     ///
     /// `file_len` is the file's logical length, which recovery restores
     /// (a commit acknowledged on the area alone may have grown the file).
+    /// `synced`: the durable watermark now (`Durability::fsynced`): the
+    /// data file is durable in place up to there.
     pub(crate) fn stage(
         &self,
         entries: &[(u64, PageRef)],
         file_len: u64,
+        synced: u64,
         counters: &Counters,
     ) -> io::Result<()> {
         let mut st = self.state.lock();
+        st.synced = st.synced.max(synced);
         if st.open == 0 && st.synced >= st.last_written && st.failed.is_empty() {
             // Every page of every record is durable in place, whole.
             st.tail = 0;
@@ -263,7 +267,10 @@ impl Area {
         }
     }
 
-    /// An `fdatasync` of the data file covered `write_seq` up to `covered`.
+    /// An `fdatasync` of the data file covered `write_seq` up to `covered`
+    /// (the watermark, which [`stage`](Self::stage) and
+    /// [`wants_checkpoint`](Self::wants_checkpoint) are also handed).
+    #[cfg(test)]
     pub(crate) fn data_synced(&self, covered: u64) {
         let mut st = self.state.lock();
         st.synced = st.synced.max(covered);
@@ -272,8 +279,10 @@ impl Area {
     /// Whether the area has grown past `limit` bytes with records whose
     /// pages may not be durable in place: the next flush should `fdatasync`
     /// the file first ([`CHECKPOINT_BYTES`]).
-    pub(crate) fn wants_checkpoint(&self, limit: u64) -> bool {
-        let st = self.state.lock();
+    /// `synced`: the durable watermark now.
+    pub(crate) fn wants_checkpoint(&self, limit: u64, synced: u64) -> bool {
+        let mut st = self.state.lock();
+        st.synced = st.synced.max(synced);
         st.tail >= limit && st.synced < st.last_written
     }
 
@@ -544,29 +553,29 @@ mod tests {
         let all_failed = [Range { start: 0, end: 1 }];
         let one = (HEADER + ENTRY + 512) as u64;
         let p0 = [(0u64, page(1))];
-        area.stage(&p0, 512, &c).unwrap();
+        area.stage(&p0, 512, 0, &c).unwrap();
         area.written(Some(1), &p0, &all_failed);
         area.data_synced(1);
         let p1 = [(512u64, page(2))];
-        area.stage(&p1, 1024, &c).unwrap();
+        area.stage(&p1, 1024, 0, &c).unwrap();
         assert_eq!(tail(&area), 2 * one, "page 0's record was dropped");
         area.written(Some(2), &p1, &[]);
         area.data_synced(2);
         let p0 = [(0u64, page(3))];
-        area.stage(&p0, 1024, &c).unwrap();
+        area.stage(&p0, 1024, 0, &c).unwrap();
         assert_eq!(tail(&area), 3 * one);
         area.written(Some(3), &p0, &[]);
         area.data_synced(3);
         // Page 0 is written whole and synced: the area starts over.
-        area.stage(&p1, 1024, &c).unwrap();
+        area.stage(&p1, 1024, 0, &c).unwrap();
         assert_eq!(tail(&area), one);
         area.written(Some(4), &p1, &[]);
         // A discarded page no longer holds the area.
-        area.stage(&p0, 1024, &c).unwrap();
+        area.stage(&p0, 1024, 0, &c).unwrap();
         area.written(Some(5), &p0, &all_failed);
         area.forget_failed(0, 512);
         area.data_synced(5);
-        area.stage(&p1, 1024, &c).unwrap();
+        area.stage(&p1, 1024, 0, &c).unwrap();
         assert_eq!(tail(&area), one);
     }
 }

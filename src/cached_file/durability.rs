@@ -1,12 +1,18 @@
 //! What reached the OS and what an `fdatasync` made durable: the write
-//! sequence, the durable watermark, and the sync lanes `fdatasync`s run on.
+//! sequence, the durable watermark, the sync lanes `fdatasync`s run on,
+//! and the leaderless commit that waits for an `fdatasync` covering its
+//! writes or issues one ([`Durability::sync_to`]).
 //!
 //! Owns: `write_seq` (bumped after every batch that reached the OS, once
 //! its writes completed, and after every change of the file's length),
 //! `fsynced` (the `write_seq` the latest successful `fdatasync` of the
-//! file covered), `unstaged_at` (its own lock) and the free sync lanes (a
-//! lock and a condvar). Calls: the backend's `sync_data_on`; poisons the
-//! file ([`Lifecycle::poison`]) when an `fdatasync` fails.
+//! file covered), `unstaged_at` (its own lock), and under one more lock
+//! the state of the `fdatasync`s: the free sync lanes, the `write_seq`
+//! each one in flight covers, the threads and tickets waiting for one,
+//! and the first failure. Shared (`Arc`) with the syncer thread of
+//! asynchronous commits and with their tickets, which outlive a borrow of
+//! the file. Calls: the backend's `sync_data_on`; sets the file's poison
+//! flag when an `fdatasync` fails.
 //!
 //! Invariants:
 //! - an `fdatasync` covers the `write_seq` read before it began: every
@@ -15,6 +21,12 @@
 //! - `fsynced` moves only on a real `fdatasync` (or a durable write with
 //!   everything before it synced), never on a commit the doublewrite area
 //!   made durable;
+//! - a commit whose writes were counted by `write_seq` up to `target` is
+//!   durable once `fsynced >= target`: an `fdatasync` that began after
+//!   they completed has returned. After the first failed `fdatasync`,
+//!   only targets the watermark covered before it count as durable
+//!   ([`Failure::good_upto`]); the ones it covered get its error, later
+//!   ones `Poisoned`;
 //! - a change no durable doublewrite record holds sets `unstaged_at` with
 //!   its `write_seq` step under `unstaged_at`'s lock, and
 //!   [`snapshot`](Durability::snapshot) reads both under it, so a reader
@@ -22,21 +34,27 @@
 //! - a lane's `fdatasync`s never overlap: a lane is taken before and given
 //!   back after each. Each lane is its own open file description, so each
 //!   sees every writeback error that happened after its previous sync
-//!   (Linux reports such an error once per description).
+//!   (Linux reports such an error once per description);
+//! - a waiter is woken when an `fdatasync` that covers it returned (or
+//!   failed), or, if none in flight covers it, when a lane comes back for
+//!   it to issue its own; no other event wakes it.
 //!
-//! Lock order: `unstaged_at` and the lanes' lock are leaves; a lane may be
-//! waited for with the drain lock held (a doublewrite checkpoint), and a lane
-//! holder never waits for the drain lock.
+//! Lock order: `unstaged_at`, the sync state and the asks of the syncer
+//! are leaves; a lane may be waited for with the drain lock held (a
+//! doublewrite checkpoint), and a lane holder never waits for the drain
+//! lock.
 
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Waker;
 
-use super::lifecycle::Lifecycle;
 use super::stats::{Counters, add, add_elapsed};
 use crate::backend::StorageBackend;
 use crate::error::{Error, Result};
-use crate::sync::{AtomicU64, Condvar, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, park, thread_waker};
 
-/// The write sequence, the durable watermark and the sync lanes of one
+/// The write sequence, the durable watermark and the `fdatasync`s of one
 /// file (see the module docs).
 pub(crate) struct Durability {
     write_seq: AtomicU64,
@@ -47,21 +65,91 @@ pub(crate) struct Durability {
     /// needs no `fdatasync` when this is at or below `fsynced`: every step
     /// since is in the area.
     unstaged_at: Mutex<u64>,
+    syncs: Mutex<Syncs>,
+    /// What the syncer thread of asynchronous commits is asked to cover.
+    asks: Mutex<Asks>,
+    asked: Condvar,
+    backend: Arc<dyn StorageBackend>,
+    counters: Arc<Counters>,
+    /// The file's poison flag (the lifecycle's), set when an `fdatasync`
+    /// fails.
+    poisoned: Arc<AtomicBool>,
+}
+
+/// The `fdatasync`s: lanes, the ones in flight, who waits, what failed.
+struct Syncs {
     /// Sync lanes not in use.
-    lanes: Mutex<Vec<usize>>,
-    /// Notified when a lane comes back.
-    lane_free: Condvar,
+    free: Vec<usize>,
+    /// The `write_seq` each `fdatasync` in flight covers.
+    in_flight: Vec<u64>,
+    /// Threads and tickets waiting, in arrival order.
+    waiters: VecDeque<Waiter>,
+    /// Numbers the waiters.
+    next_waiter: u64,
+    /// The first failed `fdatasync`.
+    failure: Option<Failure>,
+    /// The file was dropped without `close`: targets no `fdatasync`
+    /// covered resolve as [`Error::Closed`].
+    dropped: bool,
+}
+
+/// One waiter: durable once `fsynced >= target` (a target of `u64::MAX`
+/// waits for a lane only).
+struct Waiter {
+    id: u64,
+    target: u64,
+    waker: Waker,
+    /// A blocked thread that takes a lane that comes back if no
+    /// `fdatasync` in flight covers it (a ticket only waits to be covered).
+    takes_lane: bool,
+}
+
+/// The first failed `fdatasync` of the file.
+struct Failure {
+    /// `fsynced` when it failed: targets at or below were durable before.
+    good_upto: u64,
+    /// The `write_seq` the failed `fdatasync` covered: targets up to here
+    /// get its error, later ones [`Error::Poisoned`].
+    covers: u64,
+    error: Error,
+}
+
+/// What asynchronous commits asked the syncer for.
+#[derive(Default)]
+struct Asks {
+    /// The highest target asked for.
+    target: u64,
+    /// The syncer should end (the file is closing or dropped).
+    stop: bool,
 }
 
 impl Durability {
-    /// Nothing written yet, `lanes` sync lanes (at least one).
-    pub(crate) fn new(lanes: usize) -> Self {
+    /// Nothing written yet; `lanes` sync lanes (at least one) of
+    /// `backend`; `fdatasync`s counted in `counters`; `poisoned` set when
+    /// one fails.
+    pub(crate) fn new(
+        lanes: usize,
+        backend: Arc<dyn StorageBackend>,
+        counters: Arc<Counters>,
+        poisoned: Arc<AtomicBool>,
+    ) -> Self {
         Self {
             write_seq: AtomicU64::new(0),
             fsynced: AtomicU64::new(0),
             unstaged_at: Mutex::new(0),
-            lanes: Mutex::new((0..lanes.max(1)).rev().collect()),
-            lane_free: Condvar::new(),
+            syncs: Mutex::new(Syncs {
+                free: (0..lanes.max(1)).rev().collect(),
+                in_flight: Vec::with_capacity(lanes.max(1)),
+                waiters: VecDeque::new(),
+                next_waiter: 0,
+                failure: None,
+                dropped: false,
+            }),
+            asks: Mutex::new(Asks::default()),
+            asked: Condvar::new(),
+            backend,
+            counters,
+            poisoned,
         }
     }
 
@@ -100,73 +188,84 @@ impl Durability {
         self.fsynced.load(Ordering::Acquire)
     }
 
-    /// Records a successful `fdatasync` (or a durable write with
-    /// everything before it synced) that covered `write_seq` up to
-    /// `covers`.
-    #[inline]
+    /// Records a durable write with everything before it synced (a group
+    /// commit round's `RWF_DSYNC` write), which covered `write_seq` up to
+    /// `covers`, and wakes the waiters it covers.
     pub(crate) fn note_fsynced(&self, covers: u64) {
+        let mut st = self.syncs.lock();
         self.fsynced.fetch_max(covers, Ordering::AcqRel);
+        self.wake_covered(&mut st);
     }
 
     /// Takes a free sync lane, waiting while every lane is syncing.
     pub(crate) fn take_lane(&self) -> usize {
-        let mut lanes = self.lanes.lock();
+        let mut id = None;
         loop {
-            if let Some(lane) = lanes.pop() {
+            let mut st = self.syncs.lock();
+            if let Some(i) = id.take() {
+                st.forget(i);
+            }
+            if let Some(lane) = st.free.pop() {
                 return lane;
             }
-            self.lane_free.wait(&mut lanes);
+            id = Some(st.wait_for(u64::MAX));
+            drop(st);
+            park();
         }
     }
 
-    /// Takes a free lane, unless (or until, while waiting for one) a
-    /// completed `fdatasync` covered `write_seq` up to `covers`: `None`.
-    pub(crate) fn take_lane_unless_covered(&self, covers: u64) -> Option<usize> {
-        let mut lanes = self.lanes.lock();
-        loop {
-            if self.fsynced() >= covers {
-                return None;
-            }
-            if let Some(lane) = lanes.pop() {
-                return Some(lane);
-            }
-            self.lane_free.wait(&mut lanes);
-        }
-    }
-
-    /// Gives a lane back.
+    /// Gives a lane back and wakes a waiter that needs one (no `fdatasync`
+    /// in flight covers it).
     pub(crate) fn put_lane(&self, lane: usize) {
-        self.lanes.lock().push(lane);
-        self.lane_free.notify_all();
+        let mut st = self.syncs.lock();
+        st.free.push(lane);
+        st.wake_one_for_a_lane();
     }
 
     /// `fdatasync` of the file on `lane` (taken with
     /// [`take_lane`](Self::take_lane)). Every write counted in `write_seq`
     /// when it starts has completed, so it covers that much, which it
-    /// returns and records. Counted in `syncs` and `sync_ns`.
+    /// returns and records; the waiters it covers are woken. Counted in
+    /// `syncs` and `sync_ns`.
     ///
     /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
-    /// is poisoned (the caller wakes who must see it).
-    pub(crate) fn fdatasync_on(
-        &self,
-        lane: usize,
-        backend: &dyn StorageBackend,
-        counters: &Counters,
-        life: &Lifecycle,
-    ) -> Result<u64> {
-        let covers = self.write_seq();
-        add(&counters.syncs, 1);
+    /// is poisoned, the failure recorded (see the module docs) and every
+    /// waiter woken to see it.
+    pub(crate) fn fdatasync_on(&self, lane: usize) -> Result<u64> {
+        let covers = {
+            let mut st = self.syncs.lock();
+            let covers = self.write_seq();
+            st.in_flight.push(covers);
+            covers
+        };
+        add(&self.counters.syncs, 1);
         let started = std::time::Instant::now();
-        let synced = backend.sync_data_on(lane);
-        add_elapsed(&counters.sync_ns, started);
+        let synced = self.backend.sync_data_on(lane);
+        add_elapsed(&self.counters.sync_ns, started);
+        let mut st = self.syncs.lock();
+        if let Some(i) = st.in_flight.iter().position(|&c| c == covers) {
+            st.in_flight.swap_remove(i);
+        }
         match synced {
             Ok(()) => {
-                self.note_fsynced(covers);
+                self.fsynced.fetch_max(covers, Ordering::AcqRel);
+                self.wake_covered(&mut st);
                 Ok(covers)
             }
             Err(e) => {
-                life.poison();
-                Err(Error::io("fdatasync", None, e))
+                let error = Error::io("fdatasync", None, e);
+                self.poisoned.store(true, Ordering::Release);
+                if st.failure.is_none() {
+                    st.failure = Some(Failure {
+                        good_upto: self.fsynced(),
+                        covers,
+                        error: error.clone(),
+                    });
+                }
+                st.wake_all();
+                drop(st);
+                self.wake_syncer();
+                Err(error)
             }
         }
     }
@@ -176,15 +275,203 @@ impl Durability {
     /// `write_seq` it covered.
     ///
     /// Errors: as [`fdatasync_on`](Self::fdatasync_on).
-    pub(crate) fn sync_file(
-        &self,
-        backend: &dyn StorageBackend,
-        counters: &Counters,
-        life: &Lifecycle,
-    ) -> Result<u64> {
+    pub(crate) fn sync_file(&self) -> Result<u64> {
         let lane = self.take_lane();
-        let synced = self.fdatasync_on(lane, backend, counters, life);
+        let synced = self.fdatasync_on(lane);
         self.put_lane(lane);
         synced
+    }
+
+    /// The leaderless commit: returns once writes counted by `write_seq`
+    /// up to `target` are durable. If an `fdatasync` that covers `target`
+    /// is in flight, waits for it (woken when it returns); else, with a
+    /// free lane, issues one from this thread; else waits for a lane (or
+    /// for an `fdatasync` issued meanwhile that covers it). No leader, no
+    /// hand-off: concurrent committers issue their own `fdatasync`s, which
+    /// the kernel merges into its cache flushes.
+    ///
+    /// Errors: as [`resolved`](Self::resolved).
+    pub(crate) fn sync_to(&self, target: u64) -> Result<()> {
+        let mut id = None;
+        loop {
+            let mut st = self.syncs.lock();
+            if let Some(i) = id.take() {
+                st.forget(i);
+            }
+            if let Some(done) = self.resolution(&st, target) {
+                return done;
+            }
+            let covered = st.in_flight.iter().any(|&c| c >= target);
+            if !covered && let Some(lane) = st.free.pop() {
+                drop(st);
+                // Ok or not, the next look resolves it (a failure as the
+                // failure says: its error, or an earlier success).
+                let _ = self.fdatasync_on(lane);
+                self.put_lane(lane);
+                continue;
+            }
+            id = Some(st.wait_for(target));
+            drop(st);
+            park();
+        }
+    }
+
+    /// Whether writes counted up to `target` are durable: `None` while not
+    /// known yet.
+    ///
+    /// Errors: the error of the failed `fdatasync` that covered `target`;
+    /// [`Error::Poisoned`] for a target past it; [`Error::Closed`] for a
+    /// target no `fdatasync` covered before the file was dropped.
+    pub(crate) fn resolved(&self, target: u64) -> Option<Result<()>> {
+        let st = self.syncs.lock();
+        self.resolution(&st, target)
+    }
+
+    fn resolution(&self, st: &Syncs, target: u64) -> Option<Result<()>> {
+        if let Some(f) = &st.failure {
+            return Some(if target <= f.good_upto {
+                Ok(())
+            } else if target <= f.covers {
+                Err(f.error.clone())
+            } else {
+                Err(Error::Poisoned)
+            });
+        }
+        if self.fsynced() >= target {
+            return Some(Ok(()));
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Some(Err(Error::Poisoned));
+        }
+        if st.dropped {
+            return Some(Err(Error::Closed));
+        }
+        None
+    }
+
+    /// A ticket's poll: `Ok` with its resolution, or `Err` with the
+    /// number of the waiter registered (under the same lock as the look,
+    /// so no wake-up falls between) to wake `waker` when it is resolved
+    /// (for [`forget_waiter`](Self::forget_waiter)).
+    pub(crate) fn poll_target(
+        &self,
+        target: u64,
+        waker: &Waker,
+    ) -> std::result::Result<Result<()>, u64> {
+        let mut st = self.syncs.lock();
+        match self.resolution(&st, target) {
+            Some(done) => Ok(done),
+            None => Err(st.push_waiter(target, waker.clone(), false)),
+        }
+    }
+
+    /// Forgets waiter `id` (a ticket polled again, or dropped).
+    pub(crate) fn forget_waiter(&self, id: u64) {
+        self.syncs.lock().forget(id);
+    }
+
+    /// The file is being dropped without `close`: what no `fdatasync`
+    /// covered will not be made durable; every waiter is woken to see it.
+    pub(crate) fn drop_unsynced(&self) {
+        let mut st = self.syncs.lock();
+        st.dropped = true;
+        st.wake_all();
+    }
+
+    /// Wakes the waiters the watermark now covers.
+    fn wake_covered(&self, st: &mut Syncs) {
+        let fsynced = self.fsynced();
+        st.waiters.retain(|w| {
+            let covered = w.target <= fsynced;
+            if covered {
+                w.waker.wake_by_ref();
+            }
+            !covered
+        });
+    }
+
+    // ---- the syncer of asynchronous commits ----
+
+    /// An asynchronous commit asks for writes counted up to `target` to
+    /// become durable: the syncer thread will see to it.
+    pub(crate) fn ask(&self, target: u64) {
+        let mut a = self.asks.lock();
+        if target > a.target {
+            a.target = target;
+            self.asked.notify_all();
+        }
+    }
+
+    /// The syncer's next target: blocks until one is asked for that is
+    /// not durable yet; `None` once the syncer should end (stopped, or an
+    /// `fdatasync` failed: nothing can become durable any more).
+    pub(crate) fn next_ask(&self) -> Option<u64> {
+        let mut a = self.asks.lock();
+        loop {
+            if a.stop || self.poisoned.load(Ordering::Acquire) {
+                return None;
+            }
+            if a.target > self.fsynced() {
+                return Some(a.target);
+            }
+            self.asked.wait(&mut a);
+        }
+    }
+
+    /// Ends the syncer's loop.
+    pub(crate) fn stop_syncer(&self) {
+        self.asks.lock().stop = true;
+        self.asked.notify_all();
+    }
+
+    fn wake_syncer(&self) {
+        let _a = self.asks.lock();
+        self.asked.notify_all();
+    }
+}
+
+impl Syncs {
+    fn push_waiter(&mut self, target: u64, waker: Waker, takes_lane: bool) -> u64 {
+        self.next_waiter += 1;
+        let id = self.next_waiter;
+        self.waiters.push_back(Waiter {
+            id,
+            target,
+            waker,
+            takes_lane,
+        });
+        id
+    }
+
+    /// Registers the calling thread as a waiter for `target` (it takes a
+    /// lane that comes back if it still needs one).
+    fn wait_for(&mut self, target: u64) -> u64 {
+        self.push_waiter(target, thread_waker(), true)
+    }
+
+    fn forget(&mut self, id: u64) {
+        if let Some(i) = self.waiters.iter().position(|w| w.id == id) {
+            self.waiters.remove(i);
+        }
+    }
+
+    /// Wakes the first waiter that no `fdatasync` in flight covers: it
+    /// takes the lane that came back.
+    fn wake_one_for_a_lane(&mut self) {
+        let in_flight = &self.in_flight;
+        if let Some(i) = self
+            .waiters
+            .iter()
+            .position(|w| w.takes_lane && !in_flight.iter().any(|&c| c >= w.target))
+        {
+            let w = self.waiters.remove(i).expect("found");
+            w.waker.wake();
+        }
+    }
+
+    fn wake_all(&mut self) {
+        for w in self.waiters.drain(..) {
+            w.waker.wake();
+        }
     }
 }

@@ -13,6 +13,7 @@ use super::config::Config;
 use super::doublewrite::Recovery;
 use super::durability::Durability;
 use super::flush::FlushPipeline;
+use super::flush_mode::FlushMode;
 use super::guard::WritablePage;
 use super::io_mode::IoMode;
 use super::length::Length;
@@ -21,7 +22,9 @@ use super::open::{self, Opening};
 use super::pages::PageRef;
 use super::parts::Parts;
 use super::read;
+use super::stats::add;
 use super::stats::{Counters, Stats};
+use super::ticket::{CommitTicket, Syncer};
 use super::torn::TornProtection;
 use super::write_buffer::{PartialPage, WriteBuffer};
 use crate::backend::{OpenOptions, StorageBackend};
@@ -49,15 +52,18 @@ pub struct PagedCachedFile {
     config: Config,
     /// The engine, `O_DIRECT` and torn-page protection in force.
     io_mode: IoMode,
-    counters: Counters,
+    /// What the components did (shared with the durability component,
+    /// whose `fdatasync`s the syncer thread may make).
+    counters: Arc<Counters>,
     /// Dirty and in-flight pages, the page pool, room, guard latches.
     buffer: WriteBuffer,
     /// Clean pages read or written, under their own budget.
     cache: ReadCache,
     /// The logical, disk and written lengths, and the largest one.
     length: Length,
-    /// Write sequence, durable watermark, sync lanes.
-    durability: Durability,
+    /// Write sequence, durable watermark, sync lanes (shared with the
+    /// syncer thread and with commit tickets).
+    durability: Arc<Durability>,
     /// Open, read-only, closing, closed or poisoned; write calls in
     /// progress.
     life: Lifecycle,
@@ -67,6 +73,9 @@ pub struct PagedCachedFile {
     flush: FlushPipeline,
     /// Group or direct commits, and the chooser between them.
     commit: Commit,
+    /// The thread that issues asynchronous commits' `fdatasync`s, started
+    /// by the first.
+    syncer: Syncer,
 }
 
 impl std::fmt::Debug for PagedCachedFile {
@@ -189,6 +198,14 @@ impl PagedCachedFile {
         let o = open::prepare(backend, area, &config, opening)?;
         let inline_copy_align = o.io_mode.direct.map(|_| config.page_align);
         let inline_atomic_align = o.atomic_max.map(|_| config.page_align);
+        let counters = Arc::new(Counters::default());
+        let life = Lifecycle::new(access, lock);
+        let durability = Arc::new(Durability::new(
+            o.lanes,
+            Arc::clone(&o.backend),
+            Arc::clone(&counters),
+            life.poison_flag(),
+        ));
         Ok(Self {
             buffer: WriteBuffer::new(
                 config.stripes,
@@ -198,8 +215,8 @@ impl PagedCachedFile {
             ),
             cache: ReadCache::new(config.stripes, config.read_cache_bytes),
             length: Length::new(o.len, o.max_len, config.page_size),
-            durability: Durability::new(o.lanes),
-            life: Lifecycle::new(access, lock),
+            durability,
+            life,
             torn: TornProtection::new(o.atomic_max, o.area, o.recovery),
             flush: FlushPipeline::new(
                 o.len,
@@ -216,7 +233,8 @@ impl PagedCachedFile {
             ),
             backend: o.backend,
             io_mode: o.io_mode,
-            counters: Counters::default(),
+            counters,
+            syncer: Syncer::new(),
             config,
         })
     }
@@ -332,6 +350,17 @@ impl PagedCachedFile {
     /// A page under a live guard of another thread is written after that
     /// guard is dropped (the call waits, as on a page latch).
     pub fn write_page(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_page_recorded(offset, data, &mut |_| {})
+    }
+
+    /// [`write_page`](Self::write_page), calling `record` with the number
+    /// of each page it buffers (a [`Writer`](crate::Writer)'s scope).
+    pub(crate) fn write_page_recorded(
+        &self,
+        offset: u64,
+        data: &[u8],
+        record: &mut dyn FnMut(u64),
+    ) -> Result<()> {
         let _writer = self.life.begin_write()?;
         self.check_range(offset, data.len())?;
         self.length.check_max(offset, data.len() as u64)?;
@@ -349,6 +378,7 @@ impl PagedCachedFile {
             for page in pages.iter_mut().take(chunk.len() / ps) {
                 let page = page.take().expect("filled by page_copies");
                 self.insert(page_no, page.share())?;
+                record(page_no);
                 page_no += 1;
             }
         }
@@ -374,7 +404,18 @@ impl PagedCachedFile {
     /// pages, and `close` while any guard lives, never wait: they fail with
     /// [`Error::Busy`] from any thread.
     pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
-        let mut guard = self.guard(offset, len)?;
+        self.write_guard(offset, len, None)
+    }
+
+    /// [`write`](Self::write), the guard recording its pages in `scope`
+    /// when dropped (a [`Writer`](crate::Writer)'s).
+    pub(crate) fn write_guard<'a>(
+        &'a self,
+        offset: u64,
+        len: usize,
+        scope: Option<&'a mut Vec<u64>>,
+    ) -> Result<WritablePage<'a>> {
+        let mut guard = self.guard(offset, len, scope)?;
         let buf: &mut [u8] = &mut guard;
         let ps = self.config.page_size;
         let readable = self.length.readable();
@@ -397,11 +438,17 @@ impl PagedCachedFile {
     /// Like [`write`](Self::write) for pages the caller will fill entirely:
     /// the guard starts zeroed and nothing is read.
     pub fn overwrite(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
-        self.guard(offset, len)
+        self.guard(offset, len, None)
     }
 
-    /// A zeroed guard over `len` bytes at `offset`, its pages marked.
-    fn guard(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+    /// A zeroed guard over `len` bytes at `offset`, its pages marked; it
+    /// records them in `scope` when dropped, if given.
+    pub(crate) fn guard<'a>(
+        &'a self,
+        offset: u64,
+        len: usize,
+        scope: Option<&'a mut Vec<u64>>,
+    ) -> Result<WritablePage<'a>> {
         let writer = self.life.begin_write()?;
         self.check_range(offset, len)?;
         self.length.check_max(offset, len as u64)?;
@@ -432,7 +479,13 @@ impl PagedCachedFile {
         self.buffer.latch(first..first + (len / ps) as u64)?;
         // The guard holds the writer count until it is dropped.
         writer.keep();
-        Ok(WritablePage::new(self.parts(), offset, buf, pages_mem))
+        Ok(WritablePage::new(
+            self.parts(),
+            offset,
+            buf,
+            pages_mem,
+            scope,
+        ))
     }
 
     /// The newest bytes of `len` bytes at `offset`: from the write buffer,
@@ -524,6 +577,113 @@ impl PagedCachedFile {
         self.commit.sync(&self.parts(), &self.flush)
     }
 
+    /// Starts the commit of [`sync`](Self::sync) (every page any thread
+    /// wrote before the call, and the length) and returns once those pages
+    /// are written to the OS, with a [`CommitTicket`] that resolves when
+    /// they are durable. Flushed from this thread (as a direct commit
+    /// writes); the `fdatasync` is the file's syncer thread's, or the
+    /// ticket's [`wait`](CommitTicket::wait)'s.
+    ///
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`];
+    /// [`Error::PagesFailed`] for pages that could not be written (no
+    /// ticket; they stay dirty); as [`flush`](Self::flush) for the length;
+    /// `Error::Io` with op "start the syncer thread". The `fdatasync`'s
+    /// failure is the ticket's.
+    pub fn sync_async(&self) -> Result<CommitTicket> {
+        if self.life.is_read_only() && !self.life.is_closed() {
+            return Ok(CommitTicket::new(Arc::clone(&self.durability), 0));
+        }
+        let _writer = self.life.begin_write()?;
+        let p = self.parts();
+        let pass = self.flush.flush_for_commit(&p, FlushMode::DIRECT);
+        if let Some(batch) = pass.batch {
+            self.flush.settle(&p, batch);
+        }
+        if let Some(e) = pass.error {
+            return Err(e);
+        }
+        self.start_async(pass.seq)
+    }
+
+    /// A [`Writer`](crate::Writer)'s commit of `pages` (its scope; sorted
+    /// by stripe here): see `Writer::commit`. `in_flight` is the writer's
+    /// scratch space.
+    pub(crate) fn commit_scope(
+        &self,
+        pages: &mut Vec<u64>,
+        in_flight: &mut Vec<u64>,
+    ) -> Result<()> {
+        if self.life.is_read_only() && !self.life.is_closed() {
+            // Nothing can have been written.
+            return Ok(());
+        }
+        let _writer = self.life.begin_write()?;
+        if pages.is_empty() {
+            return Ok(());
+        }
+        self.buffer.by_stripe(pages);
+        let p = self.parts();
+        let pass = self.flush.flush_scoped(&p, pages, in_flight);
+        match self.durability.sync_to(pass.target) {
+            Ok(()) => {
+                if let Some(batch) = pass.batch {
+                    self.flush.settle(&p, batch);
+                }
+            }
+            Err(e) => {
+                if let Some(batch) = pass.batch {
+                    self.flush.settle_failed(&p, batch);
+                }
+                // Writers waiting for room would wait for a settle that
+                // frees nothing: wake them to see the poison.
+                self.buffer.notify_room();
+                return Err(e);
+            }
+        }
+        add(&self.counters.commits, 1);
+        pass.error.map_or(Ok(()), Err)
+    }
+
+    /// A [`Writer`](crate::Writer)'s asynchronous commit of `pages`: see
+    /// `Writer::commit_async`.
+    pub(crate) fn commit_scope_async(
+        &self,
+        pages: &mut Vec<u64>,
+        in_flight: &mut Vec<u64>,
+    ) -> Result<CommitTicket> {
+        if self.life.is_read_only() && !self.life.is_closed() {
+            return Ok(CommitTicket::new(Arc::clone(&self.durability), 0));
+        }
+        let _writer = self.life.begin_write()?;
+        if pages.is_empty() {
+            return Ok(CommitTicket::new(Arc::clone(&self.durability), 0));
+        }
+        self.buffer.by_stripe(pages);
+        let p = self.parts();
+        let pass = self.flush.flush_scoped(&p, pages, in_flight);
+        // Written: what a later failed fdatasync would lose is the
+        // ticket's to report (the file is poisoned then), as after a flush.
+        if let Some(batch) = pass.batch {
+            self.flush.settle(&p, batch);
+        }
+        if let Some(e) = pass.error {
+            return Err(e);
+        }
+        self.start_async(pass.target)
+    }
+
+    /// A ticket for `target`, the syncer asked to cover it.
+    fn start_async(&self, target: u64) -> Result<CommitTicket> {
+        if target > self.durability.fsynced() {
+            self.syncer
+                .ensure(&self.durability)
+                .map_err(|e| Error::io("start the syncer thread", None, e))?;
+            self.durability.ask(target);
+        }
+        add(&self.counters.commits, 1);
+        Ok(CommitTicket::new(Arc::clone(&self.durability), target))
+    }
+
     /// Syncs and closes. Afterwards every call but [`stats`](Self::stats)
     /// returns [`Error::Closed`]. A write call running when `close` starts
     /// is waited for and made durable with the rest; one started after it
@@ -563,6 +723,9 @@ impl PagedCachedFile {
                 let _ = area.clear();
             }
         }
+        // Every ticket is resolved now (the commit above covered every
+        // asynchronous commit's writes): the syncer has nothing left.
+        self.syncer.stop(&self.durability);
         closing.finish();
         self.unlock();
         Ok(())
@@ -594,6 +757,18 @@ impl PagedCachedFile {
     /// before anything is buffered); `Error::Io` from reading a partial
     /// page, [`Error::NoMemory`], or the error of a backpressure flush.
     pub fn write_all_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.write_all_at_recorded(offset, buf, &mut |_| {})
+    }
+
+    /// [`write_all_at`](Self::write_all_at), calling `record` with the
+    /// number of each page it buffers (a [`Writer`](crate::Writer)'s
+    /// scope).
+    pub(crate) fn write_all_at_recorded(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        record: &mut dyn FnMut(u64),
+    ) -> Result<()> {
         let _writer = self.life.begin_write()?;
         if buf.is_empty() {
             return Ok(());
@@ -622,6 +797,7 @@ impl PagedCachedFile {
                 let end = if direct { (end + mask) & !mask } else { end };
                 self.merge_into(page_no, within, chunk, end)?;
             }
+            record(page_no);
             at += n as u64;
             rest = tail;
         }
@@ -843,6 +1019,9 @@ impl Drop for PagedCachedFile {
         if !self.life.is_closed() && !self.is_poisoned() && !self.life.is_read_only() {
             let _ = self.flush.flush(&self.parts());
         }
+        // Tickets no fdatasync covered will not be: they resolve Closed.
+        self.syncer.stop(&self.durability);
+        self.durability.drop_unsynced();
         self.unlock();
     }
 }

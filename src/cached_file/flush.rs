@@ -66,7 +66,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::batch::{Batch, Pass, Settled, SpareBatches};
+use super::batch::{Batch, Pass, ScopedPass, Settled, SpareBatches};
 use super::doublewrite::{Area, CHECKPOINT_BYTES};
 use super::file_size::{FileSize, LengthRecord, Staging};
 use super::flush_mode::FlushMode;
@@ -220,6 +220,70 @@ impl FlushPipeline {
         }
     }
 
+    /// A scoped flush ([`Writer::commit`](crate::Writer::commit)): drains
+    /// only `pages` (page numbers grouped by stripe,
+    /// `WriteBuffer::by_stripe`), those of them that are dirty, into a
+    /// generation of its own and writes it from an inline slot on this
+    /// thread; waits for no write but its own and those of the generations
+    /// that hold its other pages in flight. Returns the batch (to settle
+    /// after the commit's `fdatasync`), the error of what failed (its
+    /// pages back in the write buffer), and the target: a `write_seq` that
+    /// counts every write of those pages, so an `fdatasync` covering it
+    /// makes them durable. Pages neither dirty nor in flight were written
+    /// before the drain, and the `write_seq` read right after it counts
+    /// them. `in_flight` is scratch space the caller keeps.
+    ///
+    /// If a write of an older generation failed meanwhile and its pages
+    /// went back to the write buffer after this drain, it drains again (the
+    /// pages of this writer among them are dirty again); the batches of the
+    /// passes before the last are settled at once.
+    pub(crate) fn flush_scoped(
+        &self,
+        p: &Parts<'_>,
+        pages: &[u64],
+        in_flight: &mut Vec<u64>,
+    ) -> ScopedPass {
+        let mut pass = ScopedPass::default();
+        loop {
+            let mut size = self.drain.lock();
+            if self.cut_pending.load(Ordering::Acquire) {
+                self.cut_back_if_idle(p, &mut size);
+            }
+            let len = p.length.get();
+            let drain_no = self.gens.begin_drain(size.held());
+            in_flight.clear();
+            let drain = (drain_no, size.held());
+            let drained = Batch::drain_pages(p, &self.gens, &self.spare, drain, pages, in_flight);
+            // Every page of the scope not drained nor in flight was
+            // written, and counted, before this.
+            let mut target = p.durability.write_seq();
+            match drained {
+                None => drop(size),
+                Some(batch) => {
+                    let w = self.write_batch(p, size, batch, FlushMode::DIRECT, len);
+                    target = target.max(w.step.unwrap_or(0));
+                    if let Some(e) = w.error {
+                        pass.error.get_or_insert(e);
+                    }
+                    pass.batch = Some(w.batch);
+                }
+            }
+            let (step, missed) = self.gens.wait_ids_then_check(in_flight, drain_no);
+            pass.target = match step {
+                Some(s) => target.max(s),
+                // One retired meanwhile: its step is below what is counted
+                // now.
+                None => p.durability.write_seq(),
+            };
+            if !missed {
+                return pass;
+            }
+            if let Some(batch) = pass.batch.take() {
+                self.settle(p, batch);
+            }
+        }
+    }
+
     /// A flush that drained nothing: the logical length `len` may still be
     /// past the file's size (pages discarded at the end, a `write_all_at`
     /// that reached past the last page written, a length no trailer
@@ -285,11 +349,8 @@ impl FlushPipeline {
     /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
     /// is poisoned, and writers waiting for room are woken to see it.
     pub(crate) fn sync_file(&self, p: &Parts<'_>) -> Result<()> {
-        match p.durability.sync_file(p.backend, p.counters, p.life) {
-            Ok(covers) => {
-                p.torn.data_synced(covers);
-                Ok(())
-            }
+        match p.durability.sync_file() {
+            Ok(_) => Ok(()),
             Err(e) => {
                 p.buffer.notify_room();
                 Err(e)
@@ -303,7 +364,7 @@ impl FlushPipeline {
     ///
     /// Errors: the `fdatasync`'s; the file is poisoned.
     pub(super) fn checkpoint_if_due(&self, p: &Parts<'_>, area: &Area) -> Result<()> {
-        if !area.wants_checkpoint(CHECKPOINT_BYTES) {
+        if !area.wants_checkpoint(CHECKPOINT_BYTES, p.durability.fsynced()) {
             return Ok(());
         }
         self.sync_file(p)

@@ -84,6 +84,9 @@ struct Queue<T> {
 struct Generation<T> {
     id: u64,
     written: bool,
+    /// The `write_seq` step its writes made, once written (none if
+    /// nothing of it reached the OS).
+    step: Option<u64>,
     /// No older generation in flight holds one of its pages: it retires
     /// as soon as it settles (see the module docs).
     alone: bool,
@@ -134,6 +137,7 @@ impl<T> Generations<T> {
         g.queue.push_back(Generation {
             id,
             written: false,
+            step: None,
             alone,
             done: None,
         });
@@ -167,6 +171,41 @@ impl<T> Generations<T> {
         while g.queue.iter().any(|x| x.id < mark && !x.written) {
             self.written.wait(&mut g);
         }
+        Self::end_check(&mut *g, drain_no)
+    }
+
+    /// A scoped commit's wait: until each generation of `ids` (those that
+    /// held its pages in flight) has written, and no other. Returns the
+    /// highest `write_seq` step they made (`None` if one had already
+    /// retired, or wrote nothing: the caller then takes `write_seq` as it
+    /// is now), and whether an older generation's failed pages went back to
+    /// the write buffer after the drain numbered `drain_no` (as
+    /// [`wait_written_then_check`](Self::wait_written_then_check)), which
+    /// ends that drain's check.
+    pub(crate) fn wait_ids_then_check(&self, ids: &[u64], drain_no: u64) -> (Option<u64>, bool) {
+        let mut g = self.state.lock();
+        let mut step = Some(0);
+        for &id in ids {
+            loop {
+                match g.queue.iter().find(|x| x.id == id) {
+                    Some(x) if !x.written => self.written.wait(&mut g),
+                    Some(x) => {
+                        step = step.zip(x.step).map(|(a, b)| a.max(b));
+                        break;
+                    }
+                    None => {
+                        step = None;
+                        break;
+                    }
+                }
+            }
+        }
+        (step, Self::end_check(&mut *g, drain_no))
+    }
+
+    /// Whether a requeue fell after the drain numbered `drain_no`; ends
+    /// that drain's check and drops the records no check can need.
+    fn end_check(g: &mut Queue<T>, drain_no: u64) -> bool {
         let missed = g
             .requeues
             .iter()
@@ -191,11 +230,14 @@ impl<T> Generations<T> {
         }
     }
 
-    /// Marks generation `id` written and wakes whoever waits for it.
-    pub(crate) fn mark_written(&self, id: u64) {
+    /// Marks generation `id` written, its writes counted as `write_seq`
+    /// step `step` (none if nothing reached the OS), and wakes whoever
+    /// waits for it.
+    pub(crate) fn mark_written(&self, id: u64, step: Option<u64>) {
         let mut g = self.state.lock();
         if let Some(x) = g.queue.iter_mut().find(|x| x.id == id) {
             x.written = true;
+            x.step = step;
         }
         self.written.notify_all();
     }

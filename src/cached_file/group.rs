@@ -356,7 +356,6 @@ impl GroupCommit {
                     // An fdatasync, or a durable write with everything
                     // before it synced: durable in place up to `c`.
                     p.durability.note_fsynced(c);
-                    p.torn.data_synced(c);
                 }
             }
             match outcome.error {
@@ -408,10 +407,7 @@ impl GroupCommit {
             }
             return Ok(None);
         }
-        match p
-            .durability
-            .fdatasync_on(lane, p.backend, p.counters, p.life)
-        {
+        match p.durability.fdatasync_on(lane) {
             Ok(covers) => {
                 if let Some(b) = batch {
                     flush.settle(p, b);

@@ -24,6 +24,9 @@ pub struct WritablePage<'a> {
     /// For a guard over several pages: the pages it is split into when
     /// dropped, taken with the guard so the drop cannot fail.
     pages: Vec<UniqueBuf>,
+    /// A [`Writer`](crate::Writer)'s scope: the guard's page numbers go
+    /// there when it is dropped (buffered).
+    scope: Option<&'a mut Vec<u64>>,
 }
 
 impl<'a> WritablePage<'a> {
@@ -34,12 +37,14 @@ impl<'a> WritablePage<'a> {
         offset: u64,
         buf: UniqueBuf,
         pages: Vec<UniqueBuf>,
+        scope: Option<&'a mut Vec<u64>>,
     ) -> Self {
         Self {
             parts,
             offset,
             buf: Some(buf),
             pages,
+            scope,
         }
     }
 
@@ -84,8 +89,13 @@ impl Drop for WritablePage<'_> {
         if let Some(buf) = self.buf.take() {
             let pages = std::mem::take(&mut self.pages);
             let p = &self.parts;
+            let first = p.buffer.page_no(self.offset);
+            let count = (buf.len() / p.config.page_size) as u64;
             p.buffer
                 .insert_guarded(self.offset, buf, pages, p.length, p.counters);
+            if let Some(scope) = self.scope.as_mut() {
+                scope.extend(first..first + count);
+            }
             p.life.end_kept_write();
         }
     }

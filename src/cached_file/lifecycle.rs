@@ -15,6 +15,7 @@
 //! or failed close leaves the file open, and no thread may have been told
 //! otherwise.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
@@ -42,7 +43,9 @@ pub(crate) enum LockHeld {
 pub(crate) struct Lifecycle {
     /// An `fdatasync` failed: the kernel may have dropped dirty pages, so
     /// every later write and commit is refused (`Error::Poisoned`).
-    poisoned: AtomicBool,
+    /// Shared with the durability component, which sets it when an
+    /// `fdatasync` fails.
+    poisoned: Arc<AtomicBool>,
     closed: AtomicBool,
     read_only: bool,
     /// This file took the advisory lock at open, and releases it at
@@ -66,7 +69,7 @@ impl Lifecycle {
     /// `locked`.
     pub(crate) fn new(access: Access, lock: LockHeld) -> Self {
         Self {
-            poisoned: AtomicBool::new(false),
+            poisoned: Arc::new(AtomicBool::new(false)),
             closed: AtomicBool::new(false),
             read_only: access == Access::ReadOnly,
             locked: lock == LockHeld::Yes,
@@ -102,14 +105,15 @@ impl Lifecycle {
         Ok(())
     }
 
+    /// The poison flag, for the component that sets it (a failed
+    /// `fdatasync` is durability's to see).
+    pub(crate) fn poison_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.poisoned)
+    }
+
     #[inline]
     pub(crate) fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Acquire)
-    }
-
-    /// An `fdatasync` failed: refuse every later write and commit.
-    pub(crate) fn poison(&self) {
-        self.poisoned.store(true, Ordering::Release);
     }
 
     /// [`Error::Closed`], [`Error::Poisoned`] or [`Error::ReadOnly`] for a

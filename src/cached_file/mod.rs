@@ -100,8 +100,10 @@ mod pages;
 mod parts;
 mod read;
 mod resize;
+mod scoped;
 mod slots;
 mod stats;
+mod ticket;
 mod torn;
 mod write_buffer;
 mod writer;
@@ -119,7 +121,9 @@ pub use grow::{GrowAhead, MAX_GROW_WINDOW};
 pub use guard::WritablePage;
 pub use io_mode::IoMode;
 pub use pages::PageRef;
+pub use scoped::Writer;
 pub use stats::Stats;
+pub use ticket::CommitTicket;
 pub use torn::TornWrites;
 
 #[cfg(feature = "testing")]

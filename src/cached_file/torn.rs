@@ -116,15 +116,6 @@ impl TornProtection {
         &self.recovery
     }
 
-    /// An `fdatasync` of the data file covered `write_seq` up to `covered`:
-    /// the area's records up to there are durable in place.
-    #[inline]
-    pub(crate) fn data_synced(&self, covered: u64) {
-        if let Some(area) = &self.area {
-            area.data_synced(covered);
-        }
-    }
-
     /// Pages in `[start, end)` were discarded: a failed write of theirs no
     /// longer holds the area.
     #[inline]

@@ -692,6 +692,72 @@ impl WriteBuffer {
         after
     }
 
+    /// A scoped drain: moves the dirty pages among `pages` (page numbers,
+    /// grouped by stripe: see [`by_stripe`](Self::by_stripe)) to in-flight
+    /// generation `id`, one map per stripe touched, appending each stripe's
+    /// number and map to `drained`. For each of `pages` not dirty but in
+    /// flight, pushes the youngest generation holding it to `in_flight`
+    /// (its write is the one the scoped commit must wait for). Returns the
+    /// youngest older generation in flight that holds one of the pages
+    /// drained (the write latch), as [`drain`](Self::drain) does. Called
+    /// with the drain lock held.
+    pub(crate) fn drain_pages(
+        &self,
+        _drain: &DrainHeld,
+        id: u64,
+        pages: &[u64],
+        drained: &mut Vec<(usize, Arc<PageMap>)>,
+        in_flight: &mut Vec<u64>,
+    ) -> Option<u64> {
+        let mut after: Option<u64> = None;
+        let mut rest = pages;
+        while let Some(&first) = rest.first() {
+            let i = self.stripe_no(first);
+            let n = rest.iter().take_while(|&&p| self.stripe_no(p) == i).count();
+            let (group, tail) = rest.split_at(n);
+            rest = tail;
+            let mut s = self.stripes[i].lock();
+            let mut map: Option<Arc<PageMap>> = None;
+            for &p in group {
+                let older = s.flushing.iter().rev().find(|g| g.contains_key(&p));
+                let older = older.map(|g| g.generation);
+                match s.dirty.remove(&p) {
+                    Some(page) => {
+                        if let Some(g) = older {
+                            after = Some(after.map_or(g, |a| a.max(g)));
+                        }
+                        if map.is_none() {
+                            map = Some(s.spare.pop().unwrap_or_default());
+                        }
+                        let m = map.as_mut().expect("set above");
+                        let Some(m) = Arc::get_mut(m) else {
+                            unreachable!("a map being filled is not shared yet")
+                        };
+                        m.insert(p, page);
+                    }
+                    None => in_flight.extend(older),
+                }
+            }
+            if let Some(map) = map {
+                s.flushing.push(InFlight {
+                    generation: id,
+                    pages: Arc::clone(&map),
+                });
+                drop(s);
+                drained.push((i, map));
+            }
+        }
+        after
+    }
+
+    /// Sorts page numbers by stripe (then by number) and drops repeats:
+    /// the order [`drain_pages`](Self::drain_pages) takes them in.
+    pub(crate) fn by_stripe(&self, pages: &mut Vec<u64>) {
+        let mask = self.stripe_mask;
+        pages.sort_unstable_by_key(|&p| (p & mask, p));
+        pages.dedup();
+    }
+
     /// Puts `page` (page `n`, whose write failed) back in the write buffer
     /// from the in-flight generation that drained it (`drained`, as
     /// [`drain`](Self::drain) filled it), unless a newer version exists

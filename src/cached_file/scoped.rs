@@ -1,0 +1,145 @@
+//! [`Writer`]: a scope of promise over the shared file. Its writes go into
+//! the same write buffer as every other (reads, coalescing and the bound
+//! are shared); its [`commit`](Writer::commit) promises only the pages
+//! written through it, so it never waits for another writer's writes, and
+//! it has no leader: the committing thread drains its own pages, writes
+//! them, and waits for an `fdatasync` that began after those writes
+//! completed, or issues one (`Durability::sync_to`).
+//!
+//! Owns: the page numbers written through the writer since its last
+//! commit, and scratch space for its commits. Calls: the file's write
+//! entry points (recording the pages they buffer) and its scoped commits
+//! (`PagedCachedFile::commit_scope`, `commit_scope_async`).
+
+use super::file::PagedCachedFile;
+use super::guard::WritablePage;
+use super::ticket::CommitTicket;
+use crate::error::Result;
+
+/// A handle for writes whose commit promises exactly what was written
+/// through it: one per thread, or per transaction, from
+/// [`PagedCachedFile::writer`]. `Send`: a transaction may move between
+/// threads; not `Sync` (one user at a time, like the transaction it
+/// serves).
+///
+/// [`write_page`](Self::write_page), [`write_all_at`](Self::write_all_at)
+/// and [`write`](Self::write) do what the file's methods of the same names
+/// do, with the same checks and typed errors; the writer also notes which
+/// pages they buffered. [`commit`](Self::commit) makes those pages durable;
+/// [`commit_async`](Self::commit_async) starts the same commit and returns
+/// a [`CommitTicket`] at once. Pages other writers (or the file's own
+/// methods) wrote are not promised by this writer's commit, and their
+/// writes are not waited for; reads see every writer's newest bytes.
+///
+/// Component: commit (scoped commits: `cached_file/scoped.rs`).
+pub struct Writer<'a> {
+    file: &'a PagedCachedFile,
+    /// Page numbers written through this writer since its last commit
+    /// (repeats allowed; sorted by stripe at commit).
+    pages: Vec<u64>,
+    /// Scratch: generations holding the scope's pages in flight.
+    in_flight: Vec<u64>,
+}
+
+impl PagedCachedFile {
+    /// A [`Writer`] over this file: writes whose commit promises only
+    /// what was written through it (see there). Cheap: it allocates only
+    /// as it records pages.
+    pub fn writer(&self) -> Writer<'_> {
+        Writer {
+            file: self,
+            pages: Vec::new(),
+            in_flight: Vec::new(),
+        }
+    }
+}
+
+impl<'a> Writer<'a> {
+    /// The file this writer writes.
+    pub fn file(&self) -> &'a PagedCachedFile {
+        self.file
+    }
+
+    /// Writes whole pages at `offset`, as [`PagedCachedFile::write_page`]
+    /// (same checks and errors), and adds them to this writer's commit.
+    /// After an error the pages buffered before it are in the commit too.
+    pub fn write_page(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let pages = &mut self.pages;
+        self.file
+            .write_page_recorded(offset, data, &mut |p| pages.push(p))
+    }
+
+    /// Writes any bytes at `offset`, as [`PagedCachedFile::write_all_at`]
+    /// (same checks and errors), and adds the pages they touch to this
+    /// writer's commit. After an error the pages buffered before it are in
+    /// the commit too.
+    pub fn write_all_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+        let pages = &mut self.pages;
+        self.file
+            .write_all_at_recorded(offset, buf, &mut |p| pages.push(p))
+    }
+
+    /// A guard over the newest bytes of `len` bytes at `offset`, as
+    /// [`PagedCachedFile::write`] (same checks, errors and latching); its
+    /// pages join this writer's commit when it is dropped. The guard
+    /// borrows the writer: a commit waits for it to be dropped.
+    pub fn write(&mut self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.file.write_guard(offset, len, Some(&mut self.pages))
+    }
+
+    /// Durable commit of this writer's pages: when it returns `Ok`, every
+    /// page written through this writer since its previous commit survives
+    /// a crash with the bytes it wrote or a later version, together with
+    /// the file's length those pages need. It promises nothing about pages
+    /// other writers wrote, and waits for no other writer's writes but
+    /// those of its own pages that another flush took first.
+    ///
+    /// How: this thread drains its dirty pages, writes them (one call per
+    /// run of contiguous pages), and then needs an `fdatasync` that began
+    /// after those writes completed: it returns at once if one has
+    /// completed, waits for one in flight, or issues its own. Commits of
+    /// several writers at once each issue theirs (the kernel merges
+    /// concurrent cache flushes); none waits for a leader. A writer with
+    /// nothing written since its last commit returns at once.
+    ///
+    /// Errors: [`Error::Closed`](crate::Error::Closed);
+    /// [`Error::Poisoned`](crate::Error::Poisoned) after a failed
+    /// `fdatasync`; [`Error::PagesFailed`](crate::Error::PagesFailed) for
+    /// pages that could not be written (they stay dirty and stay in this
+    /// writer's next commit; the rest were made durable); `Error::Io` with
+    /// op "fdatasync" when the `fdatasync` failed (the file is poisoned).
+    /// On an error the writer keeps its pages: a later commit tries them
+    /// again.
+    pub fn commit(&mut self) -> Result<()> {
+        self.file
+            .commit_scope(&mut self.pages, &mut self.in_flight)?;
+        self.pages.clear();
+        Ok(())
+    }
+
+    /// Starts the commit of [`commit`](Self::commit) and returns once this
+    /// writer's pages are written (to the OS): the writer may go on
+    /// writing at once. The returned [`CommitTicket`] resolves when an
+    /// `fdatasync` that began after those writes has returned: a syncer
+    /// thread of the file issues it (or the ticket's
+    /// [`wait`](CommitTicket::wait) does). Tickets of one writer resolve
+    /// in order.
+    ///
+    /// Errors: as [`commit`](Self::commit) for the writes (the ticket is
+    /// not made); the `fdatasync`'s failure is the ticket's.
+    pub fn commit_async(&mut self) -> Result<CommitTicket> {
+        let ticket = self
+            .file
+            .commit_scope_async(&mut self.pages, &mut self.in_flight)?;
+        self.pages.clear();
+        Ok(ticket)
+    }
+}
+
+impl std::fmt::Debug for Writer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("pages", &self.pages.len())
+            .finish_non_exhaustive()
+    }
+}

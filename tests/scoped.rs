@@ -1,0 +1,360 @@
+//! Scoped commits and commit tickets: a writer's commit makes exactly its
+//! own pages durable, with no leader; a ticket resolves when they are, in
+//! order, and carries the failure that kept them from it.
+//!
+//! On the crash-simulating backend (`CrashBackend`): its durable image is
+//! what a power cut would keep of what reached it before the last
+//! successful `fdatasync`.
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+use common::{page, tag_of};
+use pagewriter::testing::{CrashBackend, FaultyBackend};
+use pagewriter::{CommitTicket, Config, Error, MemoryBackend, PagedCachedFile, StorageBackend};
+
+const PS: usize = 4096;
+
+fn crash_file(config: Config) -> (Arc<CrashBackend>, PagedCachedFile) {
+    let be = Arc::new(CrashBackend::new());
+    let f = PagedCachedFile::new(Arc::clone(&be), config).unwrap();
+    (be, f)
+}
+
+fn image_page(img: &[u8], p: u64) -> Option<(u64, u64)> {
+    let at = p as usize * PS;
+    img.get(at..at + PS).map(tag_of)
+}
+
+/// Eight writers, each committing its own pages and rewriting a shared
+/// page: when a commit returns Ok its own pages are durable with the bytes
+/// it wrote (the shared one with its version or a later one).
+#[test]
+fn a_writer_commit_makes_its_own_pages_durable() {
+    let (be, f) = crash_file(Config::default());
+    let shared_version = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (f, be, shared_version) = (&f, &be, &shared_version);
+            s.spawn(move || {
+                let mut w = f.writer();
+                for i in 0..20u64 {
+                    let own = 100 + t * 20 + i;
+                    w.write_page(own * PS as u64, &page(PS, own, 1)).unwrap();
+                    let v = shared_version.fetch_add(1, Ordering::SeqCst) + 1;
+                    // The shared page's versions race: only "this one or a
+                    // later one" is promised, which the tag's version shows.
+                    w.write_page(0, &page(PS, 0, v)).unwrap();
+                    w.commit().unwrap();
+                    let img = be.durable_image();
+                    assert_eq!(image_page(&img, own), Some((own, 1)), "own page {own}");
+                    let shared = image_page(&img, 0).expect("shared page durable");
+                    assert!(shared.0 == 0 && shared.1 >= 1, "shared page {shared:?}");
+                }
+            });
+        }
+    });
+    f.close().unwrap();
+}
+
+/// One writer alone: one write call and one fdatasync per commit, and a
+/// commit with nothing written since the last one issues nothing.
+#[test]
+fn a_lone_writer_commits_with_one_write_and_one_fdatasync() {
+    let (_be, f) = crash_file(Config::default());
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    w.commit().unwrap();
+    let before = f.stats();
+    for i in 0..10u64 {
+        for p in 0..4u64 {
+            w.write_page((4 * i + p) * PS as u64, &page(PS, 4 * i + p, 2))
+                .unwrap();
+        }
+        w.commit().unwrap();
+    }
+    let after = f.stats();
+    assert_eq!(after.write_calls - before.write_calls, 10, "{after:?}");
+    assert_eq!(after.syncs - before.syncs, 10, "{after:?}");
+    w.commit().unwrap();
+    assert_eq!(f.stats().syncs, after.syncs, "an empty commit synced");
+    f.close().unwrap();
+}
+
+/// A writer's commit promises nothing about another writer's pages, and
+/// does not write them.
+#[test]
+fn a_writer_commit_leaves_other_writers_pages_alone() {
+    let (be, f) = crash_file(Config::default());
+    let mut a = f.writer();
+    let mut b = f.writer();
+    a.write_page(0, &page(PS, 0, 1)).unwrap();
+    b.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    a.commit().unwrap();
+    let img = be.durable_image();
+    assert_eq!(image_page(&img, 0), Some((0, 1)));
+    assert!(
+        image_page(&img, 1).is_none_or(|(p, _)| p != 1),
+        "b's page went out with a's commit"
+    );
+    // The file's own reads see b's page all the same.
+    assert_eq!(tag_of(&f.read(PS as u64, PS).unwrap()), (1, 1));
+    b.commit().unwrap();
+    assert_eq!(image_page(&be.durable_image(), 1), Some((1, 1)));
+    f.close().unwrap();
+}
+
+/// A page another flush took before the writer's commit (backpressure,
+/// `flush`) is waited for, not lost: the commit still covers it.
+#[test]
+fn a_commit_covers_its_pages_another_flush_took() {
+    let (be, f) = crash_file(Config::default());
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    f.flush().unwrap();
+    w.write_all_at(PS as u64 + 10, b"hello").unwrap();
+    {
+        let mut g = w.write(2 * PS as u64, PS).unwrap();
+        g.copy_from_slice(&page(PS, 2, 1));
+    }
+    w.commit().unwrap();
+    let img = be.durable_image();
+    assert_eq!(image_page(&img, 0), Some((0, 1)));
+    assert_eq!(&img[PS + 10..PS + 15], b"hello");
+    assert_eq!(image_page(&img, 2), Some((2, 1)));
+    f.close().unwrap();
+}
+
+/// A waker that counts its wakes, for polling tickets by hand.
+struct Count(AtomicU64);
+
+impl Wake for Count {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Polls `t` until it is ready (the syncer thread resolves it).
+fn block_on(mut t: CommitTicket) -> (pagewriter::Result<()>, u64) {
+    let count = Arc::new(Count(AtomicU64::new(0)));
+    let waker = Waker::from(Arc::clone(&count));
+    let mut cx = Context::from_waker(&waker);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Poll::Ready(r) = std::pin::Pin::new(&mut t).poll(&mut cx) {
+            return (r, count.0.load(Ordering::SeqCst));
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a ticket never resolved"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Tickets: a writer keeps several commits in flight; each ticket
+/// resolves once its pages are durable (by the syncer, by `wait`, or
+/// polled as a future), in order, and dropping one cancels nothing.
+#[test]
+fn tickets_resolve_in_order_once_their_pages_are_durable() {
+    let (be, f) = crash_file(Config::default());
+    let mut w = f.writer();
+    let mut tickets = Vec::new();
+    for i in 0..8u64 {
+        w.write_page(i * PS as u64, &page(PS, i, 1)).unwrap();
+        tickets.push((i, w.commit_async().unwrap()));
+    }
+    // Dropped without a look: its commit goes on.
+    drop(tickets.remove(3));
+    let mut durable_before: Option<u64> = None;
+    for (i, t) in tickets {
+        let (r, _) = if i % 2 == 0 {
+            (t.wait(), 0)
+        } else {
+            block_on(t)
+        };
+        r.unwrap();
+        assert_eq!(image_page(&be.durable_image(), i), Some((i, 1)), "page {i}");
+        assert!(durable_before.is_none_or(|d| d < i));
+        durable_before = Some(i);
+    }
+    f.close().unwrap();
+    assert_eq!(
+        image_page(&be.durable_image(), 3),
+        Some((3, 1)),
+        "dropped ticket's page"
+    );
+}
+
+/// `sync_async` promises what `sync` does: every page any thread wrote
+/// before it.
+#[test]
+fn sync_async_covers_every_thread_s_pages() {
+    let (be, f) = crash_file(Config::default());
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let f = &f;
+            s.spawn(move || f.write_page(t * PS as u64, &page(PS, t, 1)).unwrap());
+        }
+    });
+    let t = f.sync_async().unwrap();
+    t.wait().unwrap();
+    let img = be.durable_image();
+    for p in 0..4 {
+        assert_eq!(image_page(&img, p), Some((p, 1)));
+    }
+    f.close().unwrap();
+}
+
+/// A failed fdatasync fails the tickets it covered with its error and
+/// every later one with `Poisoned`; none resolves Ok past it; earlier
+/// tickets stay Ok. The file is poisoned.
+#[test]
+fn a_failed_fdatasync_fails_exactly_the_tickets_it_covers() {
+    let (be, f) = crash_file(Config::default());
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    let first = w.commit_async().unwrap();
+    first.wait().unwrap();
+    be.schedule_syncs([true]);
+    w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    let failed = w.commit_async().unwrap();
+    match failed.wait() {
+        Err(Error::Io {
+            op: "fdatasync", ..
+        }) => {}
+        other => panic!("the ticket the failed fdatasync covered: {other:?}"),
+    }
+    assert!(f.is_poisoned());
+    assert!(matches!(
+        w.write_page(2 * PS as u64, &page(PS, 2, 1)),
+        Err(Error::Poisoned)
+    ));
+    assert!(matches!(w.commit_async(), Err(Error::Poisoned)));
+    assert!(matches!(f.sync_async(), Err(Error::Poisoned)));
+    assert!(matches!(w.commit(), Err(Error::Poisoned)));
+}
+
+/// A ticket waited on after its file was closed resolves with the close's
+/// sync (Ok); one whose file was dropped without close before its pages
+/// were synced resolves `Closed`, never hangs; a writer of a closed file
+/// gets `Closed`.
+#[test]
+fn tickets_after_close_and_drop_resolve_and_writers_get_closed() {
+    let (be, f) = crash_file(Config::default());
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    let t = w.commit_async().unwrap();
+    drop(w);
+    f.close().unwrap();
+    t.wait().unwrap();
+    assert_eq!(image_page(&be.durable_image(), 0), Some((0, 1)));
+    let mut w = f.writer();
+    assert!(matches!(
+        w.write_page(0, &page(PS, 0, 2)),
+        Err(Error::Closed)
+    ));
+    assert!(matches!(w.commit(), Err(Error::Closed)));
+    assert!(matches!(w.commit_async(), Err(Error::Closed)));
+    drop(w);
+
+    // Dropped without close, its fdatasync failing: the ticket resolves
+    // (with the failure) and never hangs.
+    let (be, f) = crash_file(Config::default());
+    be.schedule_syncs(std::iter::repeat_n(true, 100));
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    let t = w.commit_async().unwrap();
+    drop(w);
+    drop(f);
+    let (r, _) = block_on(t);
+    assert!(r.is_err(), "{r:?}");
+}
+
+/// Writes through a writer obey every check the file's own writes do,
+/// with the same typed errors, and a refused write buffers nothing.
+#[test]
+fn a_writer_s_writes_obey_the_file_s_checks() {
+    let f = PagedCachedFile::new(MemoryBackend::new(), Config::default()).unwrap();
+    let mut w = f.writer();
+    assert!(matches!(
+        w.write_page(100, &[0u8; PS]),
+        Err(Error::Unaligned { .. })
+    ));
+    assert!(matches!(w.write_page(0, &[]), Err(Error::ZeroLength)));
+    assert!(matches!(
+        w.write_all_at(u64::MAX - 2, b"abcd"),
+        Err(Error::Overflow { .. })
+    ));
+    assert!(matches!(w.write(100, PS), Err(Error::Unaligned { .. })));
+    assert_eq!(f.stats().pages_dirtied, 0);
+    w.commit().unwrap();
+    assert_eq!(f.stats().syncs, 0, "a commit with nothing written synced");
+
+    // Read-only: refused as the file refuses.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro");
+    PagedCachedFile::open(&path, Config::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let ro = PagedCachedFile::open_with(
+        &path,
+        &pagewriter::OpenOptions::new().read_only(true),
+        Config::default(),
+    )
+    .unwrap();
+    let mut w = ro.writer();
+    assert!(matches!(w.write_page(0, &[0u8; PS]), Err(Error::ReadOnly)));
+    w.commit().unwrap();
+}
+
+/// Writers on many threads commit while another thread's fdatasyncs
+/// fail: every commit that returned Ok has its pages in the durable
+/// image, and none returns Ok after the failure.
+#[test]
+fn no_writer_is_told_durable_past_a_failed_fdatasync() {
+    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (f, be, failed) = (&f, &be, &failed);
+            s.spawn(move || {
+                let mut w = f.writer();
+                for i in 0..30u64 {
+                    let p = t * 100 + i;
+                    if w.write_page(p * PS as u64, &page(PS, p, 1)).is_err() {
+                        break;
+                    }
+                    if t == 0 && i == 10 {
+                        be.schedule_syncs([Some(libc::EIO)]);
+                    }
+                    match w.commit() {
+                        Ok(()) => {
+                            let img = be.inner().durable_image();
+                            assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
+                        }
+                        Err(_) => {
+                            failed.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert!(failed.load(Ordering::SeqCst) && f.is_poisoned());
+}
+
+fn _assert_send_sync() {
+    fn send<T: Send>() {}
+    fn sync<T: Send + Sync>() {}
+    send::<pagewriter::Writer<'static>>();
+    sync::<CommitTicket>();
+    let _ = <CrashBackend as StorageBackend>::len;
+}
