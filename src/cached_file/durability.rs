@@ -230,7 +230,8 @@ impl Durability {
     ///
     /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
     /// is poisoned, the failure recorded (see the module docs) and every
-    /// waiter woken to see it.
+    /// waiter woken to see it. `Error::Poisoned` if it succeeded after
+    /// another failed.
     pub(crate) fn fdatasync_on(&self, lane: usize) -> Result<u64> {
         let covers = {
             let mut st = self.syncs.lock();
@@ -247,6 +248,10 @@ impl Durability {
             st.in_flight.swap_remove(i);
         }
         match synced {
+            // An `fdatasync` failed before this one returned: the kernel
+            // reports a write-back error once per open file description,
+            // so this success does not vouch for the pages that one lost.
+            Ok(()) if st.failure.is_some() => Err(Error::Poisoned),
             Ok(()) => {
                 self.fsynced.fetch_max(covers, Ordering::AcqRel);
                 self.wake_covered(&mut st);
@@ -274,8 +279,13 @@ impl Durability {
     /// (a doublewrite checkpoint, a cut, a close). Returns the
     /// `write_seq` it covered.
     ///
-    /// Errors: as [`fdatasync_on`](Self::fdatasync_on).
+    /// Errors: as [`fdatasync_on`](Self::fdatasync_on); `Error::Poisoned`
+    /// without a call if an `fdatasync` failed already (a later one would
+    /// make sizes set since durable over the writes that one lost).
     pub(crate) fn sync_file(&self) -> Result<u64> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
         let lane = self.take_lane();
         let synced = self.fdatasync_on(lane);
         self.put_lane(lane);
@@ -473,5 +483,46 @@ impl Syncs {
         for w in self.waiters.drain(..) {
             w.waker.wake();
         }
+    }
+}
+
+#[cfg(all(test, feature = "testing", not(feature = "shuttle")))]
+mod tests {
+    use super::*;
+    use crate::backend::MemoryBackend;
+    use crate::testing::FaultyBackend;
+
+    fn durability(be: &Arc<FaultyBackend<MemoryBackend>>) -> Durability {
+        Durability::new(
+            2,
+            Arc::clone(be) as Arc<dyn StorageBackend>,
+            Arc::new(Counters::default()),
+            Arc::new(AtomicBool::new(false)),
+        )
+    }
+
+    /// One description reports a write-back error once: an `fdatasync`
+    /// that succeeds after another failed proves nothing about the pages
+    /// that one lost, so it is not a success.
+    #[test]
+    fn an_fdatasync_after_a_failed_one_is_not_a_success() {
+        let be = Arc::new(FaultyBackend::new(MemoryBackend::new()));
+        let d = durability(&be);
+        d.step(); // A write the first fdatasync covers.
+        be.schedule_syncs([Some(libc::EIO)]);
+        assert!(matches!(
+            d.fdatasync_on(0),
+            Err(Error::Io {
+                op: "fdatasync",
+                ..
+            })
+        ));
+        assert!(matches!(d.fdatasync_on(1), Err(Error::Poisoned)));
+        assert_eq!(d.fsynced(), 0, "no write is durable past the failure");
+        assert!(matches!(d.sync_to(1), Err(Error::Io { .. })));
+        // A sync outside a commit does not reach the file at all.
+        let calls = be.sync_calls();
+        assert!(matches!(d.sync_file(), Err(Error::Poisoned)));
+        assert_eq!(be.sync_calls(), calls);
     }
 }

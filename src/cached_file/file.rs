@@ -923,7 +923,10 @@ impl PagedCachedFile {
     /// Errors: [`Error::Unaligned`] for a length that is not a whole number
     /// of pages under `O_DIRECT`; [`Error::FileTooLarge`]; with a
     /// doublewrite area, the flush's errors (nothing changed) and
-    /// `Error::Io` with op "fdatasync" (the file is poisoned);
+    /// `Error::Io` with op "fdatasync" before the cut (the file is
+    /// poisoned, nothing cut); with a grow-ahead window, `Error::Io` with
+    /// op "fdatasync" after the cut (the file is poisoned; [`len`](Self::len)
+    /// shows the cut, which a crash may or may not keep);
     /// [`Error::Busy`] if a guarded page would be cut; [`Error::Closed`],
     /// [`Error::Poisoned`], [`Error::ReadOnly`]; `Error::Io` with op
     /// "ftruncate" (then nothing changed).
