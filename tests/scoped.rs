@@ -129,6 +129,35 @@ fn a_commit_covers_its_pages_another_flush_took() {
     f.close().unwrap();
 }
 
+/// `Writer::overwrite` hands out a zeroed page (not the bytes on disk), and
+/// the page joins the writer's commit when the guard is dropped.
+#[test]
+fn an_overwrite_guard_is_zeroed_and_joins_the_commit() {
+    let (be, f) = crash_file(Config::default());
+    let mut w = f.writer();
+    w.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
+    w.commit().unwrap();
+    {
+        let mut g = w.overwrite(3 * PS as u64, PS).unwrap();
+        assert!(
+            g.iter().all(|&b| b == 0),
+            "an overwrite guard holds old bytes"
+        );
+        g.copy_from_slice(&page(PS, 3, 2));
+    }
+    let mut other = f.writer();
+    other.write_page(4 * PS as u64, &page(PS, 4, 1)).unwrap();
+    w.commit().unwrap();
+    let img = be.durable_image();
+    assert_eq!(image_page(&img, 3), Some((3, 2)));
+    assert!(
+        image_page(&img, 4).is_none_or(|(p, _)| p != 4),
+        "another writer's page went out with this commit"
+    );
+    other.commit().unwrap();
+    f.close().unwrap();
+}
+
 /// A waker that counts its wakes, for polling tickets by hand.
 struct Count(AtomicU64);
 

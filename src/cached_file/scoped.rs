@@ -87,6 +87,13 @@ impl<'a> Writer<'a> {
         self.file.write_guard(offset, len, Some(&mut self.pages))
     }
 
+    /// A zeroed guard over `len` bytes at `offset`, as
+    /// [`PagedCachedFile::overwrite`], for pages the caller fills whole;
+    /// its pages join this writer's commit when it is dropped.
+    pub fn overwrite(&mut self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.file.guard(offset, len, Some(&mut self.pages))
+    }
+
     /// Durable commit of this writer's pages: when it returns `Ok`, every
     /// page written through this writer since its previous commit survives
     /// a crash with the bytes it wrote or a later version, together with
