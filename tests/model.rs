@@ -43,6 +43,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<u64>().prop_map(|seed| Op::Crash { seed }),
         1 => Just(Op::Close),
         1 => (0..=MAX_PAGES).prop_map(|pages| Op::SetLen { pages }),
+        3 => (0..MAX_PAGES, 1u64..4, any::<bool>())
+            .prop_map(|(page, pages, ticket)| Op::Scoped { page, pages, ticket }),
+        1 => Just(Op::SyncAsync),
+        2 => Just(Op::WaitTicket),
     ]
 }
 
@@ -242,6 +246,9 @@ fn crashy_op() -> impl Strategy<Value = Op> {
         3 => any::<u64>().prop_map(|seed| Op::Crash { seed }),
         1 => Just(Op::Close),
         1 => (0..=MAX_PAGES / 4).prop_map(|pages| Op::SetLen { pages }),
+        3 => (0..MAX_PAGES / 4, 1u64..4, any::<bool>())
+            .prop_map(|(page, pages, ticket)| Op::Scoped { page, pages, ticket }),
+        2 => Just(Op::WaitTicket),
     ]
 }
 

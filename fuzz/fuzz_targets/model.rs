@@ -37,7 +37,7 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=26u8)? {
+    Ok(match u.int_in_range(0..=30u8)? {
         0..=7 => Op::Write {
             page: u.int_in_range(0..=MAX_PAGES - 1)?,
             pages: u.int_in_range(1..=3)?,
@@ -65,6 +65,13 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         25 => Op::SetLen {
             pages: u.int_in_range(0..=MAX_PAGES)?,
         },
+        26..=27 => Op::Scoped {
+            page: u.int_in_range(0..=MAX_PAGES - 1)?,
+            pages: u.int_in_range(1..=3)?,
+            ticket: u.arbitrary()?,
+        },
+        28 => Op::SyncAsync,
+        29 => Op::WaitTicket,
         _ => Op::Close,
     })
 }

@@ -109,7 +109,7 @@ pub(crate) const FILL_CHUNK: u64 = 1 << 20;
 /// measured.
 pub(crate) const FILL_RESERVE: u64 = 64 << 20;
 
-const MAGIC: &[u8; 8] = b"PWGROW01";
+pub(crate) const MAGIC: &[u8; 8] = b"PWGROW01";
 /// Bytes of a record: magic, seq, len, prev (8 each), CRC32C (4).
 const RECORD: usize = 36;
 /// `prev` of a record with no earlier trailer to zero.

@@ -128,3 +128,5 @@ pub use torn::TornWrites;
 
 #[cfg(feature = "testing")]
 pub(crate) use chooser::set_test_tuning;
+#[cfg(feature = "testing")]
+pub(crate) use grow::MAGIC as GROW_TRAILER_MAGIC;

@@ -82,6 +82,24 @@ pub enum Op {
         /// New length in pages.
         pages: u64,
     },
+    /// A scoped transaction: a new [`Writer`](crate::Writer) writes
+    /// `pages` (1..=3) pages from `page`, then commits (`Writer::commit`),
+    /// or with `ticket` starts the commit (`Writer::commit_async`) and
+    /// keeps its ticket for a later [`Op::WaitTicket`]. When the commit
+    /// (or its ticket) says Ok, those pages are durable at the versions
+    /// written or later ones; nothing is promised of other pages.
+    Scoped {
+        /// First page.
+        page: u64,
+        /// Page count.
+        pages: u64,
+        /// Commit asynchronously.
+        ticket: bool,
+    },
+    /// `sync_async`: a ticket for everything written so far.
+    SyncAsync,
+    /// Waits for the oldest ticket kept (nothing without one).
+    WaitTicket,
 }
 
 /// The file's settings for a run.
@@ -198,6 +216,13 @@ struct World {
     file: PagedCachedFile,
 }
 
+/// A ticket kept by the model, with the versions its commit promises
+/// (page, version number).
+struct Pending {
+    ticket: crate::CommitTicket,
+    promised: Vec<(u64, u64)>,
+}
+
 fn open(store: Store, cfg: &ModelConfig) -> Result<World, String> {
     let (inner, engine): (Arc<dyn StorageBackend>, FlushEngine) = match &store {
         Store::Memory(c, _) => {
@@ -239,6 +264,12 @@ struct Model {
     durable: BTreeMap<u64, Vec<u8>>,
     /// Versions written since the last successful sync, per page.
     since: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// The number of each entry of `since` (written versions are numbered
+    /// in write order: bytes alone are ambiguous, a cut page's zeros
+    /// repeat).
+    since_ids: BTreeMap<u64, Vec<u64>>,
+    /// Numbers written versions.
+    next_id: u64,
     poisoned: bool,
     version: u64,
     /// Pages found torn after crashes (`Allow` only; an error otherwise).
@@ -249,6 +280,12 @@ struct Model {
     /// a crash may leave any length between the least and the greatest
     /// of these and `durable_len`, and no other.
     lens_since: Vec<u64>,
+    /// Tickets of asynchronous commits, oldest first.
+    tickets: std::collections::VecDeque<Pending>,
+    /// An asynchronous commit started: the file's syncer thread makes
+    /// `fdatasync`s between operations, and one that fails poisons the
+    /// file outside any operation.
+    syncer: bool,
 }
 
 impl Model {
@@ -261,12 +298,38 @@ impl Model {
 
     fn write(&mut self, page: u64, bytes: Vec<u8>) {
         self.since.entry(page).or_default().push(bytes.clone());
+        self.next_id += 1;
+        self.since_ids.entry(page).or_default().push(self.next_id);
         self.newest.insert(page, bytes);
+    }
+
+    /// The number of `page`'s newest version, if it is not durable yet.
+    fn newest_id(&self, page: u64) -> Option<u64> {
+        self.since_ids.get(&page).and_then(|v| v.last().copied())
+    }
+
+    /// A scoped commit (or its ticket) made version `id` of `page`
+    /// durable: it, or a later version, is what the page holds after a
+    /// crash. Raises the page's durable version to it if it is one of the
+    /// versions written since (never lowers it: a later sync may have gone
+    /// past).
+    fn durable_at_least(&mut self, page: u64, id: u64) {
+        let (Some(since), Some(ids)) = (self.since.get_mut(&page), self.since_ids.get_mut(&page))
+        else {
+            return;
+        };
+        if let Some(i) = ids.iter().position(|&x| x == id) {
+            let v = since[i].clone();
+            since.drain(..=i);
+            ids.drain(..=i);
+            self.durable.insert(page, v);
+        }
     }
 
     fn synced(&mut self, len: u64) {
         self.durable = self.newest.clone();
         self.since.clear();
+        self.since_ids.clear();
         self.durable_len = len;
         self.lens_since.clear();
     }
@@ -343,7 +406,11 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             Err(Error::Poisoned) if m.poisoned => Ok(false),
             // Grow-ahead moving its trailer syncs inside a flush: its
             // failure poisons the file as a commit's does.
-            Err(Error::Poisoned) if cfg.grow_ahead.is_some() && w.file.is_poisoned() => {
+            // Grow-ahead moving its trailer, or the syncer thread of an
+            // asynchronous commit, made the fdatasync that failed.
+            Err(Error::Poisoned)
+                if (cfg.grow_ahead.is_some() || m.syncer) && w.file.is_poisoned() =>
+            {
                 m.poisoned = true;
                 Ok(false)
             }
@@ -435,7 +502,13 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             // A cut with a doublewrite area (or a grow-ahead window) syncs
             // the file: a failed fdatasync poisons it, and nothing was cut
             // (`mutation_result`).
-            if mutation_result(w.file.set_len(at(pages)), m)? {
+            let before = w.file.len();
+            let r = w.file.set_len(at(pages));
+            // With a grow-ahead window the cut is made, then synced: a
+            // failed fdatasync poisons the file after the cut (`len`
+            // shows it).
+            let cut_then_failed = r.is_err() && at(pages) < before && w.file.len() == at(pages);
+            if mutation_result(r, m)? || cut_then_failed {
                 let cut: Vec<u64> = m.newest.range(pages..).map(|(&p, _)| p).collect();
                 for p in cut {
                     m.write(p, vec![0; ps]);
@@ -456,6 +529,16 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
                 // A real file cannot lose power here.
                 return Ok(());
             };
+            // Tickets resolved before the power cut promise their pages
+            // in every image it can leave; the others are lost with the
+            // process (their pages may or may not have made it).
+            for Pending { ticket, promised } in std::mem::take(&mut m.tickets) {
+                if ticket.is_durable() {
+                    for &(p, id) in &promised {
+                        m.durable_at_least(p, id);
+                    }
+                }
+            }
             let image = c.crash_image(seed);
             let area_image = area.crash_image(seed ^ 0x5EED);
             let crash = crash_file(cfg, &image);
@@ -468,9 +551,81 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             let image = crash.live_image();
             after_crash(cfg, w, m, &image)?;
         }
+        Op::Scoped {
+            page,
+            pages,
+            ticket,
+        } => {
+            let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
+            let page = page % MAX_PAGES;
+            m.version += 1;
+            let versions: Vec<Vec<u8>> = (0..pages)
+                .map(|i| page_bytes(ps, page + i, m.version))
+                .collect();
+            let mut writer = w.file.writer();
+            if !mutation_result(writer.write_page(at(page), &versions.concat()), m)? {
+                return Ok(());
+            }
+            let mut promised: Vec<(u64, u64)> = Vec::new();
+            for (i, v) in versions.into_iter().enumerate() {
+                let p = page + i as u64;
+                m.write(p, v);
+                promised.extend(m.newest_id(p).map(|id| (p, id)));
+            }
+            if ticket {
+                match writer.commit_async() {
+                    Ok(t) => {
+                        m.syncer = true;
+                        m.tickets.push_back(Pending {
+                            ticket: t,
+                            promised,
+                        });
+                    }
+                    Err(e) => {
+                        scoped_failed(w, m, e)?;
+                    }
+                }
+            } else {
+                let r = writer.commit();
+                scoped_outcome(cfg, w, m, r, &promised)?;
+            }
+        }
+        Op::SyncAsync => match w.file.sync_async() {
+            Ok(t) => {
+                m.syncer = true;
+                let promised = m
+                    .since_ids
+                    .iter()
+                    .filter_map(|(&p, ids)| ids.last().map(|&id| (p, id)))
+                    .collect();
+                m.tickets.push_back(Pending {
+                    ticket: t,
+                    promised,
+                });
+            }
+            Err(e) => scoped_failed(w, m, e)?,
+        },
+        Op::WaitTicket => {
+            if let Some(Pending { ticket, promised }) = m.tickets.pop_front() {
+                let r = ticket.wait();
+                scoped_outcome(cfg, w, m, r, &promised)?;
+            }
+        }
         Op::Close => {
             let r = w.file.close();
+            let closed = r.is_ok();
             if sync_outcome(cfg, w, m, r)? {
+                // The close's sync covered every ticket.
+                for Pending { ticket, promised } in std::mem::take(&mut m.tickets) {
+                    if let Err(e) = ticket.wait() {
+                        return Err(format!("a ticket failed after a successful close: {e}"));
+                    }
+                    for &(p, id) in &promised {
+                        m.durable_at_least(p, id);
+                    }
+                }
+            }
+            if closed {
                 let store = match &w.store {
                     Store::Memory(c, a) => Store::Memory(Arc::clone(c), Arc::clone(a)),
                     Store::File(p) => Store::File(p.clone()),
@@ -482,6 +637,91 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// Checks the outcome of a scoped commit or a ticket that promised
+/// `promised` (page, version number): on Ok, each of those pages holds in the
+/// durable image (after recovery, where the mode has one) the version
+/// promised or a later one, and counts as durable at it from then on.
+fn scoped_outcome(
+    cfg: &ModelConfig,
+    w: &World,
+    m: &mut Model,
+    r: crate::Result<()>,
+    promised: &[(u64, u64)],
+) -> Result<(), String> {
+    let ps = cfg.page_size;
+    if let Err(e) = r {
+        return scoped_failed(w, m, e);
+    }
+    for &(p, id) in promised {
+        m.durable_at_least(p, id);
+    }
+    let img = durable_view(cfg, w)?;
+    for (p, _) in promised {
+        let s = (*p as usize * ps).min(img.len());
+        let e = (s + ps).min(img.len());
+        let mut got = img[s..e].to_vec();
+        got.resize(ps, 0);
+        let zero = vec![0u8; ps];
+        let floor = m.durable.get(p).unwrap_or(&zero);
+        let later: &[Vec<u8>] = m.since.get(p).map_or(&[], |v| v.as_slice());
+        let whole = *floor == got || later.contains(&got);
+        // Where torn pages are allowed, a later write that failed part way
+        // may have replaced some sectors of the promised version: each
+        // sector holds the promised version or a later one.
+        let sectors = cfg.torn_writes == TornWrites::Allow
+            && got.chunks(512).enumerate().all(|(k, sector)| {
+                let r = k * 512..k * 512 + sector.len();
+                floor[r.clone()] == *sector || later.iter().any(|v| v[r.clone()] == *sector)
+            });
+        if !whole && !sectors {
+            return Err(format!(
+                "page {p} is not durable at the version a scoped commit promised, or a later one"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A scoped commit, a ticket or `sync_async` that failed: as a failed
+/// `sync` (a failed `fdatasync` poisons the file, and what the file
+/// refuses after it is refused with `Poisoned`), or a write fault.
+fn scoped_failed(w: &World, m: &mut Model, e: Error) -> Result<(), String> {
+    match e {
+        Error::Io {
+            op: "fdatasync", ..
+        }
+        | Error::Poisoned => {
+            if !w.file.is_poisoned() {
+                return Err(format!("{e} but the file is not poisoned"));
+            }
+            m.poisoned = true;
+            Ok(())
+        }
+        Error::Io { .. } | Error::PagesFailed { .. } if !m.poisoned => Ok(()),
+        e => Err(format!("unexpected error {e}")),
+    }
+}
+
+/// What the file holds durably, as a reader after a crash would find it.
+/// A commit may be durable on the doublewrite area alone, or its length in
+/// grow-ahead's trailer: what counts is what recovery makes of the durable
+/// images. A real file with a grow-ahead window is longer than its length
+/// while open, and its trailer, not `len`, says where the data ends (after
+/// a failed `fdatasync` the two differ): recovery reads it.
+fn durable_view(cfg: &ModelConfig, w: &World) -> Result<Vec<u8>, String> {
+    match &w.store {
+        Store::Memory(c, area)
+            if cfg.torn_writes == TornWrites::DoubleWrite || cfg.grow_ahead.is_some() =>
+        {
+            recovered(cfg, &c.durable_image(), &area.durable_image())
+        }
+        Store::File(_) if cfg.grow_ahead.is_some() => {
+            recovered(cfg, &w.store.durable_image()?, &[])
+        }
+        store => store.durable_image(),
+    }
 }
 
 /// What a file reopened over `image` with doublewrite area `area` holds
@@ -508,27 +748,7 @@ fn sync_outcome(
                 return Err("sync succeeded on a poisoned file".into());
             }
             m.synced(w.file.len());
-            let img = match &w.store {
-                // A commit may be durable on the doublewrite area alone, or
-                // its length in grow-ahead's trailer: what counts is what
-                // recovery makes of the durable images.
-                Store::Memory(c, area)
-                    if cfg.torn_writes == TornWrites::DoubleWrite || cfg.grow_ahead.is_some() =>
-                {
-                    recovered(cfg, &c.durable_image(), &area.durable_image())?
-                }
-                store => store.durable_image()?,
-            };
-            // A real file with a grow-ahead window is longer than its
-            // length while open: the window past it is not data.
-            let img = match &w.store {
-                Store::File(_) if cfg.grow_ahead.is_some() => {
-                    let mut img = img;
-                    img.truncate(w.file.len() as usize);
-                    img
-                }
-                _ => img,
-            };
+            let img = durable_view(cfg, w)?;
             // `sync` makes `len()` durable (a real file may be longer on
             // disk: O_DIRECT extends it ahead).
             if matches!(w.store, Store::Memory(..)) && img.len() as u64 != w.file.len() {
@@ -562,7 +782,7 @@ fn sync_outcome(
         Err(Error::Poisoned) if m.poisoned => Ok(false),
         // Grow-ahead moving its trailer synced inside the commit's flush,
         // and that fdatasync failed.
-        Err(Error::Poisoned) if cfg.grow_ahead.is_some() && w.file.is_poisoned() => {
+        Err(Error::Poisoned) if (cfg.grow_ahead.is_some() || m.syncer) && w.file.is_poisoned() => {
             m.poisoned = true;
             Ok(false)
         }
@@ -593,17 +813,31 @@ fn after_crash(
         }
         let synced = m.durable.get(&p).unwrap_or(&zero);
         let later: &[Vec<u8>] = m.since.get(&p).map_or(&[], |v| v.as_slice());
+        // After a failed fdatasync, the writes it lost are gone while a
+        // size set since may have stuck (a later `fdatasync`, or the file
+        // system on its own, wrote it back): a page that came into the
+        // file since the last good sync may show what that place held
+        // before, such as a grow-ahead trailer since moved on (its zeroing
+        // was among the lost writes).
+        let stale_trailer = |sector: &[u8]| {
+            m.poisoned
+                && cfg.grow_ahead.is_some()
+                && s as u64 >= m.durable_len
+                && sector.starts_with(crate::cached_file::GROW_TRAILER_MAGIC)
+        };
+        let mut stale = false;
         for (k, sector) in got.chunks(512).enumerate() {
             let r = k * 512..(k * 512 + sector.len());
             let ok = synced[r.clone()] == *sector || later.iter().any(|v| v[r.clone()] == *sector);
-            if !ok {
+            stale |= !ok && stale_trailer(sector);
+            if !ok && !stale_trailer(sector) {
                 return Err(format!(
                     "after crash, page {p} sector {k} holds bytes of no synced or later version"
                 ));
             }
         }
         // Whole: one version in every sector.
-        if got != *synced && !later.contains(&got) {
+        if !stale && got != *synced && !later.contains(&got) {
             if cfg.torn_writes != TornWrites::Allow {
                 return Err(format!(
                     "after crash, page {p} is torn (sectors of different versions) with {:?}",
