@@ -64,6 +64,50 @@ fn scale_json_reports_every_cell_and_removes_its_files() {
     );
 }
 
+/// Each commit kind and the streams mode run and report what they did:
+/// one thread alone makes one write call and one `fdatasync` per commit
+/// with a scoped commit, as the streams do by construction; async commits
+/// complete (none left in flight at the end).
+#[test]
+fn scale_commit_kinds_and_streams_report_their_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    for (commit, modes) in [
+        ("scoped", "vectored,streams"),
+        ("async:4", "io-uring"),
+        ("global", "vectored"),
+    ] {
+        let v: serde_json::Value = run_json(
+            &[
+                "scale",
+                "--threads",
+                "1",
+                "--modes",
+                modes,
+                "--commit",
+                commit,
+                "--duration",
+                "0.3",
+                "--repeats",
+                "1",
+                "--json",
+                "--rewrite",
+                "0",
+            ],
+            dir.path(),
+        );
+        assert_eq!(v["config"]["commit"], commit, "{v}");
+        for r in v["rows"].as_array().unwrap() {
+            assert!(r["commits_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["write_kib_per_commit"].as_f64().unwrap(), 64.0, "{r}");
+            if commit == "scoped" {
+                assert_eq!(r["write_calls_per_commit"].as_f64().unwrap(), 1.0, "{r}");
+                assert_eq!(r["syncs_per_commit"].as_f64().unwrap(), 1.0, "{r}");
+            }
+        }
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn flush_reports_every_engine() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,6 +355,8 @@ fn bad_arguments_fail_with_a_message() {
         &["scale", "--queue-depth", "0"],
         &["scale", "--dedup", "0.5"],
         &["scale", "--compress", "100"],
+        &["scale", "--commit", "async:0"],
+        &["scale", "--commit", "later"],
         &["flush", "--size", "lots"],
         &["flush", "--size", "0"],
         &["flush", "--engines", "nope"],

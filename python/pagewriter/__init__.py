@@ -52,7 +52,7 @@ def scale(
     pages: int = 16,
     page_size: int = 4096,
     rewrite: float = 0.125,
-    commit: str = "sync",
+    commit: str = "global",
     duration: float = 1.5,
     repeats: int = 3,
     path: "str | os.PathLike[str]" = ".",
@@ -69,7 +69,11 @@ def scale(
     ``duration`` is seconds per cell, ``path`` the directory for the
     temporary files (removed afterwards); ``reads`` page reads per
     transaction and ``read_cache`` the read cache budget in bytes (the CLI's
-    ``--reads`` and ``--read-cache``)."""
+    ``--reads`` and ``--read-cache``); ``commit`` is ``"global"``
+    (``sync()``), ``"scoped"`` (each thread's own ``Writer::commit``),
+    ``"async:N"`` (N tickets in flight per thread) or ``"flush"``, and the
+    ``"streams"`` mode runs ``pwrite`` + ``fdatasync`` per commit without a
+    page writer."""
     if modes is None:
         modes = ("per-page", "concat", "vectored", "io-uring", "separate-files")
     return json.loads(

@@ -118,7 +118,7 @@ def scale(
     pages: int = 16,
     page_size: int = 4096,
     rewrite: float = 0.125,
-    commit: str = "sync",
+    commit: str = "global",
     duration: float = 1.5,
     repeats: int = 3,
     path: str | os.PathLike[str] = ".",

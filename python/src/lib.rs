@@ -548,15 +548,11 @@ fn scale_json(
         pages_per_txn: pages,
         page_size,
         rewrite_fraction: rewrite,
-        commit: match commit {
-            "sync" => CommitKind::Sync,
-            "flush" => CommitKind::Flush,
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "commit = {other:?} is not sync or flush"
-                )));
-            }
-        },
+        commit: commit.parse::<CommitKind>().map_err(|_| {
+            PyValueError::new_err(format!(
+                "commit = {commit:?} is not global (or sync), scoped, async:N or flush"
+            ))
+        })?,
         cell_duration: std::time::Duration::from_secs_f64(duration),
         repeats,
         dir: path,

@@ -306,6 +306,15 @@ def test_io_and_scale_return_the_clis_reports(tmp_path):
         pagewriter.scale(dedup=0.5, path=tmp_path)
     with pytest.raises(ValueError, match="reads"):
         pagewriter.scale(reads=1 << 20, path=tmp_path)
+    # Scoped and asynchronous commits, and the streams without a page writer.
+    for commit, modes in (("scoped", ["vectored", "streams"]), ("async:2", ["vectored"])):
+        s = pagewriter.scale(threads=[2], modes=modes, duration=0.2, repeats=1,
+                             path=tmp_path, direct="off", commit=commit)
+        assert s["config"]["commit"] == commit
+        assert [r["mode"] for r in s["rows"]] == modes
+        assert all(r["commits_per_s"] > 0 and r["syncs_per_commit"] > 0 for r in s["rows"])
+    with pytest.raises(ValueError, match="commit"):
+        pagewriter.scale(commit="async:0", path=tmp_path)
     # A read-heavy mix with a read cache reports reads and a hit ratio.
     s = pagewriter.scale(threads=[2], modes=["vectored"], duration=0.2, repeats=1,
                          path=tmp_path, direct="off", commit="flush", reads=16,

@@ -305,14 +305,6 @@ pub(crate) struct GenArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum CommitArg {
-    /// Durable commit (fdatasync, group commit).
-    Sync,
-    /// Flush to the OS only.
-    Flush,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
 pub(crate) enum TornArg {
     /// No protection (a power cut may tear a page).
     Allow,
@@ -421,9 +413,13 @@ pub(crate) struct ScaleArgs {
     #[arg(long, default_value_t = 0.125, allow_negative_numbers = true,
           value_parser = number_in(0.0, 1.0))]
     pub(crate) rewrite: f64,
-    /// How each transaction ends.
-    #[arg(long, value_enum, default_value = "sync")]
-    pub(crate) commit: CommitArg,
+    /// How each transaction ends: global (sync(): durable, every page any
+    /// thread wrote), scoped (each thread's own Writer::commit: its pages
+    /// only, no leader), async:N (Writer::commit_async, N tickets in flight
+    /// per thread), flush (to the OS only). `sync` is `global`.
+    #[arg(long, default_value = "global",
+          value_parser = |s: &str| s.parse::<CommitKind>().map_err(|e| e.to_string()))]
+    pub(crate) commit: CommitKind,
     /// Seconds each cell runs (above 0, at most 3600).
     #[arg(long, default_value_t = 1.5, allow_negative_numbers = true,
           value_parser = cell_seconds)]

@@ -64,10 +64,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         pages_per_txn: a.pages,
         page_size: a.page_size,
         rewrite_fraction: a.rewrite,
-        commit: match a.commit {
-            CommitArg::Sync => CommitKind::Sync,
-            CommitArg::Flush => CommitKind::Flush,
-        },
+        commit: a.commit,
         cell_duration: Duration::from_secs_f64(a.duration),
         repeats: a.repeats,
         dir: a.path,

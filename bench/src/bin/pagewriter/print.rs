@@ -14,8 +14,12 @@ pub(crate) fn print_scale(r: &ScaleReport) {
     println!(
         "commit: {} ({}); layout: {}; fill: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
         match c.commit {
-            CommitKind::Sync => "sync (fdatasync)",
-            CommitKind::Flush => "flush (no fdatasync)",
+            CommitKind::Sync => "global (sync(): every page any thread wrote)".to_string(),
+            CommitKind::Flush => "flush (no fdatasync)".to_string(),
+            CommitKind::Scoped => "scoped (Writer::commit: each thread's own pages)".to_string(),
+            CommitKind::Async { in_flight } => {
+                format!("async ({in_flight} tickets in flight per thread)")
+            }
         },
         c.commit_strategy.name(),
         c.layout.name(),

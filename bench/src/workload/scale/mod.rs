@@ -18,11 +18,16 @@ use serde::Serialize;
 
 use crate::datagen::{GenConfig, Generator};
 use crate::error::{CoreError, Error, Result};
+
+mod sink;
+mod streams;
+
 use crate::rng::WyRand;
 use pagewriter::{
     CommitStrategy, Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats,
     StorageBackend, TornWrites,
 };
+use sink::Sink;
 
 fn strategy_name<S: serde::Serializer>(
     s: &CommitStrategy,
@@ -39,6 +44,11 @@ pub enum Mode {
     /// One file per thread, each with the [`FlushEngine::PerPage`] engine:
     /// the old way around a per-page flush that collapses on a shared file.
     SeparateFiles,
+    /// No page writer: each thread writes its transaction to the shared
+    /// file with `pwrite` (one call for its fresh pages, one per rewrite)
+    /// on an `O_DIRECT` descriptor of its own, then `fdatasync`s; each
+    /// commit timed whole. fio's commit job, inside this benchmark.
+    Streams,
 }
 
 impl Mode {
@@ -59,6 +69,7 @@ impl Mode {
         match self {
             Mode::Engine(e) => e.name(),
             Mode::SeparateFiles => "separate-files",
+            Mode::Streams => "streams",
         }
     }
 
@@ -79,6 +90,7 @@ impl std::str::FromStr for Mode {
     fn from_str(s: &str) -> Result<Mode> {
         match s {
             "separate-files" => Ok(Mode::SeparateFiles),
+            "streams" => Ok(Mode::Streams),
             "auto" => Err(Error::config(
                 "mode auto: scale measures named engines (per-page, concat, vectored, \
                  io-uring, separate-files)"
@@ -87,7 +99,7 @@ impl std::str::FromStr for Mode {
             engine => engine.parse().map(Mode::Engine).map_err(|_| {
                 Error::config(format!(
                     "unknown mode {engine:?} (per-page, concat, vectored, io-uring, \
-                     separate-files)"
+                     separate-files, streams)"
                 ))
             }),
         }
@@ -101,14 +113,65 @@ impl Serialize for Mode {
 }
 
 /// How each transaction ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CommitKind {
-    /// `sync()`: durable, group commit. The default.
+    /// `sync()`: durable, every page any thread wrote before it (the
+    /// global promise). The default.
     #[default]
     Sync,
     /// `flush()`: pages reach the OS, no `fdatasync`.
     Flush,
+    /// Each thread writes through its own [`pagewriter::Writer`] and
+    /// commits with `Writer::commit`: durable, its own pages only, no
+    /// leader.
+    Scoped,
+    /// As `Scoped` with `Writer::commit_async`: each thread keeps up to
+    /// `in_flight` tickets and waits for the oldest when it has that many;
+    /// a commit's latency runs from its start to its ticket's resolution.
+    Async {
+        /// Tickets in flight per thread (at least 1).
+        in_flight: usize,
+    },
+}
+
+impl CommitKind {
+    /// The name on the command line and in reports: `global`, `flush`,
+    /// `scoped`, `async:N`.
+    pub fn name(self) -> String {
+        match self {
+            CommitKind::Sync => "global".into(),
+            CommitKind::Flush => "flush".into(),
+            CommitKind::Scoped => "scoped".into(),
+            CommitKind::Async { in_flight } => format!("async:{in_flight}"),
+        }
+    }
+}
+
+impl std::str::FromStr for CommitKind {
+    type Err = Error;
+
+    /// Parses a [`name`](CommitKind::name) (`sync` is `global`).
+    fn from_str(s: &str) -> Result<CommitKind> {
+        Ok(match s {
+            "global" | "sync" => CommitKind::Sync,
+            "flush" => CommitKind::Flush,
+            "scoped" => CommitKind::Scoped,
+            other => match other.strip_prefix("async:").map(str::parse::<usize>) {
+                Some(Ok(n)) if (1..=1024).contains(&n) => CommitKind::Async { in_flight: n },
+                _ => {
+                    return Err(Error::config(format!(
+                        "unknown commit {other:?} (global, flush, scoped, async:N with N in 1..=1024)"
+                    )));
+                }
+            },
+        })
+    }
+}
+
+impl Serialize for CommitKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.name())
+    }
 }
 
 /// How each cell's file is laid out before its clock starts. The file
@@ -436,7 +499,7 @@ impl ScaleConfig {
         for mode in &self.modes {
             let engine = match mode {
                 Mode::Engine(e) => *e,
-                Mode::SeparateFiles => FlushEngine::PerPage,
+                Mode::SeparateFiles | Mode::Streams => FlushEngine::PerPage,
             };
             Config::default()
                 .page_size(self.page_size)
@@ -719,18 +782,23 @@ pub fn run_cell(
             }
             (temps, files)
         }
+        Mode::Streams => {
+            let t = temp_file(&config.dir, config.layout, config.preallocate_bytes)?;
+            (vec![t], vec![])
+        }
     };
-    let allocators: Vec<AtomicU64> = files.iter().map(|_| AtomicU64::new(0)).collect();
+    let slots = files.len().max(1);
+    let allocators: Vec<AtomicU64> = (0..slots).map(|_| AtomicU64::new(0)).collect();
     // Pages each file may grow to: its share of the free space now, less
     // a margin, plus what it preallocated (already taken from the free
     // space).
     let prealloc_pages = match mode {
-        Mode::Engine(_) => config.preallocate_bytes,
+        Mode::Engine(_) | Mode::Streams => config.preallocate_bytes,
         Mode::SeparateFiles => config.preallocation_share(threads),
     } / config.page_size as u64;
     let limit_pages = pagewriter::backend::free_space(&config.dir).map_or(u64::MAX, |free| {
         let margin = (free / 20).max(64 << 20);
-        free.saturating_sub(margin) / files.len() as u64 / config.page_size as u64 + prealloc_pages
+        free.saturating_sub(margin) / slots as u64 / config.page_size as u64 + prealloc_pages
     });
     let wrap_pages = config.wrap_pages(prealloc_pages);
     let room_limited = AtomicBool::new(false);
@@ -740,8 +808,9 @@ pub fn run_cell(
     let results: Vec<Result<Tally>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let which = t % files.len();
-                let file = &files[which];
+                let which = t % slots;
+                let file = files.get(which);
+                let path = temps[which.min(temps.len() - 1)].path();
                 let alloc = &allocators[which];
                 let stop = &stop;
                 let room = Room {
@@ -752,7 +821,10 @@ pub fn run_cell(
                 let seed = config.seed
                     ^ ((repeat as u64) << 32)
                     ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9);
-                s.spawn(move || writer(config, file, alloc, stop, room, seed))
+                s.spawn(move || match file {
+                    Some(file) => writer(config, file, alloc, stop, room, seed),
+                    None => streams::writer(config, path, alloc, stop, room, seed),
+                })
             })
             .collect();
         // The cell's time, or until a writer ends it (no room left).
@@ -777,17 +849,27 @@ pub fn run_cell(
     let cpu_s = crate::cpu::seconds_since(cpu);
     let mut latency = new_histogram();
     let (mut page_writes, mut commits, mut reads) = (0, 0, 0);
+    let mut stats = files
+        .iter()
+        .fold(Stats::default(), |acc, f| acc.combined(&f.stats()));
     for r in results {
         let t = r?;
         page_writes += t.pages;
         commits += t.commits;
         reads += t.reads;
         latency.add(&t.latency).expect("same histogram bounds");
+        stats = stats.combined(&t.own_io);
     }
-    let stats = files
-        .iter()
-        .fold(Stats::default(), |acc, f| acc.combined(&f.stats()));
-    let io = files[0].io_mode().to_string();
+    let io = match files.first() {
+        Some(f) => f.io_mode().to_string(),
+        None => format!(
+            "pwrite + fdatasync per commit on a descriptor per thread (no page writer), {}",
+            match config.direct {
+                DirectIo::Off => "buffered",
+                _ => "O_DIRECT where the file system takes it",
+            }
+        ),
+    };
     drop(files);
     if config.torn_writes != TornWrites::Allow {
         for t in &temps {
@@ -813,28 +895,31 @@ pub fn run_cell(
     Ok((cell, io))
 }
 
-fn new_histogram() -> Histogram<u64> {
+pub(super) fn new_histogram() -> Histogram<u64> {
     // 1 µs .. 100 s at 3 significant digits.
     Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds")
 }
 
 /// What one writer thread did.
-struct Tally {
-    pages: u64,
-    commits: u64,
-    reads: u64,
+pub(super) struct Tally {
+    pub(super) pages: u64,
+    pub(super) commits: u64,
+    pub(super) reads: u64,
     /// Commit latency, µs.
-    latency: Histogram<u64>,
+    pub(super) latency: Histogram<u64>,
+    /// Calls made outside a page writer (the streams mode): write calls,
+    /// bytes, `fdatasync`s.
+    pub(super) own_io: Stats,
 }
 
 /// How far a cell's file may grow, and the flag set when it would grow
 /// past that.
 #[derive(Clone, Copy)]
-struct Room<'a> {
-    limit_pages: u64,
+pub(super) struct Room<'a> {
+    pub(super) limit_pages: u64,
     /// A written layout: page numbers wrap around below this.
-    wrap_pages: Option<u64>,
-    hit: &'a AtomicBool,
+    pub(super) wrap_pages: Option<u64>,
+    pub(super) hit: &'a AtomicBool,
 }
 
 /// One writer thread: transactions until `stop`, or until the next one
@@ -852,6 +937,7 @@ fn writer(
     let fresh = config.pages_per_txn as u64 - rewrites;
     let mut rng = WyRand::new(seed);
     let data = config.generator()?;
+    let mut sink = Sink::new(file, config.commit);
     let mut latency = new_histogram();
     let (mut pages, mut commits, mut reads) = (0u64, 0u64, 0u64);
     // Fill::Fixed: one transaction's pages, filled once.
@@ -877,7 +963,7 @@ fn writer(
         match config.fill {
             Fill::Random => {
                 for p in first..first + fresh {
-                    let mut page = file.overwrite(p * ps, ps as usize)?;
+                    let mut page = sink.overwrite(p * ps, ps as usize)?;
                     data.fill_at(p * ps, &mut page)?;
                 }
             }
@@ -885,7 +971,7 @@ fn writer(
                 for page in fixed.chunks_mut(ps as usize) {
                     page[..8].copy_from_slice(&commits.to_le_bytes());
                 }
-                file.write_page(first * ps, &fixed)?;
+                sink.write_page(first * ps, &fixed)?;
             }
             Fill::Fixed => {}
         }
@@ -897,7 +983,7 @@ fn writer(
             let p = if high == 0 { first } else { rng.below(high) };
             match config.fill {
                 Fill::Random => {
-                    let mut page = file.overwrite(p * ps, ps as usize)?;
+                    let mut page = sink.overwrite(p * ps, ps as usize)?;
                     // A rewrite carries other bytes: the generator's page
                     // further on.
                     data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
@@ -905,7 +991,7 @@ fn writer(
                 Fill::Fixed => {
                     let page = &mut fixed[..ps as usize];
                     page[..8].copy_from_slice(&(!commits).to_le_bytes());
-                    file.write_page(p * ps, page)?;
+                    sink.write_page(p * ps, page)?;
                 }
             }
         }
@@ -927,19 +1013,15 @@ fn writer(
                 reads += 1;
             }
         }
-        let t0 = Instant::now();
-        match config.commit {
-            CommitKind::Sync => file.sync()?,
-            CommitKind::Flush => file.flush()?,
-        }
-        latency.saturating_record(t0.elapsed().as_micros().max(1) as u64);
-        commits += 1;
+        commits += sink.commit(&mut latency)?;
     }
+    commits += sink.finish(&mut latency)?;
     Ok(Tally {
         pages,
         commits,
         reads,
         latency,
+        own_io: Stats::default(),
     })
 }
 
