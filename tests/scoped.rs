@@ -167,7 +167,8 @@ impl Wake for Count {
     }
 }
 
-/// Polls `t` until it is ready (the syncer thread resolves it).
+/// Polls `t` until it is ready (the committer thread, or a close,
+/// resolves it); fails after 60 s rather than hang.
 fn block_on(mut t: CommitTicket) -> (pagewriter::Result<()>, u64) {
     let count = Arc::new(Count(AtomicU64::new(0)));
     let waker = Waker::from(Arc::clone(&count));
@@ -280,7 +281,7 @@ fn tickets_after_close_and_drop_resolve_and_writers_get_closed() {
     let t = w.commit_async().unwrap();
     drop(w);
     f.close().unwrap();
-    t.wait().unwrap();
+    block_on(t).0.unwrap();
     assert_eq!(image_page(&be.durable_image(), 0), Some((0, 1)));
     let mut w = f.writer();
     assert!(matches!(
@@ -302,6 +303,97 @@ fn tickets_after_close_and_drop_resolve_and_writers_get_closed() {
     drop(f);
     let (r, _) = block_on(t);
     assert!(r.is_err(), "{r:?}");
+}
+
+/// A backend that records which threads wrote and synced.
+#[derive(Debug, Default)]
+struct Threads {
+    inner: MemoryBackend,
+    names: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Threads {
+    fn note(&self) {
+        let name = std::thread::current().name().unwrap_or("?").to_string();
+        self.names.lock().unwrap().insert(name);
+    }
+}
+
+impl StorageBackend for Threads {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.note();
+        self.inner.write_all_at(offset, buf)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.note();
+        self.inner.sync_data()
+    }
+}
+
+/// An asynchronous commit does no I/O on the thread that asks for it: the
+/// committer thread writes and syncs (the pages of many commits in one
+/// pass), and the caller goes on writing.
+#[test]
+fn an_asynchronous_commit_writes_and_syncs_on_the_committer_thread() {
+    let be = Arc::new(Threads::default());
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    let mut w = f.writer();
+    let mut tickets = Vec::new();
+    for p in 0..32u64 {
+        w.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+        tickets.push(w.commit_async().unwrap());
+    }
+    tickets.push(f.sync_async().unwrap());
+    for t in tickets {
+        t.wait().unwrap();
+    }
+    let names = be.names.lock().unwrap().clone();
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["pagewriter-commit"],
+        "I/O on another thread than the committer"
+    );
+    for p in 0..32u64 {
+        assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, 1));
+    }
+    f.close().unwrap();
+}
+
+/// A write that fails in the committer's pass fails the tickets that pass
+/// covered with `PagesFailed`, poisons nothing, and leaves the pages dirty:
+/// the next asynchronous commit writes them and resolves Ok with them
+/// durable.
+#[test]
+fn a_failed_write_fails_the_tickets_of_its_pass_and_the_next_pass_retries() {
+    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    be.schedule_writes([pagewriter::testing::WriteFault::Errno(libc::EIO)]);
+    match w.commit_async().unwrap().wait() {
+        Err(Error::PagesFailed { .. }) => {}
+        other => panic!("a ticket whose pass failed to write: {other:?}"),
+    }
+    assert!(!f.is_poisoned());
+    w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    w.commit_async().unwrap().wait().unwrap();
+    let img = be.inner().durable_image();
+    assert_eq!(
+        image_page(&img, 0),
+        Some((0, 1)),
+        "the failed page, retried"
+    );
+    assert_eq!(image_page(&img, 1), Some((1, 1)));
+    f.close().unwrap();
 }
 
 /// Writes through a writer obey every check the file's own writes do,

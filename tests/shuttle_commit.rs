@@ -887,3 +887,38 @@ fn a_failed_fdatasync_under_scoped_commits_fails_exactly_what_it_covers() {
         }
     });
 }
+
+/// A scoped commit with a grow-ahead window while another thread flushes
+/// (and an asynchronous commit's committer thread runs): the flush may
+/// take the writer's pages past the old end with the length it read
+/// before the writer's writes. When the commit says Ok, what recovery
+/// makes of the durable image (the file cut to its trailer's length)
+/// holds the writer's pages: the commit records the length itself.
+#[test]
+fn a_scoped_commit_records_the_length_another_flush_missed() {
+    check(|| {
+        let config = config(8).grow_ahead(pagewriter::GrowAhead::Window {
+            bytes: 4 * PS as u64,
+        });
+        let (be, f) = file_with(config.clone());
+        let flusher = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                for _ in 0..3 {
+                    f.flush().unwrap();
+                }
+                f.sync_async().unwrap().wait().unwrap();
+            })
+        };
+        let mut w = f.writer();
+        for p in [2u64, 9] {
+            w.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+            w.commit().unwrap();
+            let img = recovered(&be.durable_image(), &config);
+            assert_page(&img, p, 1, "recovered after a scoped commit");
+        }
+        drop(w);
+        flusher.join().unwrap();
+        f.close().unwrap();
+    });
+}

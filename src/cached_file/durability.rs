@@ -8,11 +8,10 @@
 //! `fsynced` (the `write_seq` the latest successful `fdatasync` of the
 //! file covered), `unstaged_at` (its own lock), and under one more lock
 //! the state of the `fdatasync`s: the free sync lanes, the `write_seq`
-//! each one in flight covers, the threads and tickets waiting for one,
-//! and the first failure. Shared (`Arc`) with the syncer thread of
-//! asynchronous commits and with their tickets, which outlive a borrow of
-//! the file. Calls: the backend's `sync_data_on`; sets the file's poison
-//! flag when an `fdatasync` fails.
+//! each one in flight covers, the threads waiting for one,
+//! and the first failure. Shared (`Arc`) by the file's components. Calls:
+//! the backend's `sync_data_on`; sets the file's poison flag when an
+//! `fdatasync` fails.
 //!
 //! Invariants:
 //! - an `fdatasync` covers the `write_seq` read before it began: every
@@ -39,8 +38,7 @@
 //!   failed), or, if none in flight covers it, when a lane comes back for
 //!   it to issue its own; no other event wakes it.
 //!
-//! Lock order: `unstaged_at`, the sync state and the asks of the syncer
-//! are leaves; a lane may be waited for with the drain lock held (a
+//! Lock order: `unstaged_at` and the sync state are leaves; a lane may be waited for with the drain lock held (a
 //! doublewrite checkpoint), and a lane holder never waits for the drain
 //! lock.
 
@@ -52,7 +50,7 @@ use std::task::Waker;
 use super::stats::{Counters, add, add_elapsed};
 use crate::backend::StorageBackend;
 use crate::error::{Error, Result};
-use crate::sync::{AtomicBool, AtomicU64, Condvar, Mutex, park, thread_waker};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, park, thread_waker};
 
 /// The write sequence, the durable watermark and the `fdatasync`s of one
 /// file (see the module docs).
@@ -66,9 +64,6 @@ pub(crate) struct Durability {
     /// since is in the area.
     unstaged_at: Mutex<u64>,
     syncs: Mutex<Syncs>,
-    /// What the syncer thread of asynchronous commits is asked to cover.
-    asks: Mutex<Asks>,
-    asked: Condvar,
     backend: Arc<dyn StorageBackend>,
     counters: Arc<Counters>,
     /// The file's poison flag (the lifecycle's), set when an `fdatasync`
@@ -82,15 +77,12 @@ struct Syncs {
     free: Vec<usize>,
     /// The `write_seq` each `fdatasync` in flight covers.
     in_flight: Vec<u64>,
-    /// Threads and tickets waiting, in arrival order.
+    /// Threads waiting, in arrival order.
     waiters: VecDeque<Waiter>,
     /// Numbers the waiters.
     next_waiter: u64,
     /// The first failed `fdatasync`.
     failure: Option<Failure>,
-    /// The file was dropped without `close`: targets no `fdatasync`
-    /// covered resolve as [`Error::Closed`].
-    dropped: bool,
 }
 
 /// One waiter: durable once `fsynced >= target` (a target of `u64::MAX`
@@ -99,9 +91,6 @@ struct Waiter {
     id: u64,
     target: u64,
     waker: Waker,
-    /// A blocked thread that takes a lane that comes back if no
-    /// `fdatasync` in flight covers it (a ticket only waits to be covered).
-    takes_lane: bool,
 }
 
 /// The first failed `fdatasync` of the file.
@@ -112,15 +101,6 @@ struct Failure {
     /// get its error, later ones [`Error::Poisoned`].
     covers: u64,
     error: Error,
-}
-
-/// What asynchronous commits asked the syncer for.
-#[derive(Default)]
-struct Asks {
-    /// The highest target asked for.
-    target: u64,
-    /// The syncer should end (the file is closing or dropped).
-    stop: bool,
 }
 
 impl Durability {
@@ -143,10 +123,7 @@ impl Durability {
                 waiters: VecDeque::new(),
                 next_waiter: 0,
                 failure: None,
-                dropped: false,
             }),
-            asks: Mutex::new(Asks::default()),
-            asked: Condvar::new(),
             backend,
             counters,
             poisoned,
@@ -269,7 +246,6 @@ impl Durability {
                 }
                 st.wake_all();
                 drop(st);
-                self.wake_syncer();
                 Err(error)
             }
         }
@@ -326,17 +302,6 @@ impl Durability {
         }
     }
 
-    /// Whether writes counted up to `target` are durable: `None` while not
-    /// known yet.
-    ///
-    /// Errors: the error of the failed `fdatasync` that covered `target`;
-    /// [`Error::Poisoned`] for a target past it; [`Error::Closed`] for a
-    /// target no `fdatasync` covered before the file was dropped.
-    pub(crate) fn resolved(&self, target: u64) -> Option<Result<()>> {
-        let st = self.syncs.lock();
-        self.resolution(&st, target)
-    }
-
     fn resolution(&self, st: &Syncs, target: u64) -> Option<Result<()>> {
         if let Some(f) = &st.failure {
             return Some(if target <= f.good_upto {
@@ -353,39 +318,7 @@ impl Durability {
         if self.poisoned.load(Ordering::Acquire) {
             return Some(Err(Error::Poisoned));
         }
-        if st.dropped {
-            return Some(Err(Error::Closed));
-        }
         None
-    }
-
-    /// A ticket's poll: `Ok` with its resolution, or `Err` with the
-    /// number of the waiter registered (under the same lock as the look,
-    /// so no wake-up falls between) to wake `waker` when it is resolved
-    /// (for [`forget_waiter`](Self::forget_waiter)).
-    pub(crate) fn poll_target(
-        &self,
-        target: u64,
-        waker: &Waker,
-    ) -> std::result::Result<Result<()>, u64> {
-        let mut st = self.syncs.lock();
-        match self.resolution(&st, target) {
-            Some(done) => Ok(done),
-            None => Err(st.push_waiter(target, waker.clone(), false)),
-        }
-    }
-
-    /// Forgets waiter `id` (a ticket polled again, or dropped).
-    pub(crate) fn forget_waiter(&self, id: u64) {
-        self.syncs.lock().forget(id);
-    }
-
-    /// The file is being dropped without `close`: what no `fdatasync`
-    /// covered will not be made durable; every waiter is woken to see it.
-    pub(crate) fn drop_unsynced(&self) {
-        let mut st = self.syncs.lock();
-        st.dropped = true;
-        st.wake_all();
     }
 
     /// Wakes the waiters the watermark now covers.
@@ -399,64 +332,20 @@ impl Durability {
             !covered
         });
     }
-
-    // ---- the syncer of asynchronous commits ----
-
-    /// An asynchronous commit asks for writes counted up to `target` to
-    /// become durable: the syncer thread will see to it.
-    pub(crate) fn ask(&self, target: u64) {
-        let mut a = self.asks.lock();
-        if target > a.target {
-            a.target = target;
-            self.asked.notify_all();
-        }
-    }
-
-    /// The syncer's next target: blocks until one is asked for that is
-    /// not durable yet; `None` once the syncer should end (stopped, or an
-    /// `fdatasync` failed: nothing can become durable any more).
-    pub(crate) fn next_ask(&self) -> Option<u64> {
-        let mut a = self.asks.lock();
-        loop {
-            if a.stop || self.poisoned.load(Ordering::Acquire) {
-                return None;
-            }
-            if a.target > self.fsynced() {
-                return Some(a.target);
-            }
-            self.asked.wait(&mut a);
-        }
-    }
-
-    /// Ends the syncer's loop.
-    pub(crate) fn stop_syncer(&self) {
-        self.asks.lock().stop = true;
-        self.asked.notify_all();
-    }
-
-    fn wake_syncer(&self) {
-        let _a = self.asks.lock();
-        self.asked.notify_all();
-    }
 }
 
 impl Syncs {
-    fn push_waiter(&mut self, target: u64, waker: Waker, takes_lane: bool) -> u64 {
+    /// Registers the calling thread as a waiter for `target` (it takes a
+    /// lane that comes back if it still needs one).
+    fn wait_for(&mut self, target: u64) -> u64 {
         self.next_waiter += 1;
         let id = self.next_waiter;
         self.waiters.push_back(Waiter {
             id,
             target,
-            waker,
-            takes_lane,
+            waker: thread_waker(),
         });
         id
-    }
-
-    /// Registers the calling thread as a waiter for `target` (it takes a
-    /// lane that comes back if it still needs one).
-    fn wait_for(&mut self, target: u64) -> u64 {
-        self.push_waiter(target, thread_waker(), true)
     }
 
     fn forget(&mut self, id: u64) {
@@ -472,7 +361,7 @@ impl Syncs {
         if let Some(i) = self
             .waiters
             .iter()
-            .position(|w| w.takes_lane && !in_flight.iter().any(|&c| c >= w.target))
+            .position(|w| !in_flight.iter().any(|&c| c >= w.target))
         {
             let w = self.waiters.remove(i).expect("found");
             w.waker.wake();

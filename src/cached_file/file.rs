@@ -13,7 +13,6 @@ use super::config::Config;
 use super::doublewrite::Recovery;
 use super::durability::Durability;
 use super::flush::FlushPipeline;
-use super::flush_mode::FlushMode;
 use super::guard::WritablePage;
 use super::io_mode::IoMode;
 use super::length::Length;
@@ -24,7 +23,7 @@ use super::parts::Parts;
 use super::read;
 use super::stats::add;
 use super::stats::{Counters, Stats};
-use super::ticket::{CommitTicket, Syncer};
+use super::ticket::{CommitTicket, Committer, Requests};
 use super::torn::TornProtection;
 use super::write_buffer::{PartialPage, WriteBuffer};
 use crate::backend::{OpenOptions, StorageBackend};
@@ -47,13 +46,23 @@ use crate::error::{Error, Result};
 /// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
 /// successful `sync` or `close` covered is promised durable.
 pub struct PagedCachedFile {
+    /// The components, shared with the committer thread.
+    core: Arc<Core>,
+    /// The thread that makes asynchronous commits durable, started by the
+    /// first.
+    committer: Committer,
+}
+
+/// The components of a file: everything but its committer thread, which
+/// holds them too (an `Arc`), so it can commit while the file is borrowed
+/// elsewhere.
+pub(crate) struct Core {
     /// Where the bytes go.
     backend: Arc<dyn StorageBackend>,
     config: Config,
     /// The engine, `O_DIRECT` and torn-page protection in force.
     io_mode: IoMode,
-    /// What the components did (shared with the durability component,
-    /// whose `fdatasync`s the syncer thread may make).
+    /// What the components did (shared with the durability component).
     counters: Arc<Counters>,
     /// Dirty and in-flight pages, the page pool, room, guard latches.
     buffer: WriteBuffer,
@@ -61,8 +70,7 @@ pub struct PagedCachedFile {
     cache: ReadCache,
     /// The logical, disk and written lengths, and the largest one.
     length: Length,
-    /// Write sequence, durable watermark, sync lanes (shared with the
-    /// syncer thread and with commit tickets).
+    /// Write sequence, durable watermark, sync lanes.
     durability: Arc<Durability>,
     /// Open, read-only, closing, closed or poisoned; write calls in
     /// progress.
@@ -73,18 +81,48 @@ pub struct PagedCachedFile {
     flush: FlushPipeline,
     /// Group or direct commits, and the chooser between them.
     commit: Commit,
-    /// The thread that issues asynchronous commits' `fdatasync`s, started
-    /// by the first.
-    syncer: Syncer,
+    /// Asynchronous commits asked for and how each ended (shared with
+    /// their tickets and the committer thread).
+    requests: Arc<Requests>,
+}
+
+impl Core {
+    /// The components below the flush pipeline, borrowed together.
+    #[inline]
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            backend: &*self.backend,
+            config: &self.config,
+            counters: &self.counters,
+            buffer: &self.buffer,
+            cache: &self.cache,
+            length: &self.length,
+            durability: &self.durability,
+            life: &self.life,
+            torn: &self.torn,
+            direct: self.io_mode.direct.is_some(),
+        }
+    }
+
+    /// The commit of [`PagedCachedFile::sync`]: every page any thread
+    /// wrote before the call, and the length.
+    fn sync(&self) -> Result<()> {
+        if self.life.is_read_only() && !self.life.is_closed() {
+            // Nothing can have been written.
+            return Ok(());
+        }
+        self.life.check_writable()?;
+        self.commit.sync(&self.parts(), &self.flush)
+    }
 }
 
 impl std::fmt::Debug for PagedCachedFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PagedCachedFile")
-            .field("backend", &self.backend)
-            .field("config", &self.config)
-            .field("logical_len", &self.length.get())
-            .field("poisoned", &self.life.is_poisoned())
+            .field("backend", &self.core.backend)
+            .field("config", &self.core.config)
+            .field("logical_len", &self.core.length.get())
+            .field("poisoned", &self.core.life.is_poisoned())
             .finish_non_exhaustive()
     }
 }
@@ -206,7 +244,7 @@ impl PagedCachedFile {
             Arc::clone(&counters),
             life.poison_flag(),
         ));
-        Ok(Self {
+        let core = Core {
             buffer: WriteBuffer::new(
                 config.stripes,
                 config.max_write_buffer_bytes,
@@ -234,72 +272,65 @@ impl PagedCachedFile {
             backend: o.backend,
             io_mode: o.io_mode,
             counters,
-            syncer: Syncer::new(),
+            requests: Arc::new(Requests::new()),
             config,
+        };
+        Ok(Self {
+            core: Arc::new(core),
+            committer: Committer::new(),
         })
     }
 
     /// The components below the flush pipeline, borrowed together.
     #[inline]
     fn parts(&self) -> Parts<'_> {
-        Parts {
-            backend: &*self.backend,
-            config: &self.config,
-            counters: &self.counters,
-            buffer: &self.buffer,
-            cache: &self.cache,
-            length: &self.length,
-            durability: &self.durability,
-            life: &self.life,
-            torn: &self.torn,
-            direct: self.io_mode.direct.is_some(),
-        }
+        self.core.parts()
     }
 
     /// What the doublewrite recovery pass did at open: records read, pages
     /// repaired, warnings (see [`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite)). Empty when no
     /// doublewrite area is in use or the area was empty.
     pub fn recovery(&self) -> &Recovery {
-        self.torn.recovery()
+        self.core.torn.recovery()
     }
 
     /// The I/O actually done: engine and `O_DIRECT`, with the reason for any
     /// fallback.
     pub fn io_mode(&self) -> &IoMode {
-        &self.io_mode
+        &self.core.io_mode
     }
 
     /// The configuration in force.
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.core.config
     }
 
     /// Page size in bytes.
     pub fn page_size(&self) -> usize {
-        self.config.page_size
+        self.core.config.page_size
     }
 
     /// The backend (for its own counters, say).
     pub fn backend(&self) -> &dyn StorageBackend {
-        &*self.backend
+        &*self.core.backend
     }
 
     /// The open file behind the backend, for engines that lock byte ranges
     /// or query the file themselves; `None` for a backend without one.
     /// Writing through it bypasses the write buffer (and its ordering).
     pub fn file(&self) -> Option<&std::fs::File> {
-        self.backend.file()
+        self.core.backend.file()
     }
 
     /// Whether the file was opened read-only.
     pub fn is_read_only(&self) -> bool {
-        self.life.is_read_only()
+        self.core.life.is_read_only()
     }
 
     /// Logical length in bytes: the backend's length at open, grown by every
     /// write past it and set by [`set_len`](Self::set_len) both ways.
     pub fn len(&self) -> u64 {
-        self.length.get()
+        self.core.length.get()
     }
 
     /// Whether [`len`](Self::len) is 0.
@@ -309,15 +340,18 @@ impl PagedCachedFile {
 
     /// Whether an earlier `fdatasync` failed (see [`Error::Poisoned`]).
     pub fn is_poisoned(&self) -> bool {
-        self.life.is_poisoned()
+        self.core.life.is_poisoned()
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        let mut s = self.counters.snapshot(self.buffer.buffered() as u64);
-        s.direct_commits = self.commit.direct_commits();
-        s.strategy_switches = self.commit.switches();
-        (s.grow_zero_bytes, s.grow_errors, _) = self.flush.grow_stats();
+        let mut s = self
+            .core
+            .counters
+            .snapshot(self.core.buffer.buffered() as u64);
+        s.direct_commits = self.core.commit.direct_commits();
+        s.strategy_switches = self.core.commit.switches();
+        (s.grow_zero_bytes, s.grow_errors, _) = self.core.flush.grow_stats();
         s
     }
 
@@ -327,7 +361,7 @@ impl PagedCachedFile {
     /// [`Stats::grow_errors`]). Commits go on without it. `None` while it
     /// runs or without a window.
     pub fn grow_ahead_stopped(&self) -> Option<String> {
-        self.flush.grow_stats().2
+        self.core.flush.grow_stats().2
     }
 
     /// Writes `data` at byte `offset`. Both must be multiples of the page
@@ -361,20 +395,22 @@ impl PagedCachedFile {
         data: &[u8],
         record: &mut dyn FnMut(u64),
     ) -> Result<()> {
-        let _writer = self.life.begin_write()?;
+        let _writer = self.core.life.begin_write()?;
         self.check_range(offset, data.len())?;
-        self.length.check_max(offset, data.len() as u64)?;
-        self.buffer.check_not_own_guard(offset, data.len() as u64)?;
+        self.core.length.check_max(offset, data.len() as u64)?;
+        self.core
+            .buffer
+            .check_not_own_guard(offset, data.len() as u64)?;
         self.wait_for_room()?;
         // Up to 64 pages at a time taken from the pool together (adjacent
         // in memory where it can: see `WriteBuffer::page_copies`).
         const BATCH: usize = 64;
-        let ps = self.config.page_size;
-        let mut page_no = self.buffer.page_no(offset);
+        let ps = self.core.config.page_size;
+        let mut page_no = self.core.buffer.page_no(offset);
         // On the stack: a steady load allocates nothing per call.
         let mut pages: [Option<UniqueBuf>; BATCH] = [const { None }; BATCH];
         for chunk in data.chunks(BATCH * ps) {
-            self.buffer.page_copies(chunk, &mut pages)?;
+            self.core.buffer.page_copies(chunk, &mut pages)?;
             for page in pages.iter_mut().take(chunk.len() / ps) {
                 let page = page.take().expect("filled by page_copies");
                 self.insert(page_no, page.share())?;
@@ -417,12 +453,12 @@ impl PagedCachedFile {
     ) -> Result<WritablePage<'a>> {
         let mut guard = self.guard(offset, len, scope)?;
         let buf: &mut [u8] = &mut guard;
-        let ps = self.config.page_size;
-        let readable = self.length.readable();
+        let ps = self.core.config.page_size;
+        let readable = self.core.length.readable();
         for (i, chunk) in buf.chunks_mut(ps).enumerate() {
             let at = offset + (i * ps) as u64;
             if at < readable {
-                match read::read_page(&self.parts(), self.buffer.page_no(at)) {
+                match read::read_page(&self.parts(), self.core.buffer.page_no(at)) {
                     Ok(page) => chunk.copy_from_slice(&page),
                     Err(e) => {
                         // Nothing was written: drop the guard unapplied.
@@ -449,34 +485,34 @@ impl PagedCachedFile {
         len: usize,
         scope: Option<&'a mut Vec<u64>>,
     ) -> Result<WritablePage<'a>> {
-        let writer = self.life.begin_write()?;
+        let writer = self.core.life.begin_write()?;
         self.check_range(offset, len)?;
-        self.length.check_max(offset, len as u64)?;
-        if len > self.config.max_write_buffer_bytes {
+        self.core.length.check_max(offset, len as u64)?;
+        if len > self.core.config.max_write_buffer_bytes {
             // One guard's pages must fit in the write buffer.
             return Err(Error::InvalidConfig(format!(
                 "a guard of {len} bytes exceeds max_write_buffer_bytes {}",
-                self.config.max_write_buffer_bytes
+                self.core.config.max_write_buffer_bytes
             )));
         }
-        self.buffer.check_not_own_guard(offset, len as u64)?;
+        self.core.buffer.check_not_own_guard(offset, len as u64)?;
         self.wait_for_room()?;
         // The memory first: a guard that cannot be had latches nothing.
-        let buf = self.buffer.alloc(len)?;
-        let ps = self.config.page_size;
+        let buf = self.core.buffer.alloc(len)?;
+        let ps = self.core.config.page_size;
         // A guard over several pages is split into pages when dropped,
         // where nothing can fail: their memory is taken now.
         let pages_mem = if len > ps {
             (0..len / ps)
-                .map(|_| self.buffer.page_buf())
+                .map(|_| self.core.buffer.page_buf())
                 .collect::<Result<Vec<_>>>()?
         } else {
             Vec::new()
         };
-        let first = self.buffer.page_no(offset);
+        let first = self.core.buffer.page_no(offset);
         // Only this thread's own guard refuses (checked above, so not
         // reached); nothing stays latched then.
-        self.buffer.latch(first..first + (len / ps) as u64)?;
+        self.core.buffer.latch(first..first + (len / ps) as u64)?;
         // The guard holds the writer count until it is dropped.
         writer.keep();
         Ok(WritablePage::new(
@@ -500,9 +536,9 @@ impl PagedCachedFile {
     /// (rounded up to a page), [`Error::Closed`], `Error::Io` from `pread`
     /// (`UnexpectedEof` if the file was truncated by someone else).
     pub fn read(&self, offset: u64, len: usize) -> Result<PageRef> {
-        self.life.check_open()?;
+        self.core.life.check_open()?;
         let end = self.check_range(offset, len)?;
-        let file_len = self.length.readable();
+        let file_len = self.core.length.readable();
         if end > file_len {
             return Err(Error::OutOfBounds {
                 offset,
@@ -510,18 +546,18 @@ impl PagedCachedFile {
                 file_len,
             });
         }
-        let ps = self.config.page_size;
+        let ps = self.core.config.page_size;
         if len == ps {
-            return read::read_page(&self.parts(), self.buffer.page_no(offset));
+            return read::read_page(&self.parts(), self.core.buffer.page_no(offset));
         }
         // A read of many pages is one buffer: memory the process cannot
         // get is a typed error, not an abort.
-        let mut out = match AlignedBuf::try_zeroed(len, self.config.page_align) {
+        let mut out = match AlignedBuf::try_zeroed(len, self.core.config.page_align) {
             Ok(Some(b)) => b,
             Ok(None) | Err(_) => return Err(Error::NoMemory { bytes: len as u64 }),
         };
         let p = self.parts();
-        let first = self.buffer.page_no(offset);
+        let first = self.core.buffer.page_no(offset);
         for (i, chunk) in out.chunks_mut(ps).enumerate() {
             chunk.copy_from_slice(&read::read_page(&p, first + i as u64)?);
         }
@@ -540,11 +576,11 @@ impl PagedCachedFile {
     /// or, with grow-ahead, its window could not (op "grow-ahead trailer",
     /// or "fdatasync", which poisons the file).
     pub fn flush(&self) -> Result<()> {
-        if self.life.is_read_only() && !self.life.is_closed() {
+        if self.core.life.is_read_only() && !self.core.life.is_closed() {
             return Ok(());
         }
-        self.life.check_writable()?;
-        self.flush.flush(&self.parts()).map(|_| ())
+        self.core.life.check_writable()?;
+        self.core.flush.flush(&self.parts()).map(|_| ())
     }
 
     /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
@@ -569,40 +605,24 @@ impl PagedCachedFile {
     /// "fdatasync" when the `fdatasync` failed (the file is poisoned from
     /// then on; the pages of that commit stay in memory and readable).
     pub fn sync(&self) -> Result<()> {
-        if self.life.is_read_only() && !self.life.is_closed() {
-            // Nothing can have been written.
-            return Ok(());
-        }
-        self.life.check_writable()?;
-        self.commit.sync(&self.parts(), &self.flush)
+        self.core.sync()
     }
 
     /// Starts the commit of [`sync`](Self::sync) (every page any thread
-    /// wrote before the call, and the length) and returns once those pages
-    /// are written to the OS, with a [`CommitTicket`] that resolves when
-    /// they are durable. Flushed from this thread (as a direct commit
-    /// writes); the `fdatasync` is the file's syncer thread's, or the
-    /// ticket's [`wait`](CommitTicket::wait)'s.
+    /// wrote before the call, and the length) and returns at once with a
+    /// [`CommitTicket`] that resolves when those pages are durable: the
+    /// file's committer thread writes and syncs them (one commit covers
+    /// every asynchronous commit asked for meanwhile), so this thread may
+    /// go on writing.
     ///
-    /// Errors: [`Error::Closed`], [`Error::Poisoned`];
-    /// [`Error::PagesFailed`] for pages that could not be written (no
-    /// ticket; they stay dirty); as [`flush`](Self::flush) for the length;
-    /// `Error::Io` with op "start the syncer thread". The `fdatasync`'s
-    /// failure is the ticket's.
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`]; `Error::Io` with op
+    /// "start the committer thread". The commit's errors are the ticket's.
     pub fn sync_async(&self) -> Result<CommitTicket> {
-        if self.life.is_read_only() && !self.life.is_closed() {
-            return Ok(CommitTicket::new(Arc::clone(&self.durability), 0));
+        if self.core.life.is_read_only() && !self.core.life.is_closed() {
+            return Ok(CommitTicket::ready());
         }
-        let _writer = self.life.begin_write()?;
-        let p = self.parts();
-        let pass = self.flush.flush_for_commit(&p, FlushMode::DIRECT);
-        if let Some(batch) = pass.batch {
-            self.flush.settle(&p, batch);
-        }
-        if let Some(e) = pass.error {
-            return Err(e);
-        }
-        self.start_async(pass.seq)
+        let _writer = self.core.life.begin_write()?;
+        self.start_async()
     }
 
     /// A [`Writer`](crate::Writer)'s commit of `pages` (its scope; sorted
@@ -613,75 +633,54 @@ impl PagedCachedFile {
         pages: &mut Vec<u64>,
         in_flight: &mut Vec<u64>,
     ) -> Result<()> {
-        if self.life.is_read_only() && !self.life.is_closed() {
+        if self.core.life.is_read_only() && !self.core.life.is_closed() {
             // Nothing can have been written.
             return Ok(());
         }
-        let _writer = self.life.begin_write()?;
+        let _writer = self.core.life.begin_write()?;
         if pages.is_empty() {
             return Ok(());
         }
-        self.buffer.by_stripe(pages);
+        self.core.buffer.by_stripe(pages);
         let p = self.parts();
-        let pass = self.flush.flush_scoped(&p, pages, in_flight);
-        match self.durability.sync_to(pass.target) {
+        let pass = self.core.flush.flush_scoped(&p, pages, in_flight);
+        match self.core.durability.sync_to(pass.target) {
             Ok(()) => {
                 if let Some(batch) = pass.batch {
-                    self.flush.settle(&p, batch);
+                    self.core.flush.settle(&p, batch);
                 }
             }
             Err(e) => {
                 if let Some(batch) = pass.batch {
-                    self.flush.settle_failed(&p, batch);
+                    self.core.flush.settle_failed(&p, batch);
                 }
                 // Writers waiting for room would wait for a settle that
                 // frees nothing: wake them to see the poison.
-                self.buffer.notify_room();
+                self.core.buffer.notify_room();
                 return Err(e);
             }
         }
-        add(&self.counters.commits, 1);
+        add(&self.core.counters.commits, 1);
         pass.error.map_or(Ok(()), Err)
     }
 
-    /// A [`Writer`](crate::Writer)'s asynchronous commit of `pages`: see
+    /// A [`Writer`](crate::Writer)'s asynchronous commit: see
     /// `Writer::commit_async`.
-    pub(crate) fn commit_scope_async(
-        &self,
-        pages: &mut Vec<u64>,
-        in_flight: &mut Vec<u64>,
-    ) -> Result<CommitTicket> {
-        if self.life.is_read_only() && !self.life.is_closed() {
-            return Ok(CommitTicket::new(Arc::clone(&self.durability), 0));
-        }
-        let _writer = self.life.begin_write()?;
-        if pages.is_empty() {
-            return Ok(CommitTicket::new(Arc::clone(&self.durability), 0));
-        }
-        self.buffer.by_stripe(pages);
-        let p = self.parts();
-        let pass = self.flush.flush_scoped(&p, pages, in_flight);
-        // Written: what a later failed fdatasync would lose is the
-        // ticket's to report (the file is poisoned then), as after a flush.
-        if let Some(batch) = pass.batch {
-            self.flush.settle(&p, batch);
-        }
-        if let Some(e) = pass.error {
-            return Err(e);
-        }
-        self.start_async(pass.target)
+    pub(crate) fn commit_scope_async(&self) -> Result<CommitTicket> {
+        self.sync_async()
     }
 
-    /// A ticket for `target`, the syncer asked to cover it.
-    fn start_async(&self, target: u64) -> Result<CommitTicket> {
-        if target > self.durability.fsynced() {
-            self.syncer
-                .ensure(&self.durability)
-                .map_err(|e| Error::io("start the syncer thread", None, e))?;
-            self.durability.ask(target);
-        }
-        add(&self.counters.commits, 1);
-        Ok(CommitTicket::new(Arc::clone(&self.durability), target))
+    /// A ticket for a new request, the committer thread started if it is
+    /// not running.
+    fn start_async(&self) -> Result<CommitTicket> {
+        self.committer
+            .ensure(&self.core.requests, || {
+                let core = Arc::clone(&self.core);
+                move || core.sync()
+            })
+            .map_err(|e| Error::io("start the committer thread", None, e))?;
+        let r = self.core.requests.ask();
+        Ok(CommitTicket::new(Arc::clone(&self.core.requests), r))
     }
 
     /// Syncs and closes. Afterwards every call but [`stats`](Self::stats)
@@ -703,29 +702,34 @@ impl PagedCachedFile {
         // `closing` on an error lets them go on); wait for the ones already
         // counted. A guard is counted until it drops, which could be never
         // from this thread: refuse instead of waiting.
-        let closing = self.life.begin_close()?;
+        let closing = self.core.life.begin_close()?;
         while closing.writers() > 0 {
-            if let Some(offset) = self.buffer.a_guarded_page() {
+            if let Some(offset) = self.core.buffer.a_guarded_page() {
                 return Err(Error::Busy { offset });
             }
             std::thread::yield_now();
         }
-        if !self.life.is_read_only() {
-            self.commit.sync(&self.parts(), &self.flush)?;
+        if !self.core.life.is_read_only() {
+            // The committer ends after its pass; this commit covers every
+            // asynchronous commit asked for so far, and their tickets
+            // resolve as it does (the file stays open if it fails; a later
+            // asynchronous commit starts the committer again).
+            self.committer.stop(&self.core.requests);
+            let asked = self.core.requests.asked();
+            let synced = self.core.commit.sync(&self.parts(), &self.core.flush);
+            self.core.requests.resolve(asked, synced.clone());
+            synced?;
             // At rest the file's size is its length.
-            self.flush.drop_window(&self.parts())?;
-            if let Some(area) = self.torn.area() {
+            self.core.flush.drop_window(&self.parts())?;
+            if let Some(area) = self.core.torn.area() {
                 // The commit may have been durable on the area alone: make
                 // the pages durable in place, then no page needs the area
                 // (best effort: records left behind hold only synced
                 // pages).
-                self.flush.sync_file(&self.parts())?;
+                self.core.flush.sync_file(&self.parts())?;
                 let _ = area.clear();
             }
         }
-        // Every ticket is resolved now (the commit above covered every
-        // asynchronous commit's writes): the syncer has nothing left.
-        self.syncer.stop(&self.durability);
         closing.finish();
         self.unlock();
         Ok(())
@@ -769,7 +773,7 @@ impl PagedCachedFile {
         buf: &[u8],
         record: &mut dyn FnMut(u64),
     ) -> Result<()> {
-        let _writer = self.life.begin_write()?;
+        let _writer = self.core.life.begin_write()?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -778,20 +782,20 @@ impl PagedCachedFile {
             offset,
             len: buf.len(),
         })?;
-        self.length.check_max(offset, len)?;
-        self.buffer.check_not_own_guard(offset, len)?;
-        let ps = self.config.page_size;
+        self.core.length.check_max(offset, len)?;
+        self.core.buffer.check_not_own_guard(offset, len)?;
+        let ps = self.core.config.page_size;
         let mask = ps as u64 - 1;
-        let direct = self.io_mode.direct.is_some();
+        let direct = self.core.io_mode.direct.is_some();
         let (mut at, mut rest) = (offset, buf);
         while !rest.is_empty() {
             self.wait_for_room()?;
-            let page_no = self.buffer.page_no(at);
+            let page_no = self.core.buffer.page_no(at);
             let within = (at & mask) as usize;
             let n = (ps - within).min(rest.len());
             let (chunk, tail) = rest.split_at(n);
             if n == ps {
-                self.insert(page_no, self.buffer.page_copy(chunk)?.share())?;
+                self.insert(page_no, self.core.buffer.page_copy(chunk)?.share())?;
             } else {
                 let end = at + n as u64;
                 let end = if direct { (end + mask) & !mask } else { end };
@@ -816,7 +820,7 @@ impl PagedCachedFile {
     /// [`len`](Self::len), [`Error::Closed`], `Error::Io` from the read
     /// (`UnexpectedEof` if the file was truncated by someone else).
     pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.life.check_open()?;
+        self.core.life.check_open()?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -853,11 +857,11 @@ impl PagedCachedFile {
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`]; a refused
     /// call changes nothing.
     pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
-        let _writer = self.life.begin_write()?;
+        let _writer = self.core.life.begin_write()?;
         if len == 0 {
             return Err(Error::ZeroLength);
         }
-        let ps = self.config.page_size as u64;
+        let ps = self.core.config.page_size as u64;
         let as_usize = usize::try_from(len).unwrap_or(usize::MAX);
         if !offset.is_multiple_of(ps) || !len.is_multiple_of(ps) {
             return Err(Error::Unaligned {
@@ -870,12 +874,13 @@ impl PagedCachedFile {
             offset,
             len: as_usize,
         })?;
-        self.buffer.check_unguarded(offset, len)?;
-        let pages = self.buffer.page_no(offset)..self.buffer.page_no(end);
-        self.buffer.discard(pages.clone());
-        self.cache
-            .remove_where(|p| pages.contains(&p), self.buffer.pool());
-        self.torn.forget_failed(offset, end);
+        self.core.buffer.check_unguarded(offset, len)?;
+        let pages = self.core.buffer.page_no(offset)..self.core.buffer.page_no(end);
+        self.core.buffer.discard(pages.clone());
+        self.core
+            .cache
+            .remove_where(|p| pages.contains(&p), self.core.buffer.pool());
+        self.core.torn.forget_failed(offset, end);
         Ok(())
     }
 
@@ -894,13 +899,13 @@ impl PagedCachedFile {
     /// [`Error::InvalidConfig`] with a doublewrite area (whose records
     /// another writer does not follow); `Error::Io` with op "fstat".
     pub fn refresh(&self) -> Result<()> {
-        self.life.check_open()?;
-        if self.torn.area().is_some() {
+        self.core.life.check_open()?;
+        if self.core.torn.area().is_some() {
             return Err(Error::InvalidConfig(
                 "refresh: a doublewrite area cannot follow another writer".into(),
             ));
         }
-        self.flush.refresh(&self.parts())
+        self.core.flush.refresh(&self.parts())
     }
 
     /// Sets the logical length to `len` bytes, ordered with everything
@@ -931,23 +936,23 @@ impl PagedCachedFile {
     /// [`Error::Poisoned`], [`Error::ReadOnly`]; `Error::Io` with op
     /// "ftruncate" (then nothing changed).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let _writer = self.life.begin_write()?;
-        let ps = self.config.page_size as u64;
-        if self.io_mode.direct.is_some() && !len.is_multiple_of(ps) {
+        let _writer = self.core.life.begin_write()?;
+        let ps = self.core.config.page_size as u64;
+        if self.core.io_mode.direct.is_some() && !len.is_multiple_of(ps) {
             return Err(Error::Unaligned {
                 offset: len,
                 len: 0,
                 page_size: ps as usize,
             });
         }
-        if len > self.length.max() {
+        if len > self.core.length.max() {
             return Err(Error::FileTooLarge {
                 offset: 0,
                 len,
-                max: self.length.max(),
+                max: self.core.length.max(),
             });
         }
-        self.flush.set_len(&self.parts(), len)
+        self.core.flush.set_len(&self.parts(), len)
     }
 
     /// Releases the open's advisory lock, if it took one. Explicitly, not
@@ -955,8 +960,8 @@ impl PagedCachedFile {
     /// keeps the open file description (and so the lock) alive until the
     /// kernel's deferred ring teardown, after the file was dropped.
     fn unlock(&self) {
-        if self.life.is_locked()
-            && let Some(file) = self.backend.file()
+        if self.core.life.is_locked()
+            && let Some(file) = self.core.backend.file()
         {
             let _ = file.unlock();
         }
@@ -969,7 +974,7 @@ impl PagedCachedFile {
         if len == 0 {
             return Err(Error::ZeroLength);
         }
-        let ps = self.config.page_size;
+        let ps = self.core.config.page_size;
         if !offset.is_multiple_of(ps as u64) || !len.is_multiple_of(ps) {
             return Err(Error::Unaligned {
                 offset,
@@ -986,18 +991,19 @@ impl PagedCachedFile {
     /// full buffer is flushed here, or the call waits for a round to
     /// settle.
     fn wait_for_room(&self) -> Result<()> {
-        self.buffer.wait_for_room(
-            &self.counters,
-            || self.life.check_writable(),
-            || self.flush.flush(&self.parts()),
+        self.core.buffer.wait_for_room(
+            &self.core.counters,
+            || self.core.life.check_writable(),
+            || self.core.flush.flush(&self.parts()),
         )
     }
 
     /// Puts one whole page into the write buffer; the logical length grows
     /// to its end.
     fn insert(&self, page_no: u64, page: PageRef) -> Result<()> {
-        self.buffer
-            .insert(page_no, page, &self.length, &self.counters)
+        self.core
+            .buffer
+            .insert(page_no, page, &self.core.length, &self.core.counters)
     }
 
     /// Merges `bytes` at `within` into page `page_no` and buffers the result;
@@ -1010,21 +1016,24 @@ impl PagedCachedFile {
             bytes,
             end,
         };
-        self.buffer
-            .merge(write, &self.length, &self.cache, &self.counters, |page| {
-                read::read_disk_page(&p, page_no, page)
-            })
+        self.core.buffer.merge(
+            write,
+            &self.core.length,
+            &self.core.cache,
+            &self.core.counters,
+            |page| read::read_disk_page(&p, page_no, page),
+        )
     }
 }
 
 impl Drop for PagedCachedFile {
     fn drop(&mut self) {
-        if !self.life.is_closed() && !self.is_poisoned() && !self.life.is_read_only() {
-            let _ = self.flush.flush(&self.parts());
+        self.committer.stop(&self.core.requests);
+        if !self.core.life.is_closed() && !self.is_poisoned() && !self.core.life.is_read_only() {
+            let _ = self.core.flush.flush(&self.parts());
         }
-        // Tickets no fdatasync covered will not be: they resolve Closed.
-        self.syncer.stop(&self.durability);
-        self.durability.drop_unsynced();
+        // Tickets no commit covered will not be: they resolve Closed.
+        self.core.requests.abandon();
         self.unlock();
     }
 }

@@ -258,7 +258,17 @@ impl FlushPipeline {
             // written, and counted, before this.
             let mut target = p.durability.write_seq();
             match drained {
-                None => drop(size),
+                None => {
+                    // Every page of the scope went out with other flushes,
+                    // which may have read a length from before this
+                    // writer's writes: the length is this commit's to
+                    // record (grow-ahead's trailer, or the file's size).
+                    if let Err(e) = self.extend_without_pages(p, &mut size, len) {
+                        pass.error.get_or_insert(e);
+                    }
+                    drop(size);
+                    target = p.durability.write_seq();
+                }
                 Some(batch) => {
                     let w = self.write_batch(p, size, batch, FlushMode::DIRECT, len);
                     target = target.max(w.step.unwrap_or(0));

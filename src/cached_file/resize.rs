@@ -75,14 +75,18 @@ impl FlushPipeline {
             // end is durable could bring a crash back with the file's size
             // at their end and no trailer there (a file system writes back
             // blocks in any order), and the old trailer must stay valid
-            // until the new one is.
-            self.sync_file(p)?;
+            // until the new one is. If that sync fails (the file is
+            // poisoned, durability is lost anyway), the old trailer is
+            // zeroed all the same: it lies inside the data now, where a
+            // read would find its bytes.
+            let synced = self.sync_file(p);
             if let Some(at) = extended.old_slots
                 && let Some(w) = size.window()
             {
                 w.zero_old(p.backend, Some(at)).map_err(trailer)?;
                 p.durability.step_unstaged();
             }
+            synced?;
             if let Some(filler) = &self.filler {
                 filler.set_limit(usable);
             }

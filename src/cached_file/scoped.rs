@@ -124,20 +124,19 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    /// Starts the commit of [`commit`](Self::commit) and returns once this
-    /// writer's pages are written (to the OS): the writer may go on
-    /// writing at once. The returned [`CommitTicket`] resolves when an
-    /// `fdatasync` that began after those writes has returned: a syncer
-    /// thread of the file issues it (or the ticket's
-    /// [`wait`](CommitTicket::wait) does). Tickets of one writer resolve
-    /// in order.
+    /// Starts a commit of this writer's pages and returns at once, with a
+    /// [`CommitTicket`] that resolves once they are durable: the file's
+    /// committer thread writes and syncs them (with every other page
+    /// written before it: one commit covers every asynchronous commit
+    /// asked for meanwhile, of any writer), so this thread may go on
+    /// writing at once. Tickets resolve in the order they were asked for.
     ///
-    /// Errors: as [`commit`](Self::commit) for the writes (the ticket is
-    /// not made); the `fdatasync`'s failure is the ticket's.
+    /// Errors: [`Error::Closed`](crate::Error::Closed),
+    /// [`Error::Poisoned`](crate::Error::Poisoned) after a failed
+    /// `fdatasync`; `Error::Io` with op "start the committer thread". The
+    /// commit's errors are the ticket's.
     pub fn commit_async(&mut self) -> Result<CommitTicket> {
-        let ticket = self
-            .file
-            .commit_scope_async(&mut self.pages, &mut self.in_flight)?;
+        let ticket = self.file.commit_scope_async()?;
         self.pages.clear();
         Ok(ticket)
     }
