@@ -11,7 +11,11 @@
 //! one log, each child continuing where the last left off.
 //! `KV_LOG_GROW_AHEAD=<bytes>` runs it with a grow-ahead window (the
 //! killed child leaves the window and its trailer; the reopen cuts them
-//! off).
+//! off). `KV_LOG_COMMIT=scoped` has each thread append through a `Writer`
+//! of its own and commit only its record (`Writer::commit`);
+//! `KV_LOG_COMMIT=async` keeps up to four commits in flight per thread
+//! (`Writer::commit_async`) and acknowledges each once its ticket
+//! resolves. The default, `global`, is `sync()` per put.
 //!
 //! Record page (4096 bytes, little-endian):
 //! `magic u32 | crc32c u32 of the rest | seq u64 | key u64 | len u32 | value`.
@@ -26,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use pagewriter::{Config, Error, OpenOptions, PagedCachedFile};
+use pagewriter::{CommitTicket, Config, Error, OpenOptions, PagedCachedFile, Writer};
 
 const PAGE: usize = 4096;
 const MAGIC: u32 = 0x4B56_4C47; // "KVLG"
@@ -133,6 +137,27 @@ impl KvLog {
         Ok(seq)
     }
 
+    /// Appends a record through the thread's writer `w` (not yet
+    /// committed); returns its seq.
+    fn append(&self, w: &mut Writer<'_>, key: u64, value: &[u8]) -> Res<u64> {
+        if value.len() > PAGE - HEADER {
+            return Err(
+                format!("value of {} bytes: at most {}", value.len(), PAGE - HEADER).into(),
+            );
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let at = self.next_page.fetch_add(1, Ordering::Relaxed);
+        let mut page = w.overwrite(at * PAGE as u64, PAGE)?;
+        encode(&mut page, seq, key, value);
+        drop(page);
+        let mut index = self.index.lock().map_err(|_| "index lock poisoned")?;
+        let e = index.entry(key).or_insert((seq, at));
+        if seq > e.0 {
+            *e = (seq, at);
+        }
+        Ok(seq)
+    }
+
     /// The newest value of `key` and its seq.
     fn get(&self, key: u64) -> Res<Option<(u64, Vec<u8>)>> {
         let found = self
@@ -183,23 +208,76 @@ fn value_of(key: u64, i: u64) -> Vec<u8> {
     format!("key {key} commit {i}").into_bytes()
 }
 
+/// How the child's threads commit (`KV_LOG_COMMIT`).
+#[derive(Clone, Copy, PartialEq)]
+enum Commit {
+    /// `sync()` per put: every thread's records.
+    Global,
+    /// Each thread's own `Writer::commit`: its record only.
+    Scoped,
+    /// `Writer::commit_async`, up to [`IN_FLIGHT`] tickets per thread.
+    Async,
+}
+
+/// Tickets a thread keeps in flight with `KV_LOG_COMMIT=async`.
+const IN_FLIGHT: usize = 4;
+
+fn commit_kind() -> Res<Commit> {
+    match std::env::var("KV_LOG_COMMIT").as_deref() {
+        Err(_) | Ok("global") => Ok(Commit::Global),
+        Ok("scoped") => Ok(Commit::Scoped),
+        Ok("async") => Ok(Commit::Async),
+        Ok(other) => {
+            Err(format!("KV_LOG_COMMIT must be global, scoped or async, not {other:?}").into())
+        }
+    }
+}
+
+/// Prints `ack KEY SEQ`: the commit of that record returned Ok.
+fn ack(key: u64, seq: u64) -> Res<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ack {key} {seq}")?;
+    out.flush()?;
+    Ok(())
+}
+
 /// The child: commits from [`THREADS`] threads until killed, printing
-/// `ack KEY SEQ` after each `put` returned.
+/// `ack KEY SEQ` after each commit returned (or its ticket resolved).
 fn serve(path: &Path) -> Res<()> {
+    let how = commit_kind()?;
     let (kv, _) = KvLog::open(path)?;
     let kv = Arc::new(kv);
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let kv = Arc::clone(&kv);
             std::thread::spawn(move || -> Res<()> {
+                let mut w = kv.file.writer();
+                let mut tickets: std::collections::VecDeque<(CommitTicket, u64, u64)> =
+                    std::collections::VecDeque::new();
                 let mut i = 0u64;
                 loop {
                     let key = t * KEYS_PER_THREAD + i % KEYS_PER_THREAD;
-                    let seq = kv.put(key, &value_of(key, i))?;
-                    let mut out = std::io::stdout().lock();
-                    writeln!(out, "ack {key} {seq}")?;
-                    out.flush()?;
                     i += 1;
+                    match how {
+                        Commit::Global => {
+                            let seq = kv.put(key, &value_of(key, i - 1))?;
+                            ack(key, seq)?;
+                        }
+                        Commit::Scoped => {
+                            let seq = kv.append(&mut w, key, &value_of(key, i - 1))?;
+                            w.commit()?;
+                            ack(key, seq)?;
+                        }
+                        Commit::Async => {
+                            let seq = kv.append(&mut w, key, &value_of(key, i - 1))?;
+                            tickets.push_back((w.commit_async()?, key, seq));
+                            if tickets.len() == IN_FLIGHT {
+                                let (ticket, key, seq) = tickets.pop_front().ok_or("no ticket")?;
+                                ticket.wait()?;
+                                ack(key, seq)?;
+                            }
+                        }
+                    }
                 }
             })
         })
@@ -313,7 +391,14 @@ fn crash_test(rounds: Option<String>) -> Res<()> {
             rec.skipped
         );
     }
-    println!("{rounds} kill -9 rounds, {total} acknowledged commits, none lost");
+    println!(
+        "{rounds} kill -9 rounds ({} commits), {total} acknowledged commits, none lost",
+        match commit_kind()? {
+            Commit::Global => "global",
+            Commit::Scoped => "scoped",
+            Commit::Async => "async",
+        }
+    );
     // A clean close after the crashes: the store still takes commits.
     let (kv, _) = KvLog::open(&path)?;
     let seq = kv.put(u64::MAX, b"after the crashes")?;

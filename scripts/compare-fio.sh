@@ -36,15 +36,24 @@
 #
 # Suite commit: durable commits of --commit-bs bytes (64KiB and 4KiB by
 # default) in each file layout of --commit-layouts (growing, preallocated,
-# written by default), against fio's thread-per-fsync job on the same
-# layout. pagewriter: `scale --rewrite 0 --pages N --fill fixed --direct on
-# --layout L` (N pages of 4 KiB per transaction, one buffer filled once per
-# thread and copied in with a stamp per page, as fio reuses its buffers with
-# scramble_buffers; sync() per transaction, the default commit strategy
-# unless --commit-scale-args says otherwise), per mode in --commit-modes.
-# fio: numjobs = threads, each writing bs with O_DIRECT and calling
-# fdatasync after every write (psync), for the same --commit-seconds, at
-# the thread counts of --commit-threads, alternating with pagewriter.
+# written by default), O_DIRECT, at each thread count of --commit-threads
+# (1,8), per mode of --commit-modes and commit kind of --commit-kinds:
+#   global    sync() per transaction (every page any thread wrote)
+#   scoped    each thread's own Writer::commit (its pages only, no leader)
+#   async:N   Writer::commit_async with N tickets in flight per thread
+# pagewriter: `scale --rewrite 0 --pages N --fill fixed --direct on
+# --layout L --commit K` (N pages of 4 KiB per transaction, one buffer
+# filled once per thread and copied in with a stamp per page, as fio
+# reuses its buffers). Anchors, in the same round:
+#   fio Tx psync   numjobs = T, each writing bs with O_DIRECT and calling
+#                  fdatasync after every write (fio's commit job);
+#   streams        the same streams inside scale (`--modes streams`: pwrite
+#                  + fdatasync per commit on an O_DIRECT descriptor per
+#                  thread, no page writer), each commit timed whole, so p99
+#                  and CPU per commit compare like for like (fio reports a
+#                  commit's write and sync latency apart);
+#   fio io_uring   one job, iodepth = the largest thread count,
+#                  fdatasync=1: the nearest fio has to pipelined commits.
 # Layouts, the same on both sides:
 #   growing       a fresh file (fio: fallocate=none, each job's region
 #                 1 GiB apart); every write allocates new blocks.
@@ -54,12 +63,10 @@
 #                 sequential write job lays the file out; its jobs take
 #                 1 GiB / T each and wrap around; scale writes its 1 GiB and
 #                 wraps around inside it): pure overwrites.
-# Ratios: commits/s pagewriter / fio (fio: write IOPS, one commit per
-# write), p99 commit latency pagewriter / fio, where fio's p99 is its write
-# p99 plus its fdatasync p99 (fio reports the two apart; their sum roughly
-# bounds the p99 of a write followed by its fdatasync from above, so the
-# ratio leans in pagewriter's favour: read it as a bound, not an exact
-# figure), and CPU s/GB pagewriter / fio (whole scale process; fio's job).
+# Ratios per round, then the median of the rounds: commits/s against fio's
+# T streams and against the in-process streams; p99 and CPU µs per commit
+# against the streams'; a cell at fewer threads also against fio's streams
+# at the largest thread count (async at 1 thread against 8 streams).
 # --commit-scale-args: more `pagewriter scale` flags for the commit suite's
 # runs, one string (e.g. "--commit-strategy group"); fio's job is unchanged.
 #
@@ -74,15 +81,15 @@
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
 #          [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB]
-#          [--commit-scale-args "FLAGS"]
+#          [--commit-kinds global,scoped,async:8] [--commit-scale-args "FLAGS"]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
 commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing,preallocated,written
-commit_bs=64KiB,4KiB commit_scale_args=""
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-scale-args \"FLAGS\"]"
+commit_bs=64KiB,4KiB commit_scale_args="" commit_kinds=global,scoped,async:8
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-kinds global,scoped,async:8] [--commit-scale-args \"FLAGS\"]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -102,6 +109,7 @@ while [ $# -gt 0 ]; do
     --commit-files|--commit-layouts) commit_files=$2; shift 2 ;;
     --commit-bs) commit_bs=$2; shift 2 ;;
     --commit-scale-args) commit_scale_args=$2; shift 2 ;;
+    --commit-kinds) commit_kinds=$2; shift 2 ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -313,7 +321,7 @@ rm -f "$file"
 fi
 
 if has_suite commit; then
-echo "suite commit: ${commit_seconds}s per run, O_DIRECT, bs $commit_bs, threads $commit_threads, modes $commit_modes, layouts $commit_files"
+echo "suite commit: ${commit_seconds}s per run, O_DIRECT, bs $commit_bs, threads $commit_threads, modes $commit_modes, kinds $commit_kinds, layouts $commit_files"
 scale_dir=$(cd "$dir" && pwd)
 # scale's layout flags for a layout and thread count.
 scale_layout() {
@@ -323,69 +331,95 @@ scale_layout() {
     written) echo "--layout written --preallocate 1GiB" ;;
   esac
 }
-# fio's commit job on the layout (the file laid out first for `written`).
-fio_commit() { # layout threads bs_bytes -> iops p99_us cpu_s_per_gb
-  local layout=$1 t=$2 b=$3 falloc=none region=1G inc=1G
+# fio's commit job on the layout (the file laid out first for `written`):
+# psync with fdatasync after every write, `jobs` streams; or, with
+# engine io_uring, one job at iodepth `jobs` with fdatasync=1.
+fio_commit() { # layout jobs bs_bytes [io_uring] -> commits/s p99_us
+  local layout=$1 t=$2 b=$3 engine=${4:-psync} falloc=none region=1G inc=1G nj=$2 qd=1
+  [ "$engine" = io_uring ] && nj=1 qd=$t
   rm -f "$file"
   case $layout in
     preallocated) falloc=native ;;
     written)
       fio --name=layout --filename="$file" --rw=write --bs=1M --direct=1 --ioengine=psync \
         --size=1G --end_fsync=1 --output=/dev/null
-      region=$((1024 / t))M inc=$((1024 / t))M ;;
+      region=$((1024 / nj))M inc=$((1024 / nj))M ;;
   esac
   fio --name=commit --filename="$file" --rw=write --bs="$b" --direct=1 \
-      --ioengine=psync --fdatasync=1 --numjobs="$t" --offset_increment="$inc" --size="$region" \
-      --fallocate="$falloc" --time_based --runtime="$commit_seconds" --group_reporting \
-      --output-format=json |
+      --ioengine="$engine" --iodepth="$qd" --fdatasync=1 --numjobs="$nj" --offset_increment="$inc" \
+      --size="$region" --fallocate="$falloc" --time_based --runtime="$commit_seconds" \
+      --group_reporting --output-format=json |
     python3 -c 'import json,sys
-'"$fio_cpu"'
 j=json.load(sys.stdin)["jobs"][0]
 p=lambda d: d["percentile"]["99.000000"] / 1e3
-print("%.1f %.1f %.4f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"]), cpu(j, j["write"]["io_bytes"])))'
+print("%.1f %.1f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"])))'
   rm -f "$file"
 }
+# One scale cell: mode, commit kind, threads, layout, pages ->
+# commits/s p99_us cpu_us_per_commit syncs_per_commit writes_per_commit
+scale_commit() {
+  local lay
+  read -r -a lay < <(scale_layout "$4" "$3")
+  "$pw" scale --rewrite 0 --pages "$5" --page-size 4096 --threads "$3" \
+      --modes "$1" --commit "$2" --duration "$commit_seconds" --repeats 1 --direct on \
+      --path "$scale_dir" --fill fixed "${lay[@]}" --queue-depth "$qd" "${commit_extra[@]}" --json |
+    python3 -c 'import json,sys
+r=json.load(sys.stdin)["rows"][0]
+print("%.1f %.1f %.2f %.3f %.3f" % (r["commits_per_s"], r["p99_us"], r["cpu_us_per_commit"],
+      r["syncs_per_commit"], r["write_calls_per_commit"]))'
+}
+ratio() { python3 -c "a, b = $1, $2; print('%.3f' % (a / b) if b > 0 else 'n/a')"; }
 read -r -a commit_extra <<< "$commit_scale_args"
 [ -z "$commit_scale_args" ] || echo "scale flags added: $commit_scale_args"
+max_t=$(tr ',' '\n' <<<"$commit_threads" | sort -n | tail -1)
 for cbs in ${commit_bs//,/ }; do
   cbs_b=$(to_bytes "$cbs")
   pages=$((cbs_b / 4096))
   [ "$pages" -ge 1 ] && [ $((pages * 4096)) -eq "$cbs_b" ] || { echo "--commit-bs $cbs: not a whole number of 4 KiB pages" >&2; exit 2; }
-  for t in ${commit_threads//,/ }; do
-    for mode in ${commit_modes//,/ }; do
-      # Per layout, the per-round ratios; the layouts take turns within
-      # each round, so the disk's drift falls on all of them.
-      unset c_r p_r cc_r; declare -A c_r=() p_r=() cc_r=()
-      for r in $(seq 1 "$rounds"); do
-        for layout in ${commit_files//,/ }; do
-          name="$mode-${t}thr-$cbs-$layout"
-          read -r -a lay < <(scale_layout "$layout" "$t")
-          read -r a ap99 acpu < <("$pw" scale --rewrite 0 --pages "$pages" --page-size 4096 --threads "$t" \
-              --modes "$mode" --duration "$commit_seconds" --repeats 1 --direct on --path "$scale_dir" \
-              --fill fixed "${lay[@]}" --queue-depth "$qd" "${commit_extra[@]}" --json |
-            python3 -c 'import json,sys
-row=json.load(sys.stdin)["rows"][0]
-print("%.1f %.1f %.4f" % (row["commits_per_s"], row["p99_us"], row["cpu_s_per_gb"]))')
-          read -r b bp99 bcpu < <(fio_commit "$layout" "$t" "$cbs_b")
-          ratio=$(python3 -c "print('%.3f' % ($a / $b))")
-          pratio=$(python3 -c "print('%.3f' % ($ap99 / $bp99))")
-          cr=$(cpu_ratio "$acpu" "$bcpu")
-          c_r[$name]+="$ratio "; p_r[$name]+="$pratio "; cc_r[$name]+="$cr "
-          printf '%-32s round %d  pagewriter %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  fio %8.0f commits/s p99 %7.1f us %6.3f CPU s/GB  ratio %s  p99 ratio %s  CPU ratio %s\n' \
-            "$name" "$r" "$a" "$ap99" "$acpu" "$b" "$bp99" "$bcpu" "$ratio" "$pratio" "$cr"
+  for layout in ${commit_files//,/ }; do
+    # Every cell of a round runs between the same round's anchors, so the
+    # disk's drift falls on all of them; ratios are per round, then the
+    # median of the rounds.
+    unset R; declare -A R=()
+    for r in $(seq 1 "$rounds"); do
+      declare -A fio_c=() fio_p=() st_c=() st_p=() st_u=()
+      for t in ${commit_threads//,/ }; do
+        read -r fio_c[$t] fio_p[$t] < <(fio_commit "$layout" "$t" "$cbs_b")
+        read -r st_c[$t] st_p[$t] st_u[$t] _ _ < <(scale_commit streams global "$t" "$layout" "$pages")
+        printf '%-28s round %d  fio %dx psync %8.0f commits/s p99 %7.1f us   streams %8.0f commits/s p99 %7.1f us CPU %6.1f us/commit\n' \
+          "$cbs-$layout-${t}thr" "$r" "$t" "${fio_c[$t]}" "${fio_p[$t]}" "${st_c[$t]}" "${st_p[$t]}" "${st_u[$t]}"
+        R["streams-${t}thr vs fio"]+="$(ratio "${st_c[$t]}" "${fio_c[$t]}") "
+      done
+      read -r fio_u fio_up < <(fio_commit "$layout" "$max_t" "$cbs_b" io_uring)
+      printf '%-28s round %d  fio io_uring iodepth %d fdatasync=1: %8.0f commits/s p99 %7.1f us\n' \
+        "$cbs-$layout" "$r" "$max_t" "$fio_u" "$fio_up"
+      R["fio-io_uring-qd$max_t vs fio ${max_t}x"]+="$(ratio "$fio_u" "${fio_c[$max_t]}") "
+      for t in ${commit_threads//,/ }; do
+        for mode in ${commit_modes//,/ }; do
+          for kind in ${commit_kinds//,/ }; do
+            name="$mode-$kind-${t}thr"
+            read -r a ap au as aw < <(scale_commit "$mode" "$kind" "$t" "$layout" "$pages")
+            printf '%-28s round %d  %-30s %8.0f commits/s p99 %7.1f us CPU %6.1f us/commit  %.2f syncs %.2f writes/commit\n' \
+              "$cbs-$layout-${t}thr" "$r" "$mode $kind" "$a" "$ap" "$au" "$as" "$aw"
+            R["$name vs fio ${t}x"]+="$(ratio "$a" "${fio_c[$t]}") "
+            R["$name vs streams"]+="$(ratio "$a" "${st_c[$t]}") "
+            R["$name p99 vs streams"]+="$(ratio "$ap" "${st_p[$t]}") "
+            R["$name CPU vs streams"]+="$(ratio "$au" "${st_u[$t]}") "
+            if [ "$t" != "$max_t" ]; then
+              R["$name vs fio ${max_t}x"]+="$(ratio "$a" "${fio_c[$max_t]}") "
+            fi
+          done
         done
       done
-      for layout in ${commit_files//,/ }; do
-        name="$mode-${t}thr-$cbs-$layout"
-        read -r -a cs <<<"${c_r[$name]}"; read -r -a ps <<<"${p_r[$name]}"; read -r -a us <<<"${cc_r[$name]}"
-        summary+=("$(printf '%-32s median commits/s ratio %s (%s)  median p99 ratio %s (%s)  median CPU/GB ratio %s' "$name" \
-          "$(printf '%s\n' "${cs[@]}" | median)" "${cs[*]}" "$(printf '%s\n' "${ps[@]}" | median)" "${ps[*]}" \
-          "$(printf '%s\n' "${us[@]}" | grep -v n/a | median)")")
-        record commit "$name commits/s" "${cs[@]}"
-        record commit "$name p99" "${ps[@]}"
-      done
-      unset c_r p_r cc_r
     done
+    for key in $(printf '%s\n' "${!R[@]}" | tr ' ' '~' | sort); do
+      k=${key//\~/ }
+      read -r -a v <<<"${R[$k]}"
+      summary+=("$(printf 'commit %-6s %-12s %-40s median %s (%s)' "$cbs" "$layout" "$k" \
+        "$(printf '%s\n' "${v[@]}" | grep -v n/a | median)" "${v[*]}")")
+      record commit "$cbs $layout $k" "${v[@]}"
+    done
+    unset R
   done
 done
 fi

@@ -13,7 +13,8 @@
 //! good ones, backpressure past a bad page, a full disk then retry (every
 //! acknowledged sync intact after the engine gives up and reopens with its
 //! own options), the same with eight committers and overlapping rounds,
-//! and the 8-thread engine-API stress with close and reopen.
+//! the 8-thread engine-API stress with close and reopen, and asynchronous
+//! commits (writers keeping tickets in flight) into a full disk.
 
 mod common;
 #[path = "common/stress.rs"]
@@ -863,11 +864,103 @@ fn eight_threads_with_close_and_reopen(kind: FsKind) {
     }
 }
 
+/// Asynchronous commits into a full disk: four threads, each with its own
+/// writer keeping up to four tickets in flight, fill the last megabytes.
+/// Every ticket that resolves Ok has its pages on disk; the ones the full
+/// disk stopped fail with a storage-full error (their pages stay dirty
+/// and readable), never a hang; nothing poisons the file. Once space
+/// returns, the next asynchronous commit writes everything.
+fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
+    let Some(fs) = scratch(kind, 64) else { return };
+    let direct = direct_mode(fs.path());
+    let path = fs.path().join("async-full");
+    let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
+    let what = format!("{}: {direct:?}", kind.name());
+    let filler = fs.path().join("filler");
+    let fill = fill_leaving(fs.path(), &filler, (1 << 20) + (3 << 10));
+    // 4 threads x 4 MiB: far more than the free space.
+    let chunk = 64u64; // pages per commit
+    let per_thread = 16u64; // commits per thread
+    let failed = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (f, failed, what, path) = (&f, &failed, &what, &path);
+            s.spawn(move || {
+                let mut w = f.writer();
+                let mut tickets = std::collections::VecDeque::new();
+                let mut disk = std::fs::File::open(path).unwrap();
+                let mut settle = |ticket: pagewriter::CommitTicket, first: u64| match ticket.wait()
+                {
+                    Ok(()) => {
+                        for p in [first, first + chunk - 1] {
+                            let mut buf = vec![0u8; PS];
+                            io::Seek::seek(&mut disk, io::SeekFrom::Start(p * PS as u64)).unwrap();
+                            io::Read::read_exact(&mut disk, &mut buf).unwrap();
+                            assert_eq!(tag_of(&buf), (p, 1), "{what}: page {p} after Ok");
+                        }
+                    }
+                    Err(e) => {
+                        assert_eq!(
+                            e.io_kind(),
+                            Some(io::ErrorKind::StorageFull),
+                            "{what}: pages from {first}: {e}"
+                        );
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                };
+                for c in 0..per_thread {
+                    let first = (t * per_thread + c) * chunk;
+                    for p in first..first + chunk {
+                        w.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+                    }
+                    tickets.push_back((w.commit_async().unwrap(), first));
+                    if tickets.len() == 4 {
+                        let (ticket, first) = tickets.pop_front().unwrap();
+                        settle(ticket, first);
+                    }
+                }
+                for (ticket, first) in tickets {
+                    settle(ticket, first);
+                }
+            });
+        }
+    });
+    let pages = 4 * per_thread * chunk;
+    assert!(
+        failed.load(Ordering::Relaxed) > 0,
+        "{what}: every ticket Ok with 16 MiB written into about 1 MiB free"
+    );
+    assert!(!f.is_poisoned(), "{what}");
+    for p in (0..pages).step_by(61) {
+        assert_eq!(
+            tag_of(&f.read(p * PS as u64, PS).unwrap()),
+            (p, 1),
+            "{what}"
+        );
+    }
+    give_space_back(fs.path(), fill, &filler, 2 * pages * PS as u64, &what);
+    f.sync_async()
+        .unwrap()
+        .wait()
+        .unwrap_or_else(|e| panic!("{what}: once space returned: {e}"));
+    f.close().unwrap();
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len() as u64, pages * PS as u64, "{what}");
+    for p in 0..pages as usize {
+        assert_eq!(
+            tag_of(&on_disk[p * PS..]),
+            (p as u64, 1),
+            "{what}: page {p}"
+        );
+    }
+}
+
 /// A case run on every file system, and its name.
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     (
         "grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full",
         grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full,
@@ -903,6 +996,10 @@ const CASES: [Case; 9] = [
     (
         "eight_threads_with_close_and_reopen",
         eight_threads_with_close_and_reopen,
+    ),
+    (
+        "asynchronous_commits_on_a_full_disk",
+        asynchronous_commits_on_a_full_disk,
     ),
 ];
 

@@ -1,11 +1,14 @@
 //! The write latch's worst case: eight threads commit, and every commit
-//! rewrites the same hot page (plus a page of the thread's own), with one
-//! and with four rounds in flight, and with direct commits (each caller
-//! writing its own drain beside the others'), on a real file (`O_DIRECT`
-//! where the file system takes it), for every engine that runs on a file. After each `sync` returns Ok,
-//! the file holds the hot page at the version that caller wrote or a newer
-//! one, and the caller's own page; at the end the hot page holds the last
-//! version written. Prints commits/s per engine (figures, not a speed test).
+//! rewrites the same hot page (plus a page of the thread's own), with
+//! `sync()` at one and at four rounds in flight and with direct commits
+//! (each caller writing its own drain beside the others'), with scoped
+//! commits (each thread's own `Writer`) and with asynchronous ones (two
+//! tickets in flight per thread), on a real file (`O_DIRECT` where the
+//! file system takes it), for every engine that runs on a file. After
+//! each commit says Ok, the file holds the hot page at the version that
+//! commit wrote or a newer one, and the caller's own page likewise; at the
+//! end the hot page holds the last version written. Prints commits/s per
+//! engine (figures, not a speed test).
 //!
 //! `PAGEWRITER_HOT_SECS` sets the seconds per engine (default 1).
 
@@ -36,28 +39,48 @@ fn on_disk(file: &std::fs::File, page_no: u64) -> (u64, u64) {
     tag_of(&buf)
 }
 
+/// How each thread commits.
+#[derive(Debug, Clone, Copy)]
+enum Way {
+    /// `sync()` with this strategy and rounds in flight.
+    Sync(CommitStrategy, usize),
+    /// Each thread's own `Writer::commit`.
+    Scoped,
+    /// Each thread's own `Writer::commit_async`, two tickets in flight.
+    Async,
+}
+
+impl Way {
+    fn name(self) -> String {
+        match self {
+            Way::Sync(s, r) => format!("sync {} rounds_in_flight {r}", s.name()),
+            Way::Scoped => "scoped".into(),
+            Way::Async => "async:2".into(),
+        }
+    }
+}
+
 #[test]
 fn every_commit_rewrites_one_hot_page() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ways = [
-        (CommitStrategy::Group, 1),
-        (CommitStrategy::Group, 4),
-        (CommitStrategy::Direct, 1),
+        Way::Sync(CommitStrategy::Group, 1),
+        Way::Sync(CommitStrategy::Group, 4),
+        Way::Sync(CommitStrategy::Direct, 1),
+        Way::Scoped,
+        Way::Async,
     ];
-    for (engine, (strategy, rounds)) in file_engines()
+    for (engine, way) in file_engines()
         .into_iter()
         .flat_map(|e| ways.map(|w| (e, w)))
     {
-        let path = dir.path().join(format!(
-            "hot-{}-{}-{rounds}",
-            engine.name(),
-            strategy.name()
-        ));
-        let config = Config::default()
-            .engine(engine)
-            .direct(DirectIo::Auto)
-            .commit_strategy(strategy)
-            .rounds_in_flight(rounds);
+        let path = dir
+            .path()
+            .join(format!("hot-{}-{}", engine.name(), way.name()));
+        let mut config = Config::default().engine(engine).direct(DirectIo::Auto);
+        if let Way::Sync(strategy, rounds) = way {
+            config = config.commit_strategy(strategy).rounds_in_flight(rounds);
+        }
         let f = Arc::new(PagedCachedFile::open(&path, config).unwrap());
         let reader = std::fs::File::open(&path).unwrap();
         // Hot-page versions in write order: a thread takes the next one and
@@ -70,6 +93,25 @@ fn every_commit_rewrites_one_hot_page() {
             for t in 0..THREADS {
                 let (f, last, commits, reader) = (&f, &last, &commits, &reader);
                 s.spawn(move || {
+                    let own = 1 + t;
+                    // After a commit of hot version `v` and own version
+                    // `i` says Ok: both on disk at those versions or newer.
+                    let check = |v: u64, i: u64| {
+                        let (p, hot) = on_disk(reader, 0);
+                        assert!(
+                            p == 0 && hot >= v,
+                            "{engine:?}, {}: hot page at version {hot} after a commit of {v}",
+                            way.name()
+                        );
+                        let (p, mine) = on_disk(reader, own);
+                        assert!(
+                            p == own && mine >= i,
+                            "{engine:?}, {}: own page at {mine} after a commit of {i}",
+                            way.name()
+                        );
+                    };
+                    let mut w = f.writer();
+                    let mut pending = std::collections::VecDeque::new();
                     // At least one commit each, however late the thread
                     // starts on a loaded machine.
                     let mut i = 0u64;
@@ -78,19 +120,32 @@ fn every_commit_rewrites_one_hot_page() {
                         let v = {
                             let mut v = last.lock().unwrap();
                             *v += 1;
-                            f.write_page(0, &page(PS, 0, *v)).unwrap();
+                            w.write_page(0, &page(PS, 0, *v)).unwrap();
                             *v
                         };
-                        let own = 1 + t;
-                        f.write_page(own * PS as u64, &page(PS, own, i)).unwrap();
-                        f.sync().unwrap();
+                        w.write_page(own * PS as u64, &page(PS, own, i)).unwrap();
+                        match way {
+                            Way::Sync(..) => f.sync().unwrap(),
+                            Way::Scoped => w.commit().unwrap(),
+                            Way::Async => {
+                                pending.push_back((w.commit_async().unwrap(), v, i));
+                                if pending.len() < 2 {
+                                    continue;
+                                }
+                                let (ticket, v, i) = pending.pop_front().unwrap();
+                                ticket.wait().unwrap();
+                                commits.fetch_add(1, Ordering::Relaxed);
+                                check(v, i);
+                                continue;
+                            }
+                        }
                         commits.fetch_add(1, Ordering::Relaxed);
-                        let (p, hot) = on_disk(reader, 0);
-                        assert!(
-                            p == 0 && hot >= v,
-                            "{engine:?}: hot page at version {hot} after a sync of {v}"
-                        );
-                        assert_eq!(on_disk(reader, own), (own, i), "{engine:?}: own page");
+                        check(v, i);
+                    }
+                    for (ticket, v, i) in pending {
+                        ticket.wait().unwrap();
+                        commits.fetch_add(1, Ordering::Relaxed);
+                        check(v, i);
                     }
                 });
             }
@@ -102,19 +157,20 @@ fn every_commit_rewrites_one_hot_page() {
         assert_eq!(
             on_disk(&reader, 0),
             (0, *last.lock().unwrap()),
-            "{engine:?}: newest wins"
+            "{engine:?}, {}: newest wins",
+            way.name()
         );
-        assert!(n >= THREADS, "{engine:?}: {n} commits");
+        assert!(n >= THREADS, "{engine:?}, {}: {n} commits", way.name());
         eprintln!(
-            "hot page, {} ({}), 8 threads, {} commits, rounds_in_flight {rounds}: \
-             {:.0} commits/s, {:.2} commits per round, {:.2} rounds in flight",
+            "hot page, {} ({}), 8 threads, {}: {n} commits, {:.0} commits/s, \
+             {:.2} commits per round, {:.2} rounds in flight",
             engine.name(),
             if f.io_mode().direct.is_some() {
                 "O_DIRECT"
             } else {
                 "buffered"
             },
-            strategy.name(),
+            way.name(),
             n as f64 / secs,
             stats.avg_commit_group(),
             stats.mean_rounds_in_flight(),
