@@ -120,7 +120,27 @@ impl OpenOptions {
         if direct {
             sys::open_direct(&mut o);
         }
-        let file = o.open(path)?;
+        let file = if !self.read_only && self.create {
+            // Created here: its directory entry is made durable before the
+            // file is used, or a power cut could lose the file (and every
+            // commit in it) whatever its own syncs made durable.
+            let mut new = o.clone();
+            new.create_new(true);
+            match new.open(path) {
+                Ok(f) => {
+                    let dir = path
+                        .parent()
+                        .filter(|d| !d.as_os_str().is_empty())
+                        .unwrap_or(Path::new("."));
+                    sys::sync_dir(dir)?;
+                    f
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => o.open(path)?,
+                Err(e) => return Err(e),
+            }
+        } else {
+            o.open(path)?
+        };
         if direct {
             sys::after_open_direct(&file)?;
         }

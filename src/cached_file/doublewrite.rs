@@ -14,7 +14,7 @@
 //! the page images back to back), then `fdatasync`s it:
 //!
 //! ```text
-//! record: magic "PWDBLWR1" | seq u64 | dev u64 | ino u64 | page_size u32
+//! record: magic "PWDBLWR2" | seq u64 | id u64 | ino u64 | page_size u32
 //!         | count u32 | header crc32c u32 | 0u32 | file length u64 (56 bytes)
 //!         | count x (page offset u64 | page crc32c u32 | 0u32)
 //!         | count x page image
@@ -85,12 +85,15 @@ pub struct Recovery {
     pub resized: bool,
 }
 
-const MAGIC: &[u8; 8] = b"PWDBLWR1";
+const MAGIC: &[u8; 8] = b"PWDBLWR2";
 const HEADER: usize = 56;
 const ENTRY: usize = 16;
 
-/// Identifies the data file an area belongs to: `(st_dev, st_ino)` of its
-/// file (volume serial and file index on Windows), `(0, 0)` for a backend without one.
+/// Identifies the data file an area belongs to: its birth time (ns) and
+/// inode number (volume serial and file index on Windows), which survive
+/// a remount and a reboot (the device number does not: another loop
+/// device, a btrfs subvolume's anonymous device, disks found in another
+/// order); `(0, 0)` for a backend without a file.
 pub(crate) fn file_identity(backend: &dyn StorageBackend) -> (u64, u64) {
     backend
         .file()
@@ -359,7 +362,7 @@ fn read_records(
             // An older record left behind newer ones.
             break;
         }
-        let (dev, ino) = (u64_at(&head, 16), u64_at(&head, 24));
+        let (id, ino) = (u64_at(&head, 16), u64_at(&head, 24));
         let (ps, count) = (u32_at(&head, 32) as usize, u32_at(&head, 36) as usize);
         let table_len = count as u64 * ENTRY as u64;
         let body = table_len + count as u64 * ps as u64;
@@ -381,9 +384,9 @@ fn read_records(
             ));
             break;
         }
-        if (dev, ino) != ident {
+        if (id, ino) != ident {
             warnings.push(format!(
-                "the area belongs to another file (device {dev}, inode {ino}; this file: device {}, inode {}); not applied",
+                "the area belongs to another file (birth {id}, inode {ino}; this file: birth {}, inode {}); not applied",
                 ident.0, ident.1
             ));
             return Ok((Vec::new(), warnings));

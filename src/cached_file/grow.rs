@@ -173,35 +173,67 @@ pub(crate) struct Recovered {
     pub(crate) size: u64,
 }
 
-/// The newest valid record among the two slots ending at `end` (slots of
-/// `slot` bytes at `end - 2 slot` and `end - slot`) whose length fits
-/// below `end`. Reads nothing past `end`.
+/// Largest slot a trailer may have been written with: slots are a sector
+/// or the direct I/O alignment of the device that wrote them, which need
+/// not be this one's (a file copied to another device, or opened with
+/// other options).
+const MAX_SLOT: u64 = 64 << 10;
+
+/// The newest valid record among the two slots ending at `end`, slots of
+/// any size from 512 bytes to [`MAX_SLOT`] (a power of two), whose length
+/// fits below the slots; with the slot size it was found at. One read of
+/// the last `2 * MAX_SLOT` bytes (or the whole of a smaller file), aligned
+/// for `backend`. Reads nothing past `end`.
 fn newest_at(
     backend: &dyn StorageBackend,
     end: u64,
-    slot: u64,
     align: usize,
-) -> io::Result<Option<Record>> {
-    if end < 2 * slot {
+) -> io::Result<Option<(Record, u64)>> {
+    let own = slot_bytes(backend);
+    // Aligned for this backend: its slot divides every candidate at or
+    // above it, and the read starts on a multiple of it.
+    let span = (2 * MAX_SLOT).min(end - end % own);
+    if span == 0 {
         return Ok(None);
     }
+    let start = end - span;
+    let mut buf = AlignedBuf::zeroed(span as usize, align).ok_or(io::ErrorKind::InvalidInput)?;
+    backend.read_exact_at(start, &mut buf)?;
+    let mut best: Option<(Record, u64)> = None;
+    let mut slot = 512u64;
+    while 2 * slot <= span {
+        let at = (span - 2 * slot) as usize;
+        for r in buf[at..].chunks(slot as usize).filter_map(Record::decode) {
+            if r.len <= end - 2 * slot && best.is_none_or(|(b, _)| r.seq > b.seq) {
+                best = Some((r, slot));
+            }
+        }
+        slot *= 2;
+    }
+    Ok(best)
+}
+
+/// Zeros `len` bytes at `at` on `backend`, reading and writing back the
+/// aligned blocks around them where the backend needs alignment.
+fn zero_range(backend: &dyn StorageBackend, at: u64, len: u64, align: usize) -> io::Result<()> {
+    let own = slot_bytes(backend);
+    let start = at - at % own;
+    let end = (at + len).div_ceil(own) * own;
     let mut buf =
-        AlignedBuf::zeroed(2 * slot as usize, align).ok_or(io::ErrorKind::InvalidInput)?;
-    backend.read_exact_at(end - 2 * slot, &mut buf)?;
-    Ok(buf
-        .chunks(slot as usize)
-        .filter_map(Record::decode)
-        .filter(|r| r.len <= end - 2 * slot)
-        .max_by_key(|r| r.seq))
+        AlignedBuf::zeroed((end - start) as usize, align).ok_or(io::ErrorKind::InvalidInput)?;
+    backend.read_exact_at(start, &mut buf)?;
+    buf[(at - start) as usize..(at - start + len) as usize].fill(0);
+    backend.write_all_at(start, &buf)
 }
 
 /// Looks for a grow-ahead trailer at the end of the file behind `backend`
-/// (left by a crash, or by a drop without `close`). Where one is found:
-/// unless `read_only`, zeros the stale trailer its record points to if
-/// it starts below the length and still holds an older record, cuts the
-/// file to the recorded length and makes that durable (`fdatasync`).
-/// Returns the recorded length and the size found, or `None` for a plain
-/// file. One read of two slots when there is nothing to do.
+/// (left by a crash, or by a drop without `close`), its slots of any size
+/// a device may have written them with. Where one is found: unless
+/// `read_only`, zeros the stale trailer its record points to if it starts
+/// below the length and still holds an older record, cuts the file to the
+/// recorded length and makes that durable (`fdatasync`). Returns the
+/// recorded length and the size found, or `None` for a plain file. One
+/// read of the file's tail when there is nothing to do.
 ///
 /// Errors: the reads, the cut and the sync (`io::Error`).
 pub(crate) fn recover(
@@ -209,9 +241,8 @@ pub(crate) fn recover(
     read_only: bool,
     align: usize,
 ) -> io::Result<Option<Recovered>> {
-    let slot = slot_bytes(backend);
     let size = backend.len()?;
-    let Some(rec) = newest_at(backend, size, slot, align)? else {
+    let Some((rec, slot)) = newest_at(backend, size, align)? else {
         return Ok(None);
     };
     if read_only {
@@ -220,12 +251,10 @@ pub(crate) fn recover(
     if rec.prev != NO_PREV
         && rec.prev < rec.len
         && rec.prev.checked_add(2 * slot).is_some_and(|e| e <= size)
-        && newest_at(backend, rec.prev + 2 * slot, slot, align)?
-            .is_some_and(|old| old.seq < rec.seq)
+        && newest_at(backend, rec.prev + 2 * slot, align)?
+            .is_some_and(|(old, s)| s == slot && old.seq < rec.seq)
     {
-        let zeros =
-            AlignedBuf::zeroed(2 * slot as usize, align).ok_or(io::ErrorKind::InvalidInput)?;
-        backend.write_all_at(rec.prev, &zeros)?;
+        zero_range(backend, rec.prev, 2 * slot, align)?;
     }
     backend.set_len(rec.len)?;
     backend.sync_data()?;
@@ -689,6 +718,24 @@ mod tests {
         // A plain file: nothing to do.
         assert_eq!(recover(&be, false, 4096).unwrap(), None);
         assert_eq!(be.len().unwrap(), want);
+    }
+
+    /// A trailer written with 4 KiB slots (a device with 4 KiB sectors)
+    /// is found by an open whose own slots are 512 bytes, and the other
+    /// way round.
+    #[test]
+    fn a_trailer_of_another_slot_size_is_found() {
+        for written in [4096u64, 512] {
+            let be = MemoryBackend::new();
+            let page = 4096u64;
+            let mut w = Window::new(8 * page, written, page, 4096, u64::MAX).unwrap();
+            be.write_all_at(0, &[1u8; 4096]).unwrap();
+            w.extend(&be, 4096, 4096).unwrap();
+            w.record(&be, 3 * page).unwrap();
+            let found = recover(&be, false, 4096).unwrap().unwrap();
+            assert_eq!(found.len, 3 * page, "slots of {written} B");
+            assert_eq!(be.len().unwrap(), 3 * page);
+        }
     }
 
     #[test]

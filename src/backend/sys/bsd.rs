@@ -7,7 +7,8 @@ use std::fs::File;
 use std::io::{self, IoSlice};
 
 pub(crate) use super::unix::{
-    file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, write_at,
+    file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, sync_dir,
+    write_at,
 };
 use crate::backend::device::{AtomicUnit, DioAlign};
 

@@ -13,7 +13,8 @@ use std::os::unix::fs::OpenOptionsExt;
 pub(crate) use super::unix::joined_iovecs;
 use super::unix::{MERGED_IOVECS, merge_adjacent};
 pub(crate) use super::unix::{
-    file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, write_at,
+    file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, sync_dir,
+    write_at,
 };
 use crate::backend::device::{AtomicUnit, DioAlign};
 

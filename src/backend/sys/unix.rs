@@ -1,5 +1,5 @@
 //! What every Unix shares: positioned and vectored I/O (`pread`, `pwrite`,
-//! `preadv`, `pwritev`), `statvfs` and a file's `(st_dev, st_ino)`.
+//! `preadv`, `pwritev`), `statvfs` and a file's identity (birth time, inode).
 
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -110,11 +110,20 @@ pub(crate) fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<us
     file.read_at(buf, offset)
 }
 
-/// `(st_dev, st_ino)`: which file this is, whatever path reached it.
+/// `(birth time in ns, st_ino)`: which file this is, whatever path
+/// reached it, the same after a remount or a reboot.
 pub(crate) fn file_identity(file: &File) -> io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata()?;
-    Ok((m.dev(), m.ino()))
+    // Birth time in ns (0 where the file system keeps none) and inode:
+    // both survive a remount, unlike `st_dev` (another loop device, a
+    // btrfs subvolume's anonymous device, disks found in another order).
+    let born = m
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos() as u64);
+    Ok((born, m.ino()))
 }
 
 /// `statvfs`: `f_bavail * f_frsize`.
@@ -151,6 +160,12 @@ pub(crate) fn free_space_of(file: &File) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(avail_bytes(&s))
+}
+
+/// Makes the directory `dir`'s entries durable (`fsync` of the
+/// directory): a file created in it survives a power cut under its name.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

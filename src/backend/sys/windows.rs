@@ -212,6 +212,12 @@ pub(crate) fn free_space_of(_file: &File) -> io::Result<u64> {
 
 /// `GetDiskFreeSpaceExW`: the bytes free to this user on the volume
 /// holding `path` (a file's own directory when `path` is a file).
+/// Nothing: a directory cannot be opened for a flush here, and NTFS logs
+/// a file's creation in its own journal.
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
 pub(crate) fn free_space(path: &Path) -> io::Result<u64> {
     use std::os::windows::ffi::OsStrExt;
     let dir = if path.is_file() {
