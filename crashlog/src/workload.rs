@@ -1,0 +1,447 @@
+//! The workloads: pagewriter on the logged file system, one per durability
+//! path of the core. Each creates its page file in the run (so the file's
+//! directory entry is part of what a crash may lose), records every write
+//! and every acknowledged commit in a [`Tracker`], and writes `ack N` to
+//! the logger's marks file after commit `N` returned `Ok`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use pagewriter::{
+    CommitTicket, Config, DirectIo, FlushEngine, GrowAhead, PagedCachedFile, TornWrites,
+};
+
+use crate::expect::Tracker;
+use crate::serve::Faults;
+
+/// Page size of the workloads but one: the device's sector, so a page is
+/// written whole or not at all. The doublewrite workload's pages span four
+/// sectors, so a crash can tear them.
+pub const PS: usize = 4096;
+
+/// One workload: its name, how it opens the file, and its body.
+#[derive(Clone, Copy)]
+pub struct Workload {
+    pub name: &'static str,
+    /// What the workload covers, for the report.
+    pub about: &'static str,
+    pub config: fn() -> Config,
+    /// Pages torn by a crash are acceptable (`TornWrites::Allow`).
+    pub torn_ok: bool,
+    body: fn(&Ctx) -> Result<(), String>,
+}
+
+/// What a workload runs with.
+pub struct Ctx {
+    /// The page file (on the logged file system).
+    pub path: PathBuf,
+    pub tracker: Tracker,
+    marks: Mutex<std::fs::File>,
+    pub faults: Arc<Mutex<Faults>>,
+    pub config: Config,
+}
+
+impl Ctx {
+    pub fn new(
+        dir: &Path,
+        marks: &Path,
+        faults: Arc<Mutex<Faults>>,
+        config: Config,
+    ) -> Result<Ctx, String> {
+        let marks = std::fs::OpenOptions::new()
+            .write(true)
+            .open(marks)
+            .map_err(|e| format!("{}: {e}", marks.display()))?;
+        Ok(Ctx {
+            path: dir.join("pages.db"),
+            tracker: Tracker::new(config.page_size),
+            marks: Mutex::new(marks),
+            faults,
+            config,
+        })
+    }
+
+    fn ps(&self) -> u64 {
+        self.config.page_size as u64
+    }
+
+    fn open(&self) -> Result<PagedCachedFile, String> {
+        PagedCachedFile::open(&self.path, self.config.clone())
+            .map_err(|e| format!("open {}: {e}", self.path.display()))
+    }
+
+    /// Records an acknowledged commit with `floors` and logs its mark.
+    fn ack(&self, floors: Vec<(u64, usize)>) -> Result<(), String> {
+        let id = self.tracker.ack(floors);
+        let mut m = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+        m.write_all(format!("ack {id}\n").as_bytes())
+            .map_err(|e| format!("writing mark {id}: {e}"))
+    }
+
+    fn write(&self, f: &PagedCachedFile, page: u64) -> Result<usize, String> {
+        self.tracker
+            .write(page, |b| f.write_page(page * self.ps(), b))
+            .map_err(|e| format!("write page {page}: {e}"))
+    }
+
+    fn write_via(&self, w: &mut pagewriter::Writer<'_>, page: u64) -> Result<usize, String> {
+        self.tracker
+            .write(page, |b| w.write_page(page * self.ps(), b))
+            .map_err(|e| format!("write page {page}: {e}"))
+    }
+
+    /// `sync`, acknowledged with the floors of every page written before it.
+    fn sync(&self, f: &PagedCachedFile) -> Result<(), String> {
+        let floors = self.tracker.all_floors();
+        f.sync().map_err(|e| format!("sync: {e}"))?;
+        self.tracker.flushed_all();
+        self.ack(floors)
+    }
+}
+
+impl Workload {
+    /// Runs the body.
+    pub fn run(&self, ctx: &Ctx) -> Result<(), String> {
+        (self.body)(ctx)
+    }
+}
+
+fn base() -> Config {
+    Config::default()
+        .page_size(PS)
+        .max_write_buffer_bytes(4 << 20)
+}
+
+/// Every workload.
+pub const ALL: [Workload; 8] = [
+    Workload {
+        name: "sync-buffered",
+        about: "sync() from 4 threads, buffered, vectored engine",
+        config: || base().engine(FlushEngine::Vectored).direct(DirectIo::Off),
+        torn_ok: true,
+        body: |c| sync_threads(c, 4, 12),
+    },
+    Workload {
+        name: "sync-direct-uring",
+        about: "sync() from 2 threads, O_DIRECT, io_uring engine",
+        config: || {
+            base()
+                .engine(FlushEngine::Auto { queue_depth: 8 })
+                .direct(DirectIo::Auto)
+        },
+        torn_ok: true,
+        body: |c| sync_threads(c, 2, 16),
+    },
+    Workload {
+        name: "scoped-tickets",
+        about: "Writer::commit from 3 threads, commit_async with 4 tickets in flight, sync_async; O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
+        torn_ok: true,
+        body: scoped_tickets,
+    },
+    Workload {
+        name: "resize-discard-reopen",
+        about: "set_len down and up, discard, close and reopen; buffered",
+        config: || base().direct(DirectIo::Off),
+        torn_ok: true,
+        body: resize_discard_reopen,
+    },
+    Workload {
+        name: "doublewrite",
+        about: "TornWrites::DoubleWrite (its area created in the run), 16 KiB pages, 2 threads rewriting pages in place",
+        config: || {
+            base()
+                .page_size(16 << 10)
+                .direct(DirectIo::Off)
+                .torn_writes(TornWrites::DoubleWrite)
+        },
+        torn_ok: false,
+        body: |c| rewrite_threads(c, 2, 10),
+    },
+    Workload {
+        name: "grow-ahead",
+        about: "a 1 MiB grow-ahead window, appends from 2 threads, close and reopen; O_DIRECT",
+        config: || {
+            base()
+                .direct(DirectIo::Auto)
+                .grow_ahead(GrowAhead::Window { bytes: 1 << 20 })
+        },
+        torn_ok: true,
+        body: appends,
+    },
+    Workload {
+        name: "eio-on-flush",
+        about: "sync() from 2 threads while the device fails one cache flush with EIO",
+        config: || base().direct(DirectIo::Off),
+        torn_ok: true,
+        body: |c| eio(c, Fail::Flush),
+    },
+    Workload {
+        name: "eio-on-write",
+        about: "sync() from 2 threads while the device fails one write-back with EIO; buffered",
+        config: || base().direct(DirectIo::Off),
+        torn_ok: true,
+        body: |c| eio(c, Fail::Write),
+    },
+];
+
+/// The workload named `name`.
+pub fn by_name(name: &str) -> Option<Workload> {
+    ALL.into_iter().find(|w| w.name == name)
+}
+
+/// `threads` threads, `commits` commits each: a page of the thread's own
+/// and the shared page 0, then `sync`.
+fn sync_threads(c: &Ctx, threads: u64, commits: u64) -> Result<(), String> {
+    let f = c.open()?;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || -> Result<(), String> {
+                    for i in 0..commits {
+                        c.write(f, 1 + t * commits + i)?;
+                        c.write(f, 0)?;
+                        c.sync(f)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+    })?;
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// Three threads commit their own pages and the shared page 0 through
+/// writers of their own; a fourth keeps four asynchronous commits in
+/// flight; then `sync_async` of everything.
+fn scoped_tickets(c: &Ctx) -> Result<(), String> {
+    let f = c.open()?;
+    std::thread::scope(|s| {
+        let mut handles: Vec<_> = (0..3u64)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || -> Result<(), String> {
+                    let mut w = f.writer();
+                    for i in 0..10u64 {
+                        let own = 1 + t * 10 + i;
+                        let a = c.write_via(&mut w, own)?;
+                        let b = c.write_via(&mut w, 0)?;
+                        w.commit().map_err(|e| format!("commit: {e}"))?;
+                        c.ack(vec![(own, a), (0, b)])?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles.push(s.spawn(|| -> Result<(), String> {
+            let mut w = f.writer();
+            let mut pending: std::collections::VecDeque<(CommitTicket, Vec<(u64, usize)>)> =
+                Default::default();
+            for i in 0..24u64 {
+                let own = 100 + i;
+                let a = c.write_via(&mut w, own)?;
+                pending.push_back((
+                    w.commit_async().map_err(|e| format!("commit_async: {e}"))?,
+                    vec![(own, a)],
+                ));
+                if pending.len() == 4 {
+                    let (t, floors) = pending.pop_front().expect("four");
+                    t.wait().map_err(|e| format!("ticket: {e}"))?;
+                    c.ack(floors)?;
+                }
+            }
+            for (t, floors) in pending {
+                t.wait().map_err(|e| format!("ticket: {e}"))?;
+                c.ack(floors)?;
+            }
+            Ok(())
+        }));
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+    })?;
+    let floors = c.tracker.all_floors();
+    f.sync_async()
+        .and_then(CommitTicket::wait)
+        .map_err(|e| format!("sync_async: {e}"))?;
+    c.ack(floors)?;
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// One thread: cuts, growths, a discarded page, a close and a reopen, a
+/// commit after each.
+fn resize_discard_reopen(c: &Ctx) -> Result<(), String> {
+    let ps = PS as u64;
+    let f = c.open()?;
+    for p in 0..16 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    c.tracker
+        .resize(8, || f.set_len(8 * ps))
+        .map_err(|e| format!("set_len: {e}"))?;
+    c.sync(&f)?;
+    for p in 10..12 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    c.tracker
+        .resize(24, || f.set_len(24 * ps))
+        .map_err(|e| format!("set_len: {e}"))?;
+    c.sync(&f)?;
+    c.write(&f, 3)?;
+    c.tracker
+        .discard(3, || f.discard(3 * ps, ps))
+        .map_err(|e| format!("discard: {e}"))?;
+    c.write(&f, 4)?;
+    c.sync(&f)?;
+    c.tracker
+        .resize(6, || f.set_len(6 * ps))
+        .map_err(|e| format!("set_len: {e}"))?;
+    f.close().map_err(|e| format!("close: {e}"))?;
+    c.ack(c.tracker.all_floors())?;
+    let f = c.open()?;
+    for p in 20..23 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    f.close().map_err(|e| format!("close: {e}"))?;
+    c.ack(c.tracker.all_floors())
+}
+
+/// `threads` threads rewriting four pages of their own in place,
+/// `rounds` times, a `sync` after each round.
+fn rewrite_threads(c: &Ctx, threads: u64, rounds: u64) -> Result<(), String> {
+    let f = c.open()?;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || -> Result<(), String> {
+                    for _ in 0..rounds {
+                        for p in t * 4..t * 4 + 4 {
+                            c.write(f, p)?;
+                        }
+                        c.sync(f)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+    })?;
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// Two threads append (alternate pages), a `sync` after each append;
+/// then a close, a reopen and more appends.
+fn appends(c: &Ctx) -> Result<(), String> {
+    for pass in 0..2u64 {
+        let f = c.open()?;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let f = &f;
+                    s.spawn(move || -> Result<(), String> {
+                        for i in 0..12u64 {
+                            c.write(f, pass * 64 + 2 * i + t)?;
+                            c.sync(f)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+        })?;
+        f.close().map_err(|e| format!("close: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Which device request the EIO workloads fail.
+#[derive(Clone, Copy)]
+enum Fail {
+    /// The next cache flush (the loop device's PREFLUSH, FUSE `fsync`).
+    Flush,
+    /// The next three writes (the page cache's write-back of a dirty page, whose
+    /// error the kernel reports at the next `fdatasync` and then forgets).
+    Write,
+}
+
+/// Two threads commit with `sync()`; after a few commits the device fails
+/// its next cache flush or write with EIO. Each thread goes on committing
+/// after an error: a commit started after any thread saw an error must not
+/// be acknowledged (the file is poisoned), which the workload checks here;
+/// the replay checks that every commit acknowledged before it is on disk.
+fn eio(c: &Ctx, fail: Fail) -> Result<(), String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let f = c.open()?;
+    let failed = AtomicBool::new(false);
+    let errors = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (f, failed) = (&f, &failed);
+                s.spawn(move || -> Result<(), String> {
+                    for i in 0..20u64 {
+                        if t == 0 && i == 6 {
+                            let mut faults = c.faults.lock().unwrap_or_else(|p| p.into_inner());
+                            match fail {
+                                Fail::Flush => faults.fsyncs = 1,
+                                // Three: the next write may be another
+                                // thread's metadata, which btrfs keeps
+                                // twice and so survives one failure of.
+                                Fail::Write => faults.writes = 3,
+                            }
+                        }
+                        match c.write(f, 1 + t * 20 + i) {
+                            Ok(_) => {}
+                            // Refused on a poisoned file: what it must do.
+                            Err(_) if failed.load(Ordering::Acquire) => continue,
+                            Err(e) => return Err(e),
+                        }
+                        let seen = failed.load(Ordering::Acquire);
+                        let floors = c.tracker.all_floors();
+                        match f.sync() {
+                            Ok(()) if seen => {
+                                return Err(format!(
+                                    "thread {t}: commit {i} was acknowledged although an earlier one failed"
+                                ));
+                            }
+                            Ok(()) => c.ack(floors)?,
+                            Err(_) => failed.store(true, Ordering::Release),
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+            .collect::<Result<Vec<()>, String>>()
+    });
+    errors?;
+    if !failed.load(Ordering::Acquire) {
+        if let Fail::Write = fail {
+            // btrfs: the failed writes are counted (its `errs: wr N`) and
+            // no fdatasync reports them; the replay then says whether an
+            // acknowledged commit lost its pages.
+            eprintln!("note: the failed writes reached no commit (every commit Ok)");
+            return Ok(());
+        }
+        return Err("no commit failed: the device's EIO never reached pagewriter".into());
+    }
+    if !f.is_poisoned() {
+        return Err("a commit failed but the file is not poisoned".into());
+    }
+    Ok(())
+}
