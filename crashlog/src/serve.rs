@@ -326,3 +326,47 @@ impl Filesystem for Logger {
         reply.ok();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_that_is_no_file_or_outside_the_work_directory_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let work = root.path().join("work");
+        std::fs::create_dir(&work).unwrap();
+        let dir_image = work.join("dir.img");
+        std::fs::create_dir(&dir_image).unwrap();
+        let err = Logger::new(&work, &dir_image, &work.join("log"))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("is not a regular file"), "{err}");
+        assert!(
+            !work.join("log").exists(),
+            "a refused image left a log behind"
+        );
+
+        let outside = root.path().join("outside.img");
+        std::fs::write(&outside, [0u8; 4096]).unwrap();
+        let err = Logger::new(&work, &outside, &work.join("log"))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("outside the work directory"),
+            "{err}"
+        );
+        let err = Logger::new(&work, &work.join("x.img"), &root.path().join("log"))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("outside the work directory"),
+            "{err}"
+        );
+        assert!(!root.path().join("log").exists());
+
+        let image = work.join("disk.img");
+        std::fs::write(&image, [0u8; 4096]).unwrap();
+        assert!(Logger::new(&work, &image, &work.join("log")).is_ok());
+    }
+}
