@@ -472,7 +472,12 @@ fn a_failed_guard_read_buffers_nothing() {
     // out, and dropping it must not write zeros over the page.
     let be = Arc::new(pagewriter::testing::FaultyBackend::new(MemoryBackend::new()));
     be.inner().write_all_at(0, &[9u8; PS]).unwrap();
-    struct NoRead(Arc<pagewriter::testing::FaultyBackend<MemoryBackend>>);
+    // Reads fail once armed (after the open, whose look for a grow-ahead
+    // trailer reads the file's tail).
+    struct NoRead(
+        Arc<pagewriter::testing::FaultyBackend<MemoryBackend>>,
+        Arc<std::sync::atomic::AtomicBool>,
+    );
     impl std::fmt::Debug for NoRead {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("NoRead")
@@ -485,10 +490,8 @@ fn a_failed_guard_read_buffers_nothing() {
         fn set_len(&self, len: u64) -> std::io::Result<()> {
             self.0.set_len(len)
         }
-        // Page reads fail; the open's look for a grow-ahead trailer (two
-        // 512-byte slots at the end) passes.
         fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-            if buf.len() >= PS {
+            if self.1.load(std::sync::atomic::Ordering::Relaxed) {
                 return Err(std::io::Error::from_raw_os_error(libc::EIO));
             }
             self.0.read_exact_at(offset, buf)
@@ -500,7 +503,13 @@ fn a_failed_guard_read_buffers_nothing() {
             self.0.sync_data()
         }
     }
-    let f = PagedCachedFile::new(NoRead(Arc::clone(&be)), Config::default()).unwrap();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = PagedCachedFile::new(
+        NoRead(Arc::clone(&be), Arc::clone(&armed)),
+        Config::default(),
+    )
+    .unwrap();
+    armed.store(true, std::sync::atomic::Ordering::Relaxed);
     assert!(f.write(0, PS).is_err());
     assert_eq!(f.stats().buffered_bytes, 0);
     f.close().unwrap();
