@@ -122,6 +122,11 @@ fn paths_are_named_as_given() {
         &["--file nodir/f.bin", "nodir"],
         &[".pwtmp", "temporary"],
     );
+    refused(
+        &["write-file", "nodir/f.bin", "--size", "1MiB"],
+        &["nodir/f.bin", "No such file"],
+        &[".partial"],
+    );
 }
 
 #[test]

@@ -242,9 +242,17 @@ pub fn write_file_cancellable(
                 }),
             }
         }
-        Err(e) => {
+        Err(mut e) => {
             // Nothing half-written stays behind to fill the file system.
             let _ = std::fs::remove_file(&partial);
+            // The caller named `path`, not the partial file beside it: an
+            // open that failed (a missing directory, no permission) names
+            // what was asked for.
+            if let Error::Core(CoreError::Open { path: p, .. }) = &mut e.error
+                && *p == partial
+            {
+                p.clone_from(path);
+            }
             Err(e)
         }
     }
