@@ -195,23 +195,13 @@ pub fn by_name(name: &str) -> Option<Workload> {
 /// and the shared page 0, then `sync`.
 fn sync_threads(c: &Ctx, threads: u64, commits: u64) -> Result<(), String> {
     let f = c.open()?;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let f = &f;
-                s.spawn(move || -> Result<(), String> {
-                    for i in 0..commits {
-                        c.write(f, 1 + t * commits + i)?;
-                        c.write(f, 0)?;
-                        c.sync(f)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+    on_threads(threads, |t| {
+        for i in 0..commits {
+            c.write(&f, 1 + t * commits + i)?;
+            c.write(&f, 0)?;
+            c.sync(&f)?;
+        }
+        Ok(())
     })?;
     f.close().map_err(|e| format!("close: {e}"))
 }
@@ -221,49 +211,38 @@ fn sync_threads(c: &Ctx, threads: u64, commits: u64) -> Result<(), String> {
 /// flight; then `sync_async` of everything.
 fn scoped_tickets(c: &Ctx) -> Result<(), String> {
     let f = c.open()?;
-    std::thread::scope(|s| {
-        let mut handles: Vec<_> = (0..3u64)
-            .map(|t| {
-                let f = &f;
-                s.spawn(move || -> Result<(), String> {
-                    let mut w = f.writer();
-                    for i in 0..10u64 {
-                        let own = 1 + t * 10 + i;
-                        let a = c.write_via(&mut w, own)?;
-                        let b = c.write_via(&mut w, 0)?;
-                        w.commit().map_err(|e| format!("commit: {e}"))?;
-                        c.ack(vec![(own, a), (0, b)])?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles.push(s.spawn(|| -> Result<(), String> {
-            let mut w = f.writer();
-            let mut pending: std::collections::VecDeque<(CommitTicket, Vec<(u64, usize)>)> =
-                Default::default();
-            for i in 0..24u64 {
-                let own = 100 + i;
+    on_threads(4, |t| {
+        let mut w = f.writer();
+        if t < 3 {
+            for i in 0..10u64 {
+                let own = 1 + t * 10 + i;
                 let a = c.write_via(&mut w, own)?;
-                pending.push_back((
-                    w.commit_async().map_err(|e| format!("commit_async: {e}"))?,
-                    vec![(own, a)],
-                ));
-                if pending.len() == 4 {
-                    let (t, floors) = pending.pop_front().expect("four");
-                    t.wait().map_err(|e| format!("ticket: {e}"))?;
-                    c.ack(floors)?;
-                }
+                let b = c.write_via(&mut w, 0)?;
+                w.commit().map_err(|e| format!("commit: {e}"))?;
+                c.ack(vec![(own, a), (0, b)])?;
             }
-            for (t, floors) in pending {
+            return Ok(());
+        }
+        let mut pending: std::collections::VecDeque<(CommitTicket, Vec<(u64, usize)>)> =
+            Default::default();
+        for i in 0..24u64 {
+            let own = 100 + i;
+            let a = c.write_via(&mut w, own)?;
+            pending.push_back((
+                w.commit_async().map_err(|e| format!("commit_async: {e}"))?,
+                vec![(own, a)],
+            ));
+            if pending.len() == 4 {
+                let (t, floors) = pending.pop_front().expect("four");
                 t.wait().map_err(|e| format!("ticket: {e}"))?;
                 c.ack(floors)?;
             }
-            Ok(())
-        }));
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+        }
+        for (t, floors) in pending {
+            t.wait().map_err(|e| format!("ticket: {e}"))?;
+            c.ack(floors)?;
+        }
+        Ok(())
     })?;
     let floors = c.tracker.all_floors();
     f.sync_async()
@@ -318,24 +297,14 @@ fn resize_discard_reopen(c: &Ctx) -> Result<(), String> {
 /// `rounds` times, a `sync` after each round.
 fn rewrite_threads(c: &Ctx, threads: u64, rounds: u64) -> Result<(), String> {
     let f = c.open()?;
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let f = &f;
-                s.spawn(move || -> Result<(), String> {
-                    for _ in 0..rounds {
-                        for p in t * 4..t * 4 + 4 {
-                            c.write(f, p)?;
-                        }
-                        c.sync(f)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+    on_threads(threads, |t| {
+        for _ in 0..rounds {
+            for p in t * 4..t * 4 + 4 {
+                c.write(&f, p)?;
+            }
+            c.sync(&f)?;
+        }
+        Ok(())
     })?;
     f.close().map_err(|e| format!("close: {e}"))
 }
@@ -345,26 +314,28 @@ fn rewrite_threads(c: &Ctx, threads: u64, rounds: u64) -> Result<(), String> {
 fn appends(c: &Ctx) -> Result<(), String> {
     for pass in 0..2u64 {
         let f = c.open()?;
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..2u64)
-                .map(|t| {
-                    let f = &f;
-                    s.spawn(move || -> Result<(), String> {
-                        for i in 0..12u64 {
-                            c.write(f, pass * 64 + 2 * i + t)?;
-                            c.sync(f)?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+        on_threads(2, |t| {
+            for i in 0..12u64 {
+                c.write(&f, pass * 64 + 2 * i + t)?;
+                c.sync(&f)?;
+            }
+            Ok(())
         })?;
         f.close().map_err(|e| format!("close: {e}"))?;
     }
     Ok(())
+}
+
+/// Runs `body(t)` on `n` threads (`t` in `0..n`) and returns the first
+/// error in thread order (a panic is one); every thread is joined.
+fn on_threads(n: u64, body: impl Fn(u64) -> Result<(), String> + Sync) -> Result<(), String> {
+    std::thread::scope(|s| {
+        let body = &body;
+        let handles: Vec<_> = (0..n).map(|t| s.spawn(move || body(t))).collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
+    })
 }
 
 /// Which device request the EIO workloads fail.
@@ -386,50 +357,38 @@ fn eio(c: &Ctx, fail: Fail) -> Result<(), String> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let f = c.open()?;
     let failed = AtomicBool::new(false);
-    let errors = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2u64)
-            .map(|t| {
-                let (f, failed) = (&f, &failed);
-                s.spawn(move || -> Result<(), String> {
-                    for i in 0..20u64 {
-                        if t == 0 && i == 6 {
-                            let mut faults = c.faults.lock().unwrap_or_else(|p| p.into_inner());
-                            match fail {
-                                Fail::Flush => faults.fsyncs = 1,
-                                // Three: the next write may be another
-                                // thread's metadata, which btrfs keeps
-                                // twice and so survives one failure of.
-                                Fail::Write => faults.writes = 3,
-                            }
-                        }
-                        match c.write(f, 1 + t * 20 + i) {
-                            Ok(_) => {}
-                            // Refused on a poisoned file: what it must do.
-                            Err(_) if failed.load(Ordering::Acquire) => continue,
-                            Err(e) => return Err(e),
-                        }
-                        let seen = failed.load(Ordering::Acquire);
-                        let floors = c.tracker.all_floors();
-                        match f.sync() {
-                            Ok(()) if seen => {
-                                return Err(format!(
-                                    "thread {t}: commit {i} was acknowledged although an earlier one failed"
-                                ));
-                            }
-                            Ok(()) => c.ack(floors)?,
-                            Err(_) => failed.store(true, Ordering::Release),
-                        }
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
-            .collect::<Result<Vec<()>, String>>()
-    });
-    errors?;
+    on_threads(2, |t| {
+        for i in 0..20u64 {
+            if t == 0 && i == 6 {
+                let mut faults = c.faults.lock().unwrap_or_else(|p| p.into_inner());
+                match fail {
+                    Fail::Flush => faults.fsyncs = 1,
+                    // Three: the next write may be another
+                    // thread's metadata, which btrfs keeps
+                    // twice and so survives one failure of.
+                    Fail::Write => faults.writes = 3,
+                }
+            }
+            match c.write(&f, 1 + t * 20 + i) {
+                Ok(_) => {}
+                // Refused on a poisoned file: what it must do.
+                Err(_) if failed.load(Ordering::Acquire) => continue,
+                Err(e) => return Err(e),
+            }
+            let seen = failed.load(Ordering::Acquire);
+            let floors = c.tracker.all_floors();
+            match f.sync() {
+                Ok(()) if seen => {
+                    return Err(format!(
+                        "thread {t}: commit {i} was acknowledged although an earlier one failed"
+                    ));
+                }
+                Ok(()) => c.ack(floors)?,
+                Err(_) => failed.store(true, Ordering::Release),
+            }
+        }
+        Ok(())
+    })?;
     if !failed.load(Ordering::Acquire) {
         if let Fail::Write = fail {
             // btrfs: the failed writes are counted (its `errs: wr N`) and
