@@ -107,37 +107,8 @@ impl Batch {
         drain_no: u64,
         drain: &DrainHeld,
     ) -> Option<Batch> {
-        let BatchVecs {
-            mut entries,
-            mut drained,
-        } = spare.take();
-        // Called with the drain lock held: ids follow drain order.
-        let id = gens.next_id();
-        let after = p.buffer.drain(drain, id, &mut drained);
-        if drained.is_empty() {
-            let vecs = BatchVecs { entries, drained };
-            spare.keep(vecs, p.buffer.stripe_count(), gens.peak());
-            return None;
-        }
-        gens.push(drain, id, after.is_none());
-        let n = drained.iter().map(|(_, m)| m.len()).sum();
-        entries.reserve(n);
-        for (_, map) in &drained {
-            entries.extend(
-                map.iter()
-                    .map(|(&n, page)| (p.buffer.offset_of(n), Arc::clone(page))),
-            );
-        }
-        Some(Batch {
-            id,
-            drain_no,
-            after,
-            entries,
-            drained,
-            failed: Vec::new(),
-            is_failed: Vec::new(),
-            kept: 0,
-            disk_cap: u64::MAX,
+        Self::drained_by(p, gens, spare, (drain_no, drain), |id, drained| {
+            p.buffer.drain(drain, id, drained)
         })
     }
 
@@ -155,14 +126,29 @@ impl Batch {
         pages: &[u64],
         in_flight: &mut Vec<u64>,
     ) -> Option<Batch> {
+        Self::drained_by(p, gens, spare, (drain_no, drain), |id, drained| {
+            p.buffer.drain_pages(drain, id, pages, drained, in_flight)
+        })
+    }
+
+    /// The batch of generation `gens.next_id()`, whose pages `take` moves
+    /// out of the write buffer into `drained` (returning the older
+    /// generation in flight this one comes after, if any); `None`, and
+    /// the vectors kept for the next drain, if it took nothing. Called with
+    /// the drain lock held: ids follow drain order.
+    fn drained_by(
+        p: &Parts<'_>,
+        gens: &Generations<Settled>,
+        spare: &SpareBatches,
+        (drain_no, drain): (u64, &DrainHeld),
+        take: impl FnOnce(u64, &mut Vec<(usize, Arc<PageMap>)>) -> Option<u64>,
+    ) -> Option<Batch> {
         let BatchVecs {
             mut entries,
             mut drained,
         } = spare.take();
         let id = gens.next_id();
-        let after = p
-            .buffer
-            .drain_pages(drain, id, pages, &mut drained, in_flight);
+        let after = take(id, &mut drained);
         if drained.is_empty() {
             let vecs = BatchVecs { entries, drained };
             spare.keep(vecs, p.buffer.stripe_count(), gens.peak());
