@@ -922,6 +922,24 @@ pub(super) struct Room<'a> {
     pub(super) hit: &'a AtomicBool,
 }
 
+impl Room<'_> {
+    /// The first of the next `fresh` pages a transaction writes, taken
+    /// from `alloc` (wrapped in a written layout); `None`, with `hit` and
+    /// `stop` set, where they would grow the file past the limit.
+    pub(super) fn claim(&self, alloc: &AtomicU64, fresh: u64, stop: &AtomicBool) -> Option<u64> {
+        let first = alloc.fetch_add(fresh, Ordering::Relaxed);
+        match self.wrap_pages {
+            Some(wrap) => Some(first % wrap),
+            None if first.saturating_add(fresh) > self.limit_pages => {
+                self.hit.store(true, Ordering::Relaxed);
+                stop.store(true, Ordering::Relaxed);
+                None
+            }
+            None => Some(first),
+        }
+    }
+}
+
 /// One writer thread: transactions until `stop`, or until the next one
 /// would grow the file past `room` (then it stops the cell).
 fn writer(
@@ -950,16 +968,9 @@ fn writer(
         Fill::Random => Vec::new(),
     };
     while !stop.load(Ordering::Relaxed) {
-        let mut first = alloc.fetch_add(fresh, Ordering::Relaxed);
-        match room.wrap_pages {
-            Some(wrap) => first %= wrap,
-            None if first.saturating_add(fresh) > room.limit_pages => {
-                room.hit.store(true, Ordering::Relaxed);
-                stop.store(true, Ordering::Relaxed);
-                break;
-            }
-            None => {}
-        }
+        let Some(first) = room.claim(alloc, fresh, stop) else {
+            break;
+        };
         match config.fill {
             Fill::Random => {
                 for p in first..first + fresh {

@@ -43,16 +43,9 @@ pub(super) fn writer(
     let mut own_io = Stats::default();
     let io = |op, at, e| crate::error::Error::io(op, Some(at), e);
     while !stop.load(Ordering::Relaxed) {
-        let mut first = alloc.fetch_add(fresh, Ordering::Relaxed);
-        match room.wrap_pages {
-            Some(wrap) => first %= wrap,
-            None if first.saturating_add(fresh) > room.limit_pages => {
-                room.hit.store(true, Ordering::Relaxed);
-                stop.store(true, Ordering::Relaxed);
-                break;
-            }
-            None => {}
-        }
+        let Some(first) = room.claim(alloc, fresh, stop) else {
+            break;
+        };
         if config.fill == Fill::Random {
             config.generator()?.fill_at(first * ps, &mut buf)?;
         } else {
