@@ -132,7 +132,13 @@ impl OpenOptions {
                         .parent()
                         .filter(|d| !d.as_os_str().is_empty())
                         .unwrap_or(Path::new("."));
-                    sys::sync_dir(dir)?;
+                    if let Err(e) = sys::sync_dir(dir) {
+                        // Created by this call (create_new) and empty: not
+                        // left behind for an open that failed.
+                        drop(f);
+                        let _ = std::fs::remove_file(path);
+                        return Err(e);
+                    }
                     f
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => o.open(path)?,
