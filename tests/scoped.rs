@@ -61,25 +61,41 @@ fn a_writer_commit_makes_its_own_pages_durable() {
     f.close().unwrap();
 }
 
-/// One writer alone: one write call and one fdatasync per commit, and a
-/// commit with nothing written since the last one issues nothing.
+/// Pages `0..n` written at version 0 and synced: commits of pages inside
+/// them grow nothing.
+fn written(f: &PagedCachedFile, n: u64) {
+    for p in 0..n {
+        f.write_page(p * PS as u64, &page(PS, p, 0)).unwrap();
+    }
+    f.sync().unwrap();
+}
+
+/// One writer alone: one write call and one fdatasync per commit, whether
+/// its pages are inside the file (a scoped commit) or grow it (made as
+/// `sync()` makes its commits), and a commit with nothing written since
+/// the last one issues nothing.
 #[test]
 fn a_lone_writer_commits_with_one_write_and_one_fdatasync() {
     let (_be, f) = crash_file(Config::default());
+    written(&f, 40);
     let mut w = f.writer();
-    w.write_page(0, &page(PS, 0, 1)).unwrap();
-    w.commit().unwrap();
-    let before = f.stats();
-    for i in 0..10u64 {
-        for p in 0..4u64 {
-            w.write_page((4 * i + p) * PS as u64, &page(PS, 4 * i + p, 2))
-                .unwrap();
+    let mut commits = |version: u64, first: u64| {
+        let before = f.stats();
+        for i in 0..10u64 {
+            for p in 0..4u64 {
+                let p = first + 4 * i + p;
+                w.write_page(p * PS as u64, &page(PS, p, version)).unwrap();
+            }
+            w.commit().unwrap();
         }
-        w.commit().unwrap();
-    }
+        let after = f.stats();
+        assert_eq!(after.write_calls - before.write_calls, 10, "{after:?}");
+        assert_eq!(after.syncs - before.syncs, 10, "{after:?}");
+        after.extending_scoped_commits - before.extending_scoped_commits
+    };
+    assert_eq!(commits(1, 0), 0, "inside the file");
+    assert_eq!(commits(1, 40), 10, "growing the file");
     let after = f.stats();
-    assert_eq!(after.write_calls - before.write_calls, 10, "{after:?}");
-    assert_eq!(after.syncs - before.syncs, 10, "{after:?}");
     w.commit().unwrap();
     assert_eq!(f.stats().syncs, after.syncs, "an empty commit synced");
     f.close().unwrap();
@@ -90,6 +106,7 @@ fn a_lone_writer_commits_with_one_write_and_one_fdatasync() {
 #[test]
 fn a_writer_commit_leaves_other_writers_pages_alone() {
     let (be, f) = crash_file(Config::default());
+    written(&f, 2);
     let mut a = f.writer();
     let mut b = f.writer();
     a.write_page(0, &page(PS, 0, 1)).unwrap();
@@ -97,14 +114,52 @@ fn a_writer_commit_leaves_other_writers_pages_alone() {
     a.commit().unwrap();
     let img = be.durable_image();
     assert_eq!(image_page(&img, 0), Some((0, 1)));
-    assert!(
-        image_page(&img, 1).is_none_or(|(p, _)| p != 1),
+    assert_eq!(
+        image_page(&img, 1),
+        Some((1, 0)),
         "b's page went out with a's commit"
     );
     // The file's own reads see b's page all the same.
     assert_eq!(tag_of(&f.read(PS as u64, PS).unwrap()), (1, 1));
     b.commit().unwrap();
     assert_eq!(image_page(&be.durable_image(), 1), Some((1, 1)));
+    f.close().unwrap();
+}
+
+/// A commit whose pages reach past the file's length on disk grows the
+/// file, and is made as `sync()` makes its commits: it promises every
+/// page written before it (other writers' too) and the length, and is
+/// counted apart. A page written in part at the end counts by the logical
+/// length it reaches.
+#[test]
+fn a_commit_that_grows_the_file_commits_as_sync_does() {
+    let (be, f) = crash_file(Config::default());
+    written(&f, 2);
+    let mut a = f.writer();
+    let mut b = f.writer();
+    a.write_page(0, &page(PS, 0, 1)).unwrap();
+    b.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
+    b.commit().unwrap();
+    let img = be.durable_image();
+    assert_eq!(img.len(), 4 * PS, "the length b's page needs");
+    assert_eq!(image_page(&img, 3), Some((3, 1)));
+    assert_eq!(
+        image_page(&img, 0),
+        Some((0, 1)),
+        "a's page, written before"
+    );
+    assert_eq!(f.stats().extending_scoped_commits, 1);
+    // Inside the file now: a scoped commit.
+    a.write_page(3 * PS as u64, &page(PS, 3, 2)).unwrap();
+    a.commit().unwrap();
+    assert_eq!(f.stats().extending_scoped_commits, 1);
+    // Five bytes past the end: the last page is written in part.
+    a.write_all_at(4 * PS as u64, b"tail!").unwrap();
+    a.commit().unwrap();
+    assert_eq!(f.stats().extending_scoped_commits, 2);
+    let img = be.durable_image();
+    assert_eq!(img.len(), 4 * PS + 5);
+    assert_eq!(&img[4 * PS..], b"tail!");
     f.close().unwrap();
 }
 

@@ -750,6 +750,18 @@ enum Scoped {
     Pipelined,
 }
 
+/// What the file holds when the scoped writers start.
+#[derive(Clone, Copy)]
+enum Start {
+    /// Every page the writers write is already written and synced: no
+    /// commit grows the file, so each is a scoped commit proper.
+    Written,
+    /// An empty file: a commit whose pages reach past the file's length
+    /// on disk is made as `sync()` makes its commits, beside scoped
+    /// commits of pages other writers' flushes already covered.
+    Empty,
+}
+
 /// Three writers, each with pages of its own and a shared page they all
 /// rewrite, commit through their own `Writer` with no leader: a committer
 /// writes its pages and needs an `fdatasync` that began after those writes
@@ -759,8 +771,14 @@ enum Scoped {
 /// own pages and the shared page at its version or a later one. A writer
 /// that accepted an `fdatasync` begun before its writes completed would
 /// find a page of its own missing from some image.
-fn scoped_writers_lose_nothing(config: Config, how: Scoped) {
+fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
     let (be, f) = file_with(config);
+    if let Start::Written = start {
+        for p in 0..7u64 {
+            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+        }
+        f.sync().unwrap();
+    }
     let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
     let writers: Vec<_> = (0..3u64)
         .map(|t| {
@@ -820,21 +838,39 @@ fn scoped_writers_lose_nothing(config: Config, how: Scoped) {
         *last_shared.lock().unwrap(),
         "newest wins",
     );
+    let extending = f.stats().extending_scoped_commits;
+    match start {
+        Start::Written => assert_eq!(extending, 0, "no commit grew a written file"),
+        // The first commit finds the file empty on disk.
+        Start::Empty => assert!(
+            extending > 0,
+            "a commit that grew the file went the scoped way"
+        ),
+    }
 }
 
 #[test]
 fn a_scoped_commit_never_accepts_an_fdatasync_that_began_before_its_writes() {
-    check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit));
+    check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Written));
 }
 
 #[test]
 fn a_resolved_ticket_never_loses_its_pages() {
-    check(|| scoped_writers_lose_nothing(config(8), Scoped::Ticket));
+    check(|| scoped_writers_lose_nothing(config(8), Scoped::Ticket, Start::Written));
 }
 
 #[test]
 fn pipelined_tickets_never_lose_their_pages() {
-    check(|| scoped_writers_lose_nothing(config(8), Scoped::Pipelined));
+    check(|| scoped_writers_lose_nothing(config(8), Scoped::Pipelined, Start::Written));
+}
+
+/// Scoped commits on a growing file: a commit whose pages reach past the
+/// file's length on disk goes the way of `sync()` (group rounds), beside
+/// scoped commits of writers whose pages another writer's flush already
+/// brought inside it. Neither loses an acknowledged page.
+#[test]
+fn scoped_commits_that_grow_the_file_lose_nothing() {
+    check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Empty));
 }
 
 /// Backpressure under scoped commits: a write buffer of three pages, so
@@ -843,7 +879,7 @@ fn pipelined_tickets_never_lose_their_pages() {
 /// find it dirty.
 #[test]
 fn a_scoped_commit_covers_pages_a_backpressure_flush_took() {
-    check(|| scoped_writers_lose_nothing(config(3), Scoped::Commit));
+    check(|| scoped_writers_lose_nothing(config(3), Scoped::Commit, Start::Written));
 }
 
 /// A failed `fdatasync` under scoped and asynchronous commits: nobody

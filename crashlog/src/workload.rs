@@ -114,7 +114,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 8] = [
+pub const ALL: [Workload; 9] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -135,10 +135,17 @@ pub const ALL: [Workload; 8] = [
     },
     Workload {
         name: "scoped-tickets",
-        about: "Writer::commit from 3 threads, commit_async with 4 tickets in flight, sync_async; O_DIRECT",
+        about: "Writer::commit from 3 threads inside written pages, commit_async with 4 tickets in flight, sync_async; O_DIRECT",
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_tickets,
+    },
+    Workload {
+        name: "scoped-growing",
+        about: "Writer::commit from 3 threads on an empty file (commits that grow it are made as sync() makes them); O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
+        torn_ok: true,
+        body: scoped_growing,
     },
     Workload {
         name: "resize-discard-reopen",
@@ -206,23 +213,35 @@ fn sync_threads(c: &Ctx, threads: u64, commits: u64) -> Result<(), String> {
     f.close().map_err(|e| format!("close: {e}"))
 }
 
-/// Three threads commit their own pages and the shared page 0 through
-/// writers of their own; a fourth keeps four asynchronous commits in
-/// flight; then `sync_async` of everything.
+/// Thread `t` of three commits its own pages and the shared page 0
+/// through a writer of its own, ten times.
+fn scoped_commits(c: &Ctx, f: &PagedCachedFile, t: u64) -> Result<(), String> {
+    let mut w = f.writer();
+    for i in 0..10u64 {
+        let own = 1 + t * 10 + i;
+        let a = c.write_via(&mut w, own)?;
+        let b = c.write_via(&mut w, 0)?;
+        w.commit().map_err(|e| format!("commit: {e}"))?;
+        c.ack(vec![(own, a), (0, b)])?;
+    }
+    Ok(())
+}
+
+/// Pages 0 to 30 written and synced first, so the three threads'
+/// commits stay inside the file (scoped commits proper); a fourth keeps
+/// four asynchronous commits in flight past its end; then `sync_async`
+/// of everything.
 fn scoped_tickets(c: &Ctx) -> Result<(), String> {
     let f = c.open()?;
+    for p in 0..31 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
     on_threads(4, |t| {
-        let mut w = f.writer();
         if t < 3 {
-            for i in 0..10u64 {
-                let own = 1 + t * 10 + i;
-                let a = c.write_via(&mut w, own)?;
-                let b = c.write_via(&mut w, 0)?;
-                w.commit().map_err(|e| format!("commit: {e}"))?;
-                c.ack(vec![(own, a), (0, b)])?;
-            }
-            return Ok(());
+            return scoped_commits(c, &f, t);
         }
+        let mut w = f.writer();
         let mut pending: std::collections::VecDeque<(CommitTicket, Vec<(u64, usize)>)> =
             Default::default();
         for i in 0..24u64 {
@@ -249,6 +268,15 @@ fn scoped_tickets(c: &Ctx) -> Result<(), String> {
         .and_then(CommitTicket::wait)
         .map_err(|e| format!("sync_async: {e}"))?;
     c.ack(floors)?;
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// The three scoped committers of [`scoped_tickets`] on an empty file:
+/// a commit whose pages reach past the file's length on disk is made as
+/// `sync()` makes its commits, beside scoped ones.
+fn scoped_growing(c: &Ctx) -> Result<(), String> {
+    let f = c.open()?;
+    on_threads(3, |t| scoped_commits(c, &f, t))?;
     f.close().map_err(|e| format!("close: {e}"))
 }
 

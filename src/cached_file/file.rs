@@ -641,6 +641,17 @@ impl PagedCachedFile {
         if pages.is_empty() {
             return Ok(());
         }
+        if self.scope_extends_the_file(pages) {
+            // Its `fdatasync` commits the allocation of blocks and the new
+            // size, which every commit growing the file needs: grouped (as
+            // `sync` groups, or not, by the commit strategy), one such
+            // `fdatasync` serves many, where scoped ones each need their own
+            // (measured by the commit suite on growing files). A superset of
+            // the scope's promise.
+            self.core.commit.sync(&self.parts(), &self.core.flush)?;
+            add(&self.core.counters.extending_scoped_commits, 1);
+            return Ok(());
+        }
         self.core.buffer.by_stripe(pages);
         let p = self.parts();
         let pass = self.core.flush.flush_scoped(&p, pages, in_flight);
@@ -662,6 +673,21 @@ impl PagedCachedFile {
         }
         add(&self.core.counters.commits, 1);
         pass.error.map_or(Ok(()), Err)
+    }
+
+    /// Whether the scope's `pages` reach past the file's length on disk
+    /// (their end clamped to the logical length, for a last page written
+    /// in part): its commit would grow the file.
+    fn scope_extends_the_file(&self, pages: &[u64]) -> bool {
+        let Some(&last) = pages.iter().max() else {
+            return false;
+        };
+        let end = self
+            .core
+            .buffer
+            .offset_of(last)
+            .saturating_add(self.core.config.page_size as u64);
+        end.min(self.core.length.get()) > self.core.length.disk()
     }
 
     /// A [`Writer`](crate::Writer)'s asynchronous commit: see

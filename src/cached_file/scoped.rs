@@ -98,8 +98,9 @@ impl<'a> Writer<'a> {
     /// page written through this writer since its previous commit survives
     /// a crash with the bytes it wrote or a later version, together with
     /// the file's length those pages need. It promises nothing about pages
-    /// other writers wrote, and waits for no other writer's writes but
-    /// those of its own pages that another flush took first.
+    /// other writers wrote, and, unless it grows the file (below), waits
+    /// for no other writer's writes but those of its own pages that
+    /// another flush took first.
     ///
     /// How: this thread drains its dirty pages, writes them (one call per
     /// run of contiguous pages), and then needs an `fdatasync` that began
@@ -108,6 +109,13 @@ impl<'a> Writer<'a> {
     /// several writers at once each issue theirs (the kernel merges
     /// concurrent cache flushes); none waits for a leader. A writer with
     /// nothing written since its last commit returns at once.
+    ///
+    /// A commit whose pages reach past the file's length on disk (it grows
+    /// the file) is made as [`PagedCachedFile::sync`] makes its commits
+    /// instead, promising every page written before it: each `fdatasync`
+    /// of a growing file commits the allocation and the new size, so
+    /// grouping such commits serves many with one (counted in
+    /// [`Stats::extending_scoped_commits`](crate::Stats::extending_scoped_commits)).
     ///
     /// Errors: [`Error::Closed`](crate::Error::Closed);
     /// [`Error::Poisoned`](crate::Error::Poisoned) after a failed
