@@ -760,6 +760,12 @@ enum Start {
     /// on disk is made as `sync()` makes its commits, beside scoped
     /// commits of pages other writers' flushes already covered.
     Empty,
+    /// Written as `Written`, but the file reports each writer's first
+    /// page (1, 3, 5) unwritten at open (space reserved, never written):
+    /// a writer's first commit is made as `sync()` makes its commits and
+    /// takes the page out of the unwritten set, while other writers'
+    /// second commits go the scoped way.
+    Reserved,
 }
 
 /// Three writers, each with pages of its own and a shared page they all
@@ -772,12 +778,18 @@ enum Start {
 /// that accepted an `fdatasync` begun before its writes completed would
 /// find a page of its own missing from some image.
 fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
-    let (be, f) = file_with(config);
-    if let Start::Written = start {
+    let (be, mut f) = file_with(config.clone());
+    if let Start::Written | Start::Reserved = start {
         for p in 0..7u64 {
             f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
         }
         f.sync().unwrap();
+    }
+    if let Start::Reserved = start {
+        f.close().unwrap();
+        let ps = PS as u64;
+        be.report_unwritten(vec![ps..2 * ps, 3 * ps..4 * ps, 5 * ps..6 * ps]);
+        f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config).unwrap());
     }
     let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
     let writers: Vec<_> = (0..3u64)
@@ -838,7 +850,7 @@ fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
         *last_shared.lock().unwrap(),
         "newest wins",
     );
-    let extending = f.stats().extending_scoped_commits;
+    let extending = f.stats().allocating_scoped_commits;
     match start {
         Start::Written => assert_eq!(extending, 0, "no commit grew a written file"),
         // The first commit finds the file empty on disk.
@@ -846,6 +858,7 @@ fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
             extending > 0,
             "a commit that grew the file went the scoped way"
         ),
+        Start::Reserved => assert_eq!(extending, 3, "each writer's first commit allocates"),
     }
 }
 
@@ -871,6 +884,15 @@ fn pipelined_tickets_never_lose_their_pages() {
 #[test]
 fn scoped_commits_that_grow_the_file_lose_nothing() {
     check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Empty));
+}
+
+/// Scoped commits into space the file reports unwritten (see
+/// `Start::Reserved`): commits that allocate go the way of `sync()` and
+/// update the unwritten set while other writers' commits go the scoped
+/// way. No acknowledged page is lost.
+#[test]
+fn scoped_commits_into_unwritten_space_lose_nothing() {
+    check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Reserved));
 }
 
 /// Backpressure under scoped commits: a write buffer of three pages, so

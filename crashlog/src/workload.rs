@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use pagewriter::{
-    CommitTicket, Config, DirectIo, FlushEngine, GrowAhead, PagedCachedFile, TornWrites,
+    CommitTicket, Config, DirectIo, FileBackend, FlushEngine, GrowAhead, PagedCachedFile,
+    StorageBackend, TornWrites,
 };
 
 use crate::expect::Tracker;
@@ -114,7 +115,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 9] = [
+pub const ALL: [Workload; 10] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -146,6 +147,13 @@ pub const ALL: [Workload; 9] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_growing,
+    },
+    Workload {
+        name: "scoped-preallocated",
+        about: "Writer::commit from 3 threads into space reserved with fallocate (commits into unwritten extents are made as sync() makes them, once per page); O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
+        torn_ok: true,
+        body: scoped_preallocated,
     },
     Workload {
         name: "resize-discard-reopen",
@@ -275,6 +283,31 @@ fn scoped_tickets(c: &Ctx) -> Result<(), String> {
 /// a commit whose pages reach past the file's length on disk is made as
 /// `sync()` makes its commits, beside scoped ones.
 fn scoped_growing(c: &Ctx) -> Result<(), String> {
+    let f = c.open()?;
+    on_threads(3, |t| scoped_commits(c, &f, t))?;
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// The file created (and its directory entry synced) by an open, then
+/// 48 pages reserved with `fallocate` and pages 0 to 10 written and
+/// synced; reopened (the open reads the unwritten space), the three
+/// scoped committers of [`scoped_tickets`]: the first's pages have data
+/// (scoped commits), the others' lie in unwritten extents (each commit
+/// made as `sync()` makes its commits).
+fn scoped_preallocated(c: &Ctx) -> Result<(), String> {
+    c.open()?.close().map_err(|e| format!("close: {e}"))?;
+    let reserve = || {
+        let be = FileBackend::open(&c.path)?;
+        be.allocate(0, 48 * c.ps())?;
+        be.sync_data()
+    };
+    reserve().map_err(|e| format!("fallocate: {e}"))?;
+    let f = c.open()?;
+    for p in 0..11 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    f.close().map_err(|e| format!("close: {e}"))?;
     let f = c.open()?;
     on_threads(3, |t| scoped_commits(c, &f, t))?;
     f.close().map_err(|e| format!("close: {e}"))

@@ -506,6 +506,10 @@ impl StorageBackend for FileBackend {
         sys::free_space_of(&self.file).ok()
     }
 
+    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
+        sys::holes(&self.file, self.len()?, max)
+    }
+
     fn sync_lanes(&self) -> usize {
         1 + self.lanes.len()
     }

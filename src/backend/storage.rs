@@ -146,6 +146,23 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         Err(io::ErrorKind::Unsupported.into())
     }
 
+    /// The byte ranges of the file that hold no data yet (holes, and
+    /// unwritten extents where the file system reports them as holes),
+    /// sorted, at most `max` of them; `Ok(None)` where unknown (the
+    /// default) or more than `max`. A write into such a range allocates
+    /// blocks or converts extents, which the next `fdatasync` commits; a
+    /// [`PagedCachedFile`](crate::PagedCachedFile) reads them once at open
+    /// to tell which scoped commits allocate
+    /// ([`Writer::commit`](crate::Writer::commit)).
+    /// [`FileBackend`](crate::FileBackend): `lseek(SEEK_DATA / SEEK_HOLE)`
+    /// on Linux, `None` elsewhere.
+    ///
+    /// Errors: the lookup's (the caller treats the ranges as unknown).
+    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
+        let _ = max;
+        Ok(None)
+    }
+
     /// Bytes free to this user on the file system holding the file
     /// (`fstatvfs`: `f_bavail * f_frsize`), or `None` where unknown (the
     /// default; Windows). Grow-ahead's filler writes zeros only while
@@ -272,6 +289,9 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn free_bytes(&self) -> Option<u64> {
         (**self).free_bytes()
+    }
+    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
+        (**self).unwritten_ranges(max)
     }
     fn sync_lanes(&self) -> usize {
         (**self).sync_lanes()

@@ -25,6 +25,7 @@ use super::stats::add;
 use super::stats::{Counters, Stats};
 use super::ticket::{CommitTicket, Committer, Requests};
 use super::torn::TornProtection;
+use super::unwritten::{MAX_RANGES, Unwritten};
 use super::write_buffer::{PartialPage, WriteBuffer};
 use crate::backend::{OpenOptions, StorageBackend};
 use crate::buffer::{AlignedBuf, UniqueBuf};
@@ -84,6 +85,9 @@ pub(crate) struct Core {
     /// Asynchronous commits asked for and how each ended (shared with
     /// their tickets and the committer thread).
     requests: Arc<Requests>,
+    /// Pages unwritten on disk at open that no allocating scoped commit
+    /// wrote since.
+    unwritten: Unwritten,
 }
 
 impl Core {
@@ -238,6 +242,17 @@ impl PagedCachedFile {
         let inline_atomic_align = o.atomic_max.map(|_| config.page_align);
         let counters = Arc::new(Counters::default());
         let life = Lifecycle::new(access, lock);
+        // A hint for scoped commits (see `unwritten.rs`): a lookup that
+        // fails leaves it empty. A read-only file commits nothing.
+        let unwritten = if life.is_read_only() {
+            Vec::new()
+        } else {
+            o.backend
+                .unwritten_ranges(MAX_RANGES)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
         let durability = Arc::new(Durability::new(
             o.lanes,
             Arc::clone(&o.backend),
@@ -273,6 +288,7 @@ impl PagedCachedFile {
             io_mode: o.io_mode,
             counters,
             requests: Arc::new(Requests::new()),
+            unwritten: Unwritten::new(&unwritten, config.page_size),
             config,
         };
         Ok(Self {
@@ -641,15 +657,17 @@ impl PagedCachedFile {
         if pages.is_empty() {
             return Ok(());
         }
-        if self.scope_extends_the_file(pages) {
-            // Its `fdatasync` commits the allocation of blocks and the new
-            // size, which every commit growing the file needs: grouped (as
+        if self.scope_extends_the_file(pages) || self.core.unwritten.touches(pages) {
+            // It allocates (grows the file, or writes space unwritten on
+            // disk): its `fdatasync` commits the allocation in the file
+            // system's journal, which every such commit needs. Grouped (as
             // `sync` groups, or not, by the commit strategy), one such
             // `fdatasync` serves many, where scoped ones each need their own
-            // (measured by the commit suite on growing files). A superset of
-            // the scope's promise.
+            // (measured by the commit suite on growing and preallocated
+            // files). A superset of the scope's promise.
             self.core.commit.sync(&self.parts(), &self.core.flush)?;
-            add(&self.core.counters.extending_scoped_commits, 1);
+            self.core.unwritten.written(pages);
+            add(&self.core.counters.allocating_scoped_commits, 1);
             return Ok(());
         }
         self.core.buffer.by_stripe(pages);

@@ -41,6 +41,7 @@
 //! | `FlushPipeline` | `flush.rs` (+ `batch_write.rs`, `resize.rs`, `file_size.rs`, `generations.rs`, `slots.rs`, `batch.rs`, `flush_mode.rs`) | the drain lock over `FileSize` (the file's size on the OS), write slots, in-flight generations |
 //! | grow-ahead | `grow.rs` | the trailer (`Window`, in `FileSize`, under the drain lock) and the filler thread (`Filler`, its own lock), held by `FlushPipeline` |
 //! | `Commit` | `commit.rs` (+ `group.rs`, `direct.rs`, `chooser.rs`) | group commit rounds (tickets, rounds, their condvars), direct commits, the chooser between them |
+//! | `Unwritten` | `unwritten.rs` | the pages unwritten on disk at open (holes, unwritten extents) that no allocating scoped commit wrote since |
 //!
 //! The read path (`read.rs`) and the guard type (`guard.rs`) own nothing;
 //! the run writers (`writer.rs`, `writer_pool.rs`, `gather.rs`) are what a
@@ -64,7 +65,7 @@
 //! `closer` (a `close`, which then commits) -> commit state ->
 //! drain lock -> `slots` -> generations -> stripe -> cache stripe.
 //! Leaves (nothing is taken under them): the room counter, `close_wait`,
-//! `unstaged_at`, the sync lanes, the spare batch vectors, the doublewrite
+//! `unstaged_at`, the unwritten pages, the sync lanes, the spare batch vectors, the doublewrite
 //! area's lock, grow-ahead's filler lock (taken under the drain lock or
 //! alone; a flush may wait on it for the one zero piece in flight). The
 //! commit state is released around every call that takes the drain lock or
@@ -105,6 +106,7 @@ mod slots;
 mod stats;
 mod ticket;
 mod torn;
+mod unwritten;
 mod write_buffer;
 mod writer;
 mod writer_pool;

@@ -98,7 +98,7 @@ impl<'a> Writer<'a> {
     /// page written through this writer since its previous commit survives
     /// a crash with the bytes it wrote or a later version, together with
     /// the file's length those pages need. It promises nothing about pages
-    /// other writers wrote, and, unless it grows the file (below), waits
+    /// other writers wrote, and, unless it allocates (below), waits
     /// for no other writer's writes but those of its own pages that
     /// another flush took first.
     ///
@@ -110,12 +110,18 @@ impl<'a> Writer<'a> {
     /// concurrent cache flushes); none waits for a leader. A writer with
     /// nothing written since its last commit returns at once.
     ///
-    /// A commit whose pages reach past the file's length on disk (it grows
-    /// the file) is made as [`PagedCachedFile::sync`] makes its commits
-    /// instead, promising every page written before it: each `fdatasync`
-    /// of a growing file commits the allocation and the new size, so
-    /// grouping such commits serves many with one (counted in
-    /// [`Stats::extending_scoped_commits`](crate::Stats::extending_scoped_commits)).
+    /// A commit that allocates is made as [`PagedCachedFile::sync`] makes
+    /// its commits instead, promising every page written before it: one
+    /// whose pages reach past the file's length on disk (it grows the
+    /// file), or lie in space that held no data on disk when the file was
+    /// opened (holes, and unwritten extents such as `fallocate` leaves,
+    /// where the backend reports them:
+    /// [`StorageBackend::unwritten_ranges`](crate::StorageBackend::unwritten_ranges);
+    /// such a page counts as written once a commit of it went this way).
+    /// Each `fdatasync` after such writes commits the allocation in the
+    /// file system's journal, so grouping these commits serves many with
+    /// one (counted in
+    /// [`Stats::allocating_scoped_commits`](crate::Stats::allocating_scoped_commits)).
     ///
     /// Errors: [`Error::Closed`](crate::Error::Closed);
     /// [`Error::Poisoned`](crate::Error::Poisoned) after a failed

@@ -61,11 +61,12 @@ pub struct Stats {
     /// Times [`CommitStrategy::Auto`](crate::CommitStrategy::Auto)
     /// switched between group and direct commits.
     pub strategy_switches: u64,
-    /// Of `commits`, [`Writer::commit`](crate::Writer::commit)s whose pages
-    /// reached past the file's length on disk, made as
+    /// Of `commits`, [`Writer::commit`](crate::Writer::commit)s that
+    /// allocate (their pages reach past the file's length on disk, or lie
+    /// in space unwritten on disk when the file was opened), made as
     /// [`PagedCachedFile::sync`](crate::PagedCachedFile::sync) makes its
-    /// commits (each such commit allocates, so they are grouped).
-    pub extending_scoped_commits: u64,
+    /// commits (grouped).
+    pub allocating_scoped_commits: u64,
     /// Sum over the rounds started of the rounds in flight (writing or
     /// syncing, not yet published) at each start, that one included: see
     /// [`mean_rounds_in_flight`](Self::mean_rounds_in_flight).
@@ -142,7 +143,7 @@ impl Stats {
             max_commit_group: self.max_commit_group.max(o.max_commit_group),
             direct_commits: self.direct_commits + o.direct_commits,
             strategy_switches: self.strategy_switches + o.strategy_switches,
-            extending_scoped_commits: self.extending_scoped_commits + o.extending_scoped_commits,
+            allocating_scoped_commits: self.allocating_scoped_commits + o.allocating_scoped_commits,
             rounds_in_flight_sum: self.rounds_in_flight_sum + o.rounds_in_flight_sum,
             backpressure_waits: self.backpressure_waits + o.backpressure_waits,
             buffer_hits: self.buffer_hits + o.buffer_hits,
@@ -175,7 +176,7 @@ pub(crate) struct Counters {
     pub write_ns: AtomicU64,
     pub sync_ns: AtomicU64,
     pub commits: AtomicU64,
-    pub extending_scoped_commits: AtomicU64,
+    pub allocating_scoped_commits: AtomicU64,
     pub commit_rounds: AtomicU64,
     pub max_commit_group: AtomicU64,
     pub rounds_in_flight_sum: AtomicU64,
@@ -210,7 +211,7 @@ impl Counters {
             max_commit_group: self.max_commit_group.load(Relaxed),
             direct_commits: 0,
             strategy_switches: 0,
-            extending_scoped_commits: self.extending_scoped_commits.load(Relaxed),
+            allocating_scoped_commits: self.allocating_scoped_commits.load(Relaxed),
             rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),
             backpressure_waits: self.backpressure_waits.load(Relaxed),
             buffer_hits: self.buffer_hits.load(Relaxed),

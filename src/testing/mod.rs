@@ -325,6 +325,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
         self.inner.free_bytes()
     }
 
+    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
+        self.inner.unwritten_ranges(max)
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         self.sync_data_on(0)
     }
@@ -373,6 +377,8 @@ struct CrashState {
     log: Vec<Logged>,
     /// The atomic unit this file reports (`with_atomic_unit`).
     atomic: Option<crate::backend::AtomicUnit>,
+    /// The unwritten ranges this file reports (`report_unwritten`).
+    unwritten: Option<Vec<std::ops::Range<u64>>>,
     /// Atomic writes so far (numbers their log entries).
     atomic_writes: u64,
     /// `set_len` since the last sync: the shortest length it set (a sync
@@ -473,6 +479,14 @@ impl CrashBackend {
         self
     }
 
+    /// Makes the file report `ranges` (bytes) from
+    /// [`unwritten_ranges`](StorageBackend::unwritten_ranges), as a file
+    /// system reports space reserved but never written. A report only:
+    /// the bytes there read as they are.
+    pub fn report_unwritten(&self, ranges: Vec<std::ops::Range<u64>>) {
+        self.state.lock().unwritten = Some(ranges);
+    }
+
     /// The bytes a crash now would leave.
     pub fn durable_image(&self) -> Vec<u8> {
         self.state.lock().durable.clone()
@@ -552,6 +566,14 @@ impl CrashBackend {
 impl StorageBackend for CrashBackend {
     fn len(&self) -> io::Result<u64> {
         Ok(self.state.lock().live.len() as u64)
+    }
+    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
+        Ok(self
+            .state
+            .lock()
+            .unwritten
+            .clone()
+            .filter(|r| r.len() <= max))
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = self.state.lock();
