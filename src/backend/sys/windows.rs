@@ -85,15 +85,6 @@ pub(crate) fn write_zeroes(_file: &File, _offset: u64, _len: u64) -> io::Result<
     Err(io::ErrorKind::Unsupported.into())
 }
 
-/// `Ok(None)` (not looked up here).
-pub(crate) fn holes(
-    _file: &File,
-    _len: u64,
-    _max: usize,
-) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
-    Ok(None)
-}
-
 /// `Unsupported` here.
 pub(crate) fn punch_hole(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
     Err(io::ErrorKind::Unsupported.into())
