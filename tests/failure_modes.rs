@@ -871,9 +871,21 @@ fn eight_threads_with_close_and_reopen(kind: FsKind) {
 /// and readable), never a hang; nothing poisons the file. Once space
 /// returns, the next asynchronous commit writes everything.
 fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
+    writers_commit_on_a_full_disk(kind, true);
+}
+
+/// As [`asynchronous_commits_on_a_full_disk`] with `Writer::commit`: each
+/// commit grows the file, so it is made as `sync()` makes its commits; one
+/// the full disk stopped fails with a storage-full error and its writer
+/// keeps its pages for the next.
+fn scoped_commits_on_a_full_disk(kind: FsKind) {
+    writers_commit_on_a_full_disk(kind, false);
+}
+
+fn writers_commit_on_a_full_disk(kind: FsKind, tickets_in_flight: bool) {
     let Some(fs) = scratch(kind, 64) else { return };
     let direct = direct_mode(fs.path());
-    let path = fs.path().join("async-full");
+    let path = fs.path().join("writers-full");
     let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
     let what = format!("{}: {direct:?}", kind.name());
     let filler = fs.path().join("filler");
@@ -889,8 +901,7 @@ fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
                 let mut w = f.writer();
                 let mut tickets = std::collections::VecDeque::new();
                 let mut disk = std::fs::File::open(path).unwrap();
-                let mut settle = |ticket: pagewriter::CommitTicket, first: u64| match ticket.wait()
-                {
+                let mut settle = |done: pagewriter::Result<()>, first: u64| match done {
                     Ok(()) => {
                         for p in [first, first + chunk - 1] {
                             let mut buf = vec![0u8; PS];
@@ -913,14 +924,18 @@ fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
                     for p in first..first + chunk {
                         w.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
                     }
+                    if !tickets_in_flight {
+                        settle(w.commit(), first);
+                        continue;
+                    }
                     tickets.push_back((w.commit_async().unwrap(), first));
                     if tickets.len() == 4 {
                         let (ticket, first) = tickets.pop_front().unwrap();
-                        settle(ticket, first);
+                        settle(ticket.wait(), first);
                     }
                 }
                 for (ticket, first) in tickets {
-                    settle(ticket, first);
+                    settle(ticket.wait(), first);
                 }
             });
         }
@@ -960,7 +975,7 @@ fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 10] = [
+const CASES: [Case; 11] = [
     (
         "grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full",
         grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full,
@@ -1000,6 +1015,10 @@ const CASES: [Case; 10] = [
     (
         "asynchronous_commits_on_a_full_disk",
         asynchronous_commits_on_a_full_disk,
+    ),
+    (
+        "scoped_commits_on_a_full_disk",
+        scoped_commits_on_a_full_disk,
     ),
 ];
 
