@@ -871,7 +871,7 @@ fn eight_threads_with_close_and_reopen(kind: FsKind) {
 /// and readable), never a hang; nothing poisons the file. Once space
 /// returns, the next asynchronous commit writes everything.
 fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
-    writers_commit_on_a_full_disk(kind, true);
+    writers_commit_on_a_full_disk(kind, Commits::Tickets);
 }
 
 /// As [`asynchronous_commits_on_a_full_disk`] with `Writer::commit`: each
@@ -879,10 +879,19 @@ fn asynchronous_commits_on_a_full_disk(kind: FsKind) {
 /// the full disk stopped fails with a storage-full error and its writer
 /// keeps its pages for the next.
 fn scoped_commits_on_a_full_disk(kind: FsKind) {
-    writers_commit_on_a_full_disk(kind, false);
+    writers_commit_on_a_full_disk(kind, Commits::Scoped);
 }
 
-fn writers_commit_on_a_full_disk(kind: FsKind, tickets_in_flight: bool) {
+/// How the writers of [`writers_commit_on_a_full_disk`] commit.
+#[derive(Clone, Copy)]
+enum Commits {
+    /// `Writer::commit_async`, up to four tickets in flight per writer.
+    Tickets,
+    /// `Writer::commit`, each waited for.
+    Scoped,
+}
+
+fn writers_commit_on_a_full_disk(kind: FsKind, how: Commits) {
     let Some(fs) = scratch(kind, 64) else { return };
     let direct = direct_mode(fs.path());
     let path = fs.path().join("writers-full");
@@ -924,7 +933,7 @@ fn writers_commit_on_a_full_disk(kind: FsKind, tickets_in_flight: bool) {
                     for p in first..first + chunk {
                         w.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
                     }
-                    if !tickets_in_flight {
+                    if let Commits::Scoped = how {
                         settle(w.commit(), first);
                         continue;
                     }

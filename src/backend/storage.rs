@@ -146,10 +146,11 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         Err(io::ErrorKind::Unsupported.into())
     }
 
-    /// The byte ranges of the file that hold no data yet (holes, and
-    /// unwritten extents where the file system reports them as holes),
-    /// sorted, at most `max` of them; `Ok(None)` where unknown (the
-    /// default) or more than `max`. A write into such a range allocates
+    /// The byte ranges (offsets in bytes, end exclusive, any alignment)
+    /// of the file that hold no data yet (holes, and unwritten extents
+    /// where the file system reports them as holes), sorted and disjoint,
+    /// at most `max` of them; `Ok(None)` where unknown (the default) or
+    /// more than `max`. Reads only: the file is not changed. A write into such a range allocates
     /// blocks or converts extents, which the next `fdatasync` commits; a
     /// [`PagedCachedFile`](crate::PagedCachedFile) reads them once at open
     /// to tell which scoped commits allocate
@@ -158,6 +159,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// on Linux, `None` elsewhere.
     ///
     /// Errors: the lookup's (the caller treats the ranges as unknown).
+    /// Panics: none.
     fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
         let _ = max;
         Ok(None)

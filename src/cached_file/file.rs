@@ -222,7 +222,11 @@ impl PagedCachedFile {
     /// a trailer holding its length, and is cut to that length there (an
     /// `ftruncate` and an `fdatasync`; a read-only open only takes the
     /// length), whatever this open's configuration. Errors: `Error::Io`
-    /// with op "grow-ahead recovery".
+    /// with op "grow-ahead recovery". A writable open then asks the
+    /// backend for the file's unwritten ranges
+    /// ([`StorageBackend::unwritten_ranges`]; reads only, and a failed
+    /// lookup only leaves them unknown), which steer scoped commits
+    /// ([`Writer::commit`](crate::Writer::commit)).
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
         Self::build(backend, None, config, Opening::default())

@@ -65,9 +65,11 @@
 //! `closer` (a `close`, which then commits) -> commit state ->
 //! drain lock -> `slots` -> generations -> stripe -> cache stripe.
 //! Leaves (nothing is taken under them): the room counter, `close_wait`,
-//! `unstaged_at`, the unwritten pages, the sync lanes, the spare batch vectors, the doublewrite
-//! area's lock, grow-ahead's filler lock (taken under the drain lock or
-//! alone; a flush may wait on it for the one zero piece in flight). The
+//! `unstaged_at`, the unwritten pages (`Unwritten`, taken by a scoped
+//! commit with no other lock held), the sync lanes, the spare batch
+//! vectors, the doublewrite area's lock, grow-ahead's filler lock (taken
+//! under the drain lock or alone; a flush may wait on it for the one zero
+//! piece in flight). The
 //! commit state is released around every call that takes the drain lock or
 //! does I/O; a sync lane may be waited for with the drain lock held (a
 //! doublewrite checkpoint), and a lane holder never takes the drain lock.
