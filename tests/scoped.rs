@@ -213,6 +213,43 @@ fn a_commit_into_unwritten_space_is_grouped_once_per_page() {
     f.close().unwrap();
 }
 
+/// `set_len` growing the file leaves a hole: a scoped commit of a page in
+/// it allocates, so it is grouped, once per page, as at open. Pages the
+/// file held before stay scoped, and everything reads back after a
+/// reopen, the length included.
+#[test]
+fn a_commit_into_space_set_len_added_is_grouped_once_per_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("grown");
+    let ps = PS as u64;
+    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
+    let mut w = f.writer();
+    for p in 0..4 {
+        w.write_page(p * ps, &page(PS, p, 1)).unwrap();
+    }
+    w.commit().unwrap();
+    let grouped_before = f.stats().allocating_scoped_commits;
+    f.set_len(64 * ps).unwrap();
+    let mut commit = |p: u64, v: u64| {
+        w.write_page(p * ps, &page(PS, p, v)).unwrap();
+        w.commit().unwrap();
+        f.stats().allocating_scoped_commits - grouped_before
+    };
+    assert_eq!(commit(2, 2), 0, "a page the file held");
+    assert_eq!(commit(40, 1), 1, "a page in the hole");
+    assert_eq!(commit(40, 2), 1, "the same page, written since");
+    assert_eq!(commit(63, 1), 2, "the hole's last page");
+    assert_eq!(commit(3, 2), 2, "a page the file held");
+    drop(w);
+    f.close().unwrap();
+    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
+    for (p, v) in [(0, 1), (2, 2), (3, 2), (40, 2), (63, 1)] {
+        assert_eq!(tag_of(&f.read(p * ps, PS).unwrap()), (p, v));
+    }
+    assert_eq!(f.len(), 64 * ps);
+    f.close().unwrap();
+}
+
 /// A page another flush took before the writer's commit (backpressure,
 /// `flush`) is waited for, not lost: the commit still covers it.
 #[test]

@@ -766,6 +766,11 @@ enum Start {
     /// takes the page out of the unwritten set, while other writers'
     /// second commits go the scoped way.
     Reserved,
+    /// The shared page written and synced, then `set_len` grows the file
+    /// over the writers' pages (a hole): every commit's own page lies in
+    /// space the grow added, so each commit is made as `sync()` makes its
+    /// commits and takes its page out of the unwritten set.
+    Grown,
 }
 
 /// Three writers, each with pages of its own and a shared page they all
@@ -784,6 +789,11 @@ fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
             f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
         }
         f.sync().unwrap();
+    }
+    if let Start::Grown = start {
+        f.write_page(0, &[tag(0, 0); PS]).unwrap();
+        f.sync().unwrap();
+        f.set_len(7 * PS as u64).unwrap();
     }
     if let Start::Reserved = start {
         f.close().unwrap();
@@ -859,6 +869,7 @@ fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
             "a commit that grew the file went the scoped way"
         ),
         Start::Reserved => assert_eq!(extending, 3, "each writer's first commit allocates"),
+        Start::Grown => assert_eq!(extending, 6, "every commit's own page lies in the hole"),
     }
 }
 
@@ -893,6 +904,14 @@ fn scoped_commits_that_grow_the_file_lose_nothing() {
 #[test]
 fn scoped_commits_into_unwritten_space_lose_nothing() {
     check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Reserved));
+}
+
+/// Scoped commits into the hole `set_len` made (see `Start::Grown`): each
+/// goes the way of `sync()` while the others' run beside it, and updates
+/// the unwritten set. No acknowledged page is lost.
+#[test]
+fn scoped_commits_into_space_set_len_added_lose_nothing() {
+    check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Grown));
 }
 
 /// Backpressure under scoped commits: a write buffer of three pages, so

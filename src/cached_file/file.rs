@@ -104,6 +104,7 @@ impl Core {
             durability: &self.durability,
             life: &self.life,
             torn: &self.torn,
+            unwritten: &self.unwritten,
             direct: self.io_mode.direct.is_some(),
         }
     }

@@ -195,8 +195,9 @@ impl FileSize {
     }
 
     /// `set_len` growing the file to `len` bytes: extends it with zeros
-    /// now; every length follows, and the step is one only an `fdatasync`
-    /// covers.
+    /// now (past a grow-ahead window, with `ftruncate`: a hole, whose
+    /// whole pages join the unwritten pages); every length follows, and
+    /// the step is one only an `fdatasync` covers.
     ///
     /// Errors: `Error::Io` with op "ftruncate" (nothing changed).
     pub(crate) fn grow(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
@@ -209,6 +210,11 @@ impl FileSize {
         p.backend
             .set_len(len)
             .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        if len > self.os_len {
+            // The space `ftruncate` added is a hole: a scoped commit there
+            // allocates.
+            p.unwritten.add(self.os_len..len, p.config.page_size);
+        }
         self.os_len = self.os_len.max(len);
         p.length.grow_all(len);
         p.durability.step_unstaged();

@@ -11,6 +11,7 @@ use super::length::Length;
 use super::lifecycle::Lifecycle;
 use super::stats::Counters;
 use super::torn::TornProtection;
+use super::unwritten::Unwritten;
 use super::write_buffer::WriteBuffer;
 use crate::backend::StorageBackend;
 
@@ -34,6 +35,8 @@ pub(crate) struct Parts<'a> {
     pub(crate) life: &'a Lifecycle,
     /// Atomic pieces or the doublewrite area.
     pub(crate) torn: &'a TornProtection,
+    /// Pages unwritten on disk (a hint for scoped commits).
+    pub(crate) unwritten: &'a Unwritten,
     /// The backend does `O_DIRECT`.
     pub(crate) direct: bool,
 }

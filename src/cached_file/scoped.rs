@@ -116,8 +116,10 @@ impl<'a> Writer<'a> {
     /// file), or lie in space that held no data on disk when the file was
     /// opened (holes, and unwritten extents such as `fallocate` leaves,
     /// where the backend reports them:
-    /// [`StorageBackend::unwritten_ranges`](crate::StorageBackend::unwritten_ranges);
-    /// such a page counts as written once a commit of it went this way).
+    /// [`StorageBackend::unwritten_ranges`](crate::StorageBackend::unwritten_ranges))
+    /// or that [`PagedCachedFile::set_len`] added since (whole pages of
+    /// the hole it leaves); such a page counts as written once a commit
+    /// of it went this way.
     /// Each `fdatasync` after such writes commits the allocation in the
     /// file system's journal, so grouping these commits serves many with
     /// one (counted in

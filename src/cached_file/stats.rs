@@ -63,7 +63,8 @@ pub struct Stats {
     pub strategy_switches: u64,
     /// Of `commits`, [`Writer::commit`](crate::Writer::commit)s that
     /// allocate (their pages reach past the file's length on disk, or lie
-    /// in space unwritten on disk when the file was opened), made as
+    /// in space unwritten on disk when the file was opened or that
+    /// `set_len` added since), made as
     /// [`PagedCachedFile::sync`](crate::PagedCachedFile::sync) makes its
     /// commits (grouped).
     pub allocating_scoped_commits: u64,

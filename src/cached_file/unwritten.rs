@@ -6,6 +6,9 @@
 //! `fdatasync` commits in the file system's journal, as a growing file's
 //! does; such a commit is made as `sync` makes its commits (grouped).
 //!
+//! `set_len` growing the file with `ftruncate` adds the pages it adds
+//! (a hole) to the ranges ([`Unwritten::add`]).
+//!
 //! Owns: the page ranges (sorted, disjoint) under a leaf lock, and a flag
 //! that is cleared once none is left, after which a commit takes no lock.
 //! Calls: nothing.
@@ -65,6 +68,31 @@ impl Unwritten {
         }
         let ranges = self.ranges.lock();
         pages.iter().any(|&p| find(&ranges, p).is_some())
+    }
+
+    /// The whole pages of the byte range `bytes` (a hole the file just
+    /// gained, as `set_len` growing it with `ftruncate` makes) are
+    /// unwritten: merged into the ranges. A page the range covers only in
+    /// part is left out (its head may share an allocated block with the
+    /// old end). Past [`MAX_RANGES`] the set is dropped, as at open.
+    pub(crate) fn add(&self, bytes: Range<u64>, page_size: usize) {
+        let ps = page_size as u64;
+        let (first, end) = (bytes.start.div_ceil(ps), bytes.end / ps);
+        if first >= end {
+            return;
+        }
+        let mut ranges = self.ranges.lock();
+        // Every range touching or overlapping first..end merges with it.
+        let lo = ranges.partition_point(|r| r.end < first);
+        let hi = ranges.partition_point(|r| r.start <= end);
+        let merged = ranges[lo..hi]
+            .iter()
+            .fold(first..end, |m, r| m.start.min(r.start)..m.end.max(r.end));
+        ranges.splice(lo..hi, [merged]);
+        if ranges.len() > MAX_RANGES {
+            ranges.clear();
+        }
+        self.any.store(!ranges.is_empty(), Ordering::Release);
     }
 
     /// `pages` were written and made durable: no longer unwritten.
@@ -135,6 +163,32 @@ mod tests {
         u.written(&[1, 2, 3, 5, 6, 7, 8]);
         assert!(held(&u).is_empty());
         assert!(!u.any.load(Ordering::Acquire), "no lock once none is left");
+    }
+
+    #[test]
+    fn a_hole_adds_its_whole_pages_merging_neighbours() {
+        let u = Unwritten::new(&[], PS);
+        let p = PS as u64;
+        // 100 bytes into page 1 up to 100 bytes into page 4: pages 2, 3.
+        u.add(p + 100..4 * p + 100, PS);
+        assert_eq!(held(&u), vec![2..4]);
+        assert!(u.any.load(Ordering::Acquire));
+        // Less than a page: nothing.
+        u.add(7 * p + 1..8 * p, PS);
+        assert_eq!(held(&u), vec![2..4]);
+        // Apart, then one touching both ends: all merged.
+        u.add(6 * p..8 * p, PS);
+        assert_eq!(held(&u), vec![2..4, 6..8]);
+        u.add(4 * p..6 * p, PS);
+        assert_eq!(held(&u), vec![2..8]);
+        // Inside and overlapping: unchanged, then widened.
+        u.add(3 * p..5 * p, PS);
+        u.add(0..3 * p, PS);
+        assert_eq!(held(&u), vec![0..8]);
+        u.written(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert!(!u.touches(&[3]));
+        u.add(10 * p..11 * p, PS);
+        assert!(u.touches(&[10]), "the flag is set again");
     }
 
     #[test]
