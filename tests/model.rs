@@ -181,6 +181,51 @@ fn real_file_matches_model() {
         .unwrap();
 }
 
+/// A grow-ahead window extension whose `fdatasync` fails (here a
+/// `set_len` past the window) keeps the trailer that holds the length the
+/// last successful commit made durable: after a crash the file still has
+/// that length and those pages. (Pages 20 and 21 are made durable by the
+/// scoped commit of page 0, whose backpressure flush wrote them first, so
+/// the `sync` after finds nothing to do.)
+#[test]
+fn a_failed_window_extension_keeps_what_the_last_commit_made_durable() {
+    let cfg = ModelConfig {
+        grow_ahead: Some(4096),
+        engine: FlushEngine::PerPage,
+        page_size: 512,
+        buffer_pages: 1,
+        cache_pages: 0,
+        stripes: 1,
+        sync_lanes: 1,
+        commit_dsync: false,
+        rounds_in_flight: 1,
+        dir: None,
+        direct: false,
+        commit_strategy: CommitStrategy::Auto,
+        torn_writes: TornWrites::Allow,
+    };
+    let ops = [
+        Op::Scoped {
+            page: 18,
+            pages: 3,
+            ticket: false,
+        },
+        Op::Write { page: 20, pages: 2 },
+        Op::Scoped {
+            page: 0,
+            pages: 1,
+            ticket: false,
+        },
+        Op::FailNextSync,
+        Op::Sync,
+        Op::SetLen { pages: 30 },
+        Op::Crash {
+            seed: 3238634772417133109,
+        },
+    ];
+    check(&cfg, &ops).unwrap();
+}
+
 /// The checker itself must be able to fail: a file that loses a synced
 /// page after a crash is caught. (Drives `check` with a sequence whose
 /// crash drops everything unsynced; then compares a hand-made wrong model

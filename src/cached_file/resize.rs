@@ -76,11 +76,14 @@ impl FlushPipeline {
             // at their end and no trailer there (a file system writes back
             // blocks in any order), and the old trailer must stay valid
             // until the new one is. If that sync fails (the file is
-            // poisoned, durability is lost anyway), the old trailer is
-            // zeroed all the same: it lies inside the data now, where a
-            // read would find its bytes.
+            // poisoned), the old trailer stays: it holds the length the
+            // last successful sync made durable, which a crash must keep
+            // (the new end may not be durable). The poisoned file takes no
+            // more writes; a read of a never-written page over it may show
+            // its bytes instead of zeros, the price of keeping that length.
             let synced = self.sync_file(p);
-            if let Some(at) = extended.old_slots
+            if synced.is_ok()
+                && let Some(at) = extended.old_slots
                 && let Some(w) = size.window()
             {
                 w.zero_old(p.backend, Some(at)).map_err(trailer)?;
