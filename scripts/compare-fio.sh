@@ -40,6 +40,8 @@
 # (1,8), per mode of --commit-modes and commit kind of --commit-kinds:
 #   global    sync() per transaction (every page any thread wrote)
 #   scoped    each thread's own Writer::commit (its pages only, no leader)
+#   through   Writer::write_and_commit: the pages and the commit in one
+#             call, written straight from the thread's buffer where it can
 #   async:N   Writer::commit_async with N tickets in flight per thread
 # pagewriter: `scale --rewrite 0 --pages N --fill fixed --direct on
 # --layout L --commit K` (N pages of 4 KiB per transaction, one buffer
@@ -81,15 +83,15 @@
 #          [--io-size 4GiB] [--io-runtime 10] [--dir DIR] [--qd 32]
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
 #          [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB]
-#          [--commit-kinds global,scoped,async:8] [--commit-scale-args "FLAGS"]
+#          [--commit-kinds global,scoped,through,async:8] [--commit-scale-args "FLAGS"]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
 commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing,preallocated,written
-commit_bs=64KiB,4KiB commit_scale_args="" commit_kinds=global,scoped,async:8
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-kinds global,scoped,async:8] [--commit-scale-args \"FLAGS\"]"
+commit_bs=64KiB,4KiB commit_scale_args="" commit_kinds=global,scoped,through,async:8
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-kinds global,scoped,through,async:8] [--commit-scale-args \"FLAGS\"]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;

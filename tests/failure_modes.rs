@@ -980,11 +980,109 @@ fn writers_commit_on_a_full_disk(kind: FsKind, how: Commits) {
     }
 }
 
+/// Writes through on a full disk: a written file (every page on disk,
+/// synced) is rewritten in place by four threads with `write_and_commit`
+/// from page-aligned buffers while the disk has about 1 MiB free. Where
+/// an overwrite needs no new blocks (ext4, XFS, tmpfs) each commit writes
+/// through; where it does (btrfs copies on write) a commit may fail with
+/// a storage-full error, its pages then stay dirty and readable, and the
+/// file is not poisoned. Every commit that says Ok has its pages on disk;
+/// once space returns, a `sync` writes the rest.
+fn writes_through_on_a_full_disk(kind: FsKind) {
+    let Some(fs) = scratch(kind, 64) else { return };
+    let direct = direct_mode(fs.path());
+    let path = fs.path().join("through-full");
+    let what = format!("{}: {direct:?}", kind.name());
+    let chunk = 16u64; // pages per commit
+    let per_thread = 16u64; // commits per thread
+    let pages = 4 * per_thread * chunk;
+    let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
+    for p in 0..pages {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync().unwrap();
+    let filler = fs.path().join("filler");
+    let fill = fill_leaving(fs.path(), &filler, (1 << 20) + (3 << 10));
+    let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (f, ok, failed, what, path) = (&f, &ok, &failed, &what, &path);
+            s.spawn(move || {
+                let mut w = f.writer();
+                let mut disk = std::fs::File::open(path).unwrap();
+                let len = (chunk as usize) * PS;
+                let mut buf = pagewriter::buffer::AlignedBuf::zeroed(len, 4096).unwrap();
+                for c in 0..per_thread {
+                    let first = (t * per_thread + c) * chunk;
+                    for (i, p) in (first..first + chunk).enumerate() {
+                        buf[i * PS..(i + 1) * PS].copy_from_slice(&page(PS, p, 2));
+                    }
+                    match w.write_and_commit(first * PS as u64, &buf) {
+                        Ok(()) => {
+                            let mut got = vec![0u8; PS];
+                            for p in [first, first + chunk - 1] {
+                                io::Seek::seek(&mut disk, io::SeekFrom::Start(p * PS as u64))
+                                    .unwrap();
+                                io::Read::read_exact(&mut disk, &mut got).unwrap();
+                                assert_eq!(tag_of(&got), (p, 2), "{what}: page {p} after Ok");
+                            }
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            assert_eq!(
+                                e.io_kind(),
+                                Some(io::ErrorKind::StorageFull),
+                                "{what}: pages from {first}: {e}"
+                            );
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    assert_eq!(ok + failed, 4 * per_thread, "{what}");
+    eprintln!(
+        "{what}: {ok} commits Ok ({} written through), {failed} stopped by the full disk",
+        f.stats().through_commits
+    );
+    if failed == 0 {
+        assert_eq!(
+            f.stats().through_commits,
+            ok,
+            "{what}: every commit wrote through"
+        );
+    }
+    assert!(!f.is_poisoned(), "{what}");
+    for p in (0..pages).step_by(7) {
+        assert_eq!(
+            tag_of(&f.read(p * PS as u64, PS).unwrap()),
+            (p, 2),
+            "{what}"
+        );
+    }
+    give_space_back(fs.path(), fill, &filler, 2 * pages * PS as u64, &what);
+    f.sync()
+        .unwrap_or_else(|e| panic!("{what}: once space returned: {e}"));
+    f.close().unwrap();
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk.len() as u64, pages * PS as u64, "{what}");
+    for p in 0..pages as usize {
+        assert_eq!(
+            tag_of(&on_disk[p * PS..]),
+            (p as u64, 2),
+            "{what}: page {p}"
+        );
+    }
+}
+
 /// A case run on every file system, and its name.
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 11] = [
+const CASES: [Case; 12] = [
     (
         "grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full",
         grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full,
@@ -1028,6 +1126,10 @@ const CASES: [Case; 11] = [
     (
         "scoped_commits_on_a_full_disk",
         scoped_commits_on_a_full_disk,
+    ),
+    (
+        "writes_through_on_a_full_disk",
+        writes_through_on_a_full_disk,
     ),
 ];
 

@@ -48,6 +48,11 @@ enum Way {
     Scoped,
     /// Each thread's own `Writer::commit_async`, two tickets in flight.
     Async,
+    /// Each thread's own `Writer::write_and_commit` from page-aligned
+    /// buffers, the hot page and its own page in turn: written through
+    /// where no other version is buffered or being written, else the
+    /// buffered way.
+    Through,
 }
 
 impl Way {
@@ -56,6 +61,7 @@ impl Way {
             Way::Sync(s, r) => format!("sync {} rounds_in_flight {r}", s.name()),
             Way::Scoped => "scoped".into(),
             Way::Async => "async:2".into(),
+            Way::Through => "through".into(),
         }
     }
 }
@@ -69,6 +75,7 @@ fn every_commit_rewrites_one_hot_page() {
         Way::Sync(CommitStrategy::Direct, 1),
         Way::Scoped,
         Way::Async,
+        Way::Through,
     ];
     for (engine, way) in file_engines()
         .into_iter()
@@ -115,8 +122,28 @@ fn every_commit_rewrites_one_hot_page() {
                     // At least one commit each, however late the thread
                     // starts on a loaded machine.
                     let mut i = 0u64;
+                    let aligned = |bytes: &[u8]| {
+                        let mut b = pagewriter::buffer::AlignedBuf::zeroed(PS, 4096).unwrap();
+                        b.copy_from_slice(bytes);
+                        b
+                    };
                     while i == 0 || Instant::now() < deadline {
                         i += 1;
+                        if let Way::Through = way {
+                            // The hot page under the version lock, so the
+                            // order of its writes is the order of versions.
+                            let v = {
+                                let mut v = last.lock().unwrap();
+                                *v += 1;
+                                w.write_and_commit(0, &aligned(&page(PS, 0, *v))).unwrap();
+                                *v
+                            };
+                            let mine = aligned(&page(PS, own, i));
+                            w.write_and_commit(own * PS as u64, &mine).unwrap();
+                            commits.fetch_add(1, Ordering::Relaxed);
+                            check(v, i);
+                            continue;
+                        }
                         let v = {
                             let mut v = last.lock().unwrap();
                             *v += 1;
@@ -127,6 +154,7 @@ fn every_commit_rewrites_one_hot_page() {
                         match way {
                             Way::Sync(..) => f.sync().unwrap(),
                             Way::Scoped => w.commit().unwrap(),
+                            Way::Through => unreachable!("committed above"),
                             Way::Async => {
                                 pending.push_back((w.commit_async().unwrap(), v, i));
                                 if pending.len() < 2 {
@@ -161,9 +189,17 @@ fn every_commit_rewrites_one_hot_page() {
             way.name()
         );
         assert!(n >= THREADS, "{engine:?}, {}: {n} commits", way.name());
+        if let Way::Through = way {
+            // Each thread's own page holds data after its first commit:
+            // its later commits of it write through.
+            assert!(
+                stats.through_commits > 0,
+                "{engine:?}: no commit wrote through"
+            );
+        }
         eprintln!(
             "hot page, {} ({}), 8 threads, {}: {n} commits, {:.0} commits/s, \
-             {:.2} commits per round, {:.2} rounds in flight",
+             {:.2} commits per round, {:.2} rounds in flight, {} written through",
             engine.name(),
             if f.io_mode().direct.is_some() {
                 "O_DIRECT"
@@ -174,6 +210,7 @@ fn every_commit_rewrites_one_hot_page() {
             n as f64 / secs,
             stats.avg_commit_group(),
             stats.mean_rounds_in_flight(),
+            stats.through_commits,
         );
     }
 }

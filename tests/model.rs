@@ -45,6 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..=MAX_PAGES).prop_map(|pages| Op::SetLen { pages }),
         3 => (0..MAX_PAGES, 1u64..4, any::<bool>())
             .prop_map(|(page, pages, ticket)| Op::Scoped { page, pages, ticket }),
+        2 => (0..MAX_PAGES, 1u64..4).prop_map(|(page, pages)| Op::Through { page, pages }),
         1 => Just(Op::SyncAsync),
         2 => Just(Op::WaitTicket),
     ]
@@ -293,6 +294,7 @@ fn crashy_op() -> impl Strategy<Value = Op> {
         1 => (0..=MAX_PAGES / 4).prop_map(|pages| Op::SetLen { pages }),
         3 => (0..MAX_PAGES / 4, 1u64..4, any::<bool>())
             .prop_map(|(page, pages, ticket)| Op::Scoped { page, pages, ticket }),
+        2 => (0..MAX_PAGES / 4, 1u64..4).prop_map(|(page, pages)| Op::Through { page, pages }),
         2 => Just(Op::WaitTicket),
     ]
 }

@@ -621,3 +621,179 @@ fn _assert_send_sync() {
     sync::<CommitTicket>();
     let _ = <CrashBackend as StorageBackend>::len;
 }
+
+// ---- write_and_commit: writes through ----
+
+/// On a written file, `write_and_commit` of pages no one else holds
+/// writes them straight from the caller's bytes: nothing enters the write
+/// buffer, one write call, and the pages are durable and read back.
+#[test]
+fn write_and_commit_writes_pages_no_one_else_holds_through() {
+    let (be, f) = crash_file(Config::default());
+    for p in 0..4u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync().unwrap();
+    let (dirtied, calls) = (f.stats().pages_dirtied, f.stats().write_calls);
+    let mut w = f.writer();
+    let two = [page(PS, 1, 2), page(PS, 2, 2)].concat();
+    w.write_and_commit(PS as u64, &two).unwrap();
+    let s = f.stats();
+    assert_eq!(s.through_commits, 1);
+    assert_eq!(
+        s.pages_dirtied, dirtied,
+        "nothing went into the write buffer"
+    );
+    assert_eq!(s.write_calls, calls + 1, "one write call");
+    let img = be.durable_image();
+    assert_eq!(image_page(&img, 1), Some((1, 2)));
+    assert_eq!(image_page(&img, 2), Some((2, 2)));
+    assert_eq!(tag_of(&f.read(2 * PS as u64, PS).unwrap()), (2, 2));
+    f.close().unwrap();
+}
+
+/// Where writing through cannot keep the promise by itself, the call
+/// writes into the buffer and commits: the writer has pages pending, a
+/// version of the page is buffered, the bytes are not whole pages, the
+/// pages grow the file, or the file keeps its length in a grow-ahead
+/// trailer (or torn-page records, alike). Each commit
+/// is still durable, and none counts as written through.
+#[test]
+fn write_and_commit_takes_the_buffered_way_where_it_must() {
+    let (be, f) = crash_file(Config::default());
+    for p in 0..4u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync().unwrap();
+    let mut w = f.writer();
+    // Pages of its own pending: one commit covers both.
+    w.write_page(0, &page(PS, 0, 2)).unwrap();
+    w.write_and_commit(PS as u64, &page(PS, 1, 2)).unwrap();
+    // Another version buffered: it must not land after this one.
+    f.write_page(2 * PS as u64, &page(PS, 2, 2)).unwrap();
+    w.write_and_commit(2 * PS as u64, &page(PS, 2, 3)).unwrap();
+    // Part of a page.
+    w.write_and_commit(3 * PS as u64 + 8, b"partial").unwrap();
+    let grouped = f.stats().allocating_scoped_commits;
+    // Past the end of the file: it allocates, grouped.
+    w.write_and_commit(6 * PS as u64, &page(PS, 6, 1)).unwrap();
+    assert_eq!(f.stats().allocating_scoped_commits, grouped + 1);
+    assert_eq!(f.stats().through_commits, 0, "none wrote through");
+    let img = be.durable_image();
+    for (p, v) in [(0, 2), (1, 2), (2, 3), (6, 1)] {
+        assert_eq!(image_page(&img, p), Some((p, v)), "page {p}");
+    }
+    assert_eq!(&img[3 * PS + 8..3 * PS + 15], b"partial");
+    f.sync().unwrap();
+    assert_eq!(
+        tag_of(&f.read(2 * PS as u64, PS).unwrap()),
+        (2, 3),
+        "newest wins"
+    );
+    f.close().unwrap();
+
+    let window = pagewriter::GrowAhead::Window {
+        bytes: 16 * PS as u64,
+    };
+    let (be, f) = crash_file(Config::default().grow_ahead(window));
+    f.write_page(0, &page(PS, 0, 1)).unwrap();
+    f.sync().unwrap();
+    f.writer().write_and_commit(0, &page(PS, 0, 2)).unwrap();
+    assert_eq!(f.stats().through_commits, 0, "a grow-ahead window");
+    assert_eq!(image_page(&be.durable_image(), 0), Some((0, 2)));
+    f.close().unwrap();
+}
+
+/// A write through that fails leaves the caller's bytes in the write
+/// buffer: reads see them, the error names the pages, the file is not
+/// poisoned, and the writer's next commit makes them durable.
+#[test]
+fn a_failed_write_through_keeps_its_pages_for_the_next_commit() {
+    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    f.write_page(0, &page(PS, 0, 1)).unwrap();
+    f.sync().unwrap();
+    let mut w = f.writer();
+    be.schedule_writes([pagewriter::testing::WriteFault::Errno(libc::EIO)]);
+    match w.write_and_commit(0, &page(PS, 0, 2)) {
+        Err(Error::PagesFailed { failed, op, .. }) => {
+            assert_eq!(failed, vec![0..PS as u64]);
+            assert_eq!(op, "pwrite");
+        }
+        other => panic!("a failed write through: {other:?}"),
+    }
+    assert!(!f.is_poisoned());
+    assert_eq!(
+        tag_of(&f.read(0, PS).unwrap()),
+        (0, 2),
+        "reads see the bytes"
+    );
+    assert_eq!(f.stats().buffered_bytes, PS as u64);
+    w.commit().unwrap();
+    assert_eq!(image_page(&be.inner().durable_image(), 0), Some((0, 2)));
+    f.close().unwrap();
+}
+
+/// `write_and_commit` refuses what `write_all_at` refuses, with the same
+/// errors, on a closed or read-only file too.
+#[test]
+fn write_and_commit_refuses_what_writes_refuse() {
+    let f = PagedCachedFile::new(MemoryBackend::new(), Config::default()).unwrap();
+    let mut w = f.writer();
+    assert!(matches!(
+        w.write_and_commit(u64::MAX - 2, b"abcd"),
+        Err(Error::Overflow { .. })
+    ));
+    let g = f.write(0, PS).unwrap();
+    assert!(matches!(
+        w.write_and_commit(0, &page(PS, 0, 1)),
+        Err(Error::Busy { .. })
+    ));
+    drop(g);
+    drop(w);
+    f.close().unwrap();
+    assert!(matches!(
+        f.writer().write_and_commit(0, &page(PS, 0, 1)),
+        Err(Error::Closed)
+    ));
+}
+
+/// On a real file with `O_DIRECT`, a page-aligned buffer is written
+/// through and one at an odd address takes the buffered way; both read
+/// back after a reopen. Skipped, with the reason printed, where the file
+/// system refuses `O_DIRECT`.
+#[test]
+fn write_and_commit_on_a_real_file_with_o_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    if !pagewriter::testing::direct_available(dir.path()) {
+        eprintln!("skipped: O_DIRECT refused here");
+        return;
+    }
+    let path = dir.path().join("through");
+    let config = Config::default().direct(pagewriter::DirectIo::On);
+    let f = PagedCachedFile::open(&path, config.clone()).unwrap();
+    for p in 0..4u64 {
+        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    f.sync().unwrap();
+    let mut w = f.writer();
+    let mut aligned = pagewriter::buffer::AlignedBuf::zeroed(PS, 4096).unwrap();
+    aligned.copy_from_slice(&page(PS, 1, 2));
+    w.write_and_commit(PS as u64, &aligned).unwrap();
+    assert_eq!(f.stats().through_commits, 1);
+    let mut odd = vec![0u8; PS + 1];
+    odd[1..].copy_from_slice(&page(PS, 2, 2));
+    w.write_and_commit(2 * PS as u64, &odd[1..]).unwrap();
+    assert_eq!(
+        f.stats().through_commits,
+        1,
+        "an odd address is not written through"
+    );
+    drop(w);
+    f.close().unwrap();
+    let f = PagedCachedFile::open(&path, config).unwrap();
+    for (p, v) in [(0, 1), (1, 2), (2, 2), (3, 1)] {
+        assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, v));
+    }
+    f.close().unwrap();
+}

@@ -999,3 +999,127 @@ fn a_scoped_commit_records_the_length_another_flush_missed() {
         f.close().unwrap();
     });
 }
+
+// ---- writes through (`Writer::write_and_commit` skipping the buffer) ----
+
+/// Three writers commit pages of their own with `write_and_commit` on a
+/// written file, so each commit writes through (one write from the
+/// caller's bytes) and needs an `fdatasync` that began after that write
+/// completed. Every crash image after a commit returns holds its page. A
+/// commit that took an `fdatasync` begun before its write completed (a
+/// target read before the write) would find its page missing from some
+/// image.
+#[test]
+fn a_write_through_never_accepts_an_fdatasync_that_began_before_it() {
+    check(|| {
+        let (be, f) = file_with(config(8));
+        for p in 0..7u64 {
+            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+        }
+        f.sync().unwrap();
+        let writers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+                shuttle::thread::spawn(move || {
+                    let mut w = f.writer();
+                    for i in 0..2u64 {
+                        let p = 1 + t * 2 + i;
+                        w.write_and_commit(p * PS as u64, &[tag(p, 1); PS]).unwrap();
+                        let img = be.crash_image(t * 10 + i);
+                        assert_page(&img, p, 1, "crash image after a write through");
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(f.stats().through_commits, 6, "every commit wrote through");
+        f.close().unwrap();
+    });
+}
+
+/// A page with an older version buffered or in flight (written, then
+/// flushed by another thread at any point) is never written through: the
+/// commit takes the buffered way, so the older version cannot land after
+/// the newer one. Meanwhile a reader (the read cache on) reads whole
+/// versions only, and once the commit returns, a read and every crash
+/// image give the committed version. Writing through over the older
+/// version would end with it on disk; a release that kept the cache's
+/// copy would read back an older version.
+#[test]
+fn a_write_through_never_lands_under_an_older_version() {
+    check(|| {
+        let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
+        f.write_page(0, &[tag(0, 0); PS]).unwrap();
+        f.sync().unwrap();
+        let flusher = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                for _ in 0..2 {
+                    f.flush().unwrap();
+                }
+            })
+        };
+        let reader = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                for _ in 0..2 {
+                    let page = f.read(0, PS).unwrap();
+                    let v = page[0];
+                    assert!(
+                        (0..=2).any(|v| tag(0, v) == page[0]),
+                        "a read of page 0 found no version"
+                    );
+                    assert!(page.iter().all(|&b| b == v), "a read found a torn page");
+                }
+            })
+        };
+        f.write_page(0, &[tag(0, 1); PS]).unwrap();
+        let mut w = f.writer();
+        w.write_and_commit(0, &[tag(0, 2); PS]).unwrap();
+        assert_page(&f.read(0, PS).unwrap(), 0, 2, "a read after the commit");
+        assert_page(&be.crash_image(7), 0, 2, "crash image after the commit");
+        flusher.join().unwrap();
+        reader.join().unwrap();
+        f.sync().unwrap();
+        assert_page(&be.durable_image(), 0, 2, "newest wins");
+        assert_page(&f.read(0, PS).unwrap(), 0, 2, "a read at the end");
+        f.close().unwrap();
+    });
+}
+
+/// A write through racing with a shrinking `set_len` over its page: the
+/// write lands before the cut (which removes it) or is refused the way
+/// through and written after it (growing the file again, as any write
+/// past the end does). Either way the file's size on disk is its length,
+/// and a page past the cut is the committed version. A write through
+/// landing after the `ftruncate` would leave the file longer than its
+/// length.
+#[test]
+fn a_write_through_never_lands_past_a_cut() {
+    check(|| {
+        let (be, f) = file_with(config(8));
+        for p in 0..4u64 {
+            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+        }
+        f.sync().unwrap();
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                f.writer()
+                    .write_and_commit(3 * PS as u64, &[tag(3, 1); PS])
+                    .unwrap();
+            })
+        };
+        f.set_len(2 * PS as u64).unwrap();
+        writer.join().unwrap();
+        f.sync().unwrap();
+        let img = be.durable_image();
+        assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
+        if f.len() > 2 * PS as u64 {
+            assert_page(&img, 3, 1, "a write after the cut");
+        }
+        f.close().unwrap();
+    });
+}

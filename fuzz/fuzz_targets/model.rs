@@ -37,7 +37,7 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
 }
 
 fn op(u: &mut Unstructured<'_>) -> Result<Op> {
-    Ok(match u.int_in_range(0..=30u8)? {
+    Ok(match u.int_in_range(0..=31u8)? {
         0..=7 => Op::Write {
             page: u.int_in_range(0..=MAX_PAGES - 1)?,
             pages: u.int_in_range(1..=3)?,
@@ -72,6 +72,10 @@ fn op(u: &mut Unstructured<'_>) -> Result<Op> {
         },
         28 => Op::SyncAsync,
         29 => Op::WaitTicket,
+        30 => Op::Through {
+            page: u.int_in_range(0..=MAX_PAGES - 1)?,
+            pages: u.int_in_range(1..=3)?,
+        },
         _ => Op::Close,
     })
 }

@@ -71,7 +71,9 @@ def scale(
     transaction and ``read_cache`` the read cache budget in bytes (the CLI's
     ``--reads`` and ``--read-cache``); ``commit`` is ``"global"``
     (``sync()``), ``"scoped"`` (each thread's own ``Writer::commit``),
-    ``"async:N"`` (N tickets in flight per thread) or ``"flush"``, and the
+    ``"through"`` (``Writer::write_and_commit``: a transaction's pages and
+    its commit in one call, written straight from the thread's buffer where
+    it can), ``"async:N"`` (N tickets in flight per thread) or ``"flush"``, and the
     ``"streams"`` mode runs ``pwrite`` + ``fdatasync`` per commit without a
     page writer."""
     if modes is None:

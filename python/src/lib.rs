@@ -550,7 +550,7 @@ fn scale_json(
         rewrite_fraction: rewrite,
         commit: commit.parse::<CommitKind>().map_err(|_| {
             PyValueError::new_err(format!(
-                "commit = {commit:?} is not global (or sync), scoped, async:N or flush"
+                "commit = {commit:?} is not global (or sync), scoped, through, async:N or flush"
             ))
         })?,
         cell_duration: std::time::Duration::from_secs_f64(duration),

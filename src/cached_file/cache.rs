@@ -129,6 +129,20 @@ impl ReadCache {
         }
     }
 
+    /// Drops the cached copy of page `page_no`, if any, and moves its
+    /// stripe's `seq` (a write that bypasses the write buffer: a read of
+    /// the older bytes racing with it is not cached). Its memory goes to
+    /// `pool`.
+    pub(crate) fn forget(&self, page_no: u64, pool: &BufferPool) {
+        if let Some(c) = self.stripe(page_no) {
+            let mut c = c.lock();
+            c.seq += 1;
+            if let Some(old) = c.remove(page_no) {
+                pool.put_all([old]);
+            }
+        }
+    }
+
     /// Inserts a clean page into stripe `c` (CLOCK eviction within the
     /// stripe's budget); evicted pages go back to `pool` (their memory is
     /// reused if nothing else holds them: a steady write load with the

@@ -23,6 +23,7 @@ use super::parts::Parts;
 use super::read;
 use super::stats::add;
 use super::stats::{Counters, Stats};
+use super::through::{self, Through};
 use super::ticket::{CommitTicket, Committer, Requests};
 use super::torn::TornProtection;
 use super::unwritten::{MAX_RANGES, Unwritten};
@@ -88,6 +89,9 @@ pub(crate) struct Core {
     /// Pages unwritten on disk at open that no allocating scoped commit
     /// wrote since.
     unwritten: Unwritten,
+    /// Scoped commits may write through (`through.rs`): no torn-page
+    /// protection, no grow-ahead window.
+    through: bool,
 }
 
 impl Core {
@@ -264,7 +268,10 @@ impl PagedCachedFile {
             Arc::clone(&counters),
             life.poison_flag(),
         ));
+        // Writes through need neither torn-page records nor a trailer.
+        let through = o.grow.is_none() && o.atomic_max.is_none() && o.area.is_none();
         let core = Core {
+            through,
             buffer: WriteBuffer::new(
                 config.stripes,
                 config.max_write_buffer_bytes,
@@ -696,6 +703,33 @@ impl PagedCachedFile {
         }
         add(&self.core.counters.commits, 1);
         pass.error.map_or(Ok(()), Err)
+    }
+
+    /// A [`Writer`](crate::Writer)'s `write_and_commit` of `buf` at
+    /// `offset` written through (`through.rs`); [`Through::Declined`]
+    /// where it cannot be (partial pages among them: the caller then
+    /// writes and commits the buffered way, whose checks report what is
+    /// wrong). A failed write's pages go into `pages` (the writer's
+    /// scope).
+    pub(crate) fn commit_through(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        pages: &mut Vec<u64>,
+    ) -> Result<Through> {
+        if !self.core.through {
+            return Ok(Through::Declined);
+        }
+        let _writer = self.core.life.begin_write()?;
+        let room = || self.wait_for_room();
+        through::commit(
+            &self.parts(),
+            &self.core.flush.through,
+            offset,
+            buf,
+            pages,
+            &room,
+        )
     }
 
     /// Whether the scope's `pages` reach past the file's length on disk

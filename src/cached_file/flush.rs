@@ -75,6 +75,7 @@ use super::generations::Generations;
 use super::grow::{Filler, Window};
 use super::parts::Parts;
 use super::slots::{WriteSlot, WriteSlots};
+use super::through::ThroughGate;
 use super::writer::RunWriter;
 use crate::error::Result;
 use crate::sync::{AtomicBool, Mutex};
@@ -112,6 +113,8 @@ pub(crate) struct FlushPipeline {
     /// Grow-ahead's filler thread, with a window configured (not on a
     /// read-only file).
     pub(super) filler: Option<Filler>,
+    /// Writes through in flight, held off by a cut (`through.rs`).
+    pub(crate) through: ThroughGate,
 }
 
 impl FlushPipeline {
@@ -139,6 +142,7 @@ impl FlushPipeline {
             spare: SpareBatches::new(),
             cut_pending: AtomicBool::new(false),
             max_run_bytes,
+            through: ThroughGate::new(),
         }
     }
 

@@ -24,6 +24,11 @@
 //! one; a generation that shares no page with an older one in flight
 //! retires as soon as it settles.
 //!
+//! A page a scoped commit writes through (`through.rs`: straight from the
+//! caller's bytes) is in none of 1 to 3 while that write runs: it is
+//! claimed in its stripe, readers and writers of it wait there until the
+//! write completed, and then find it in 4.
+//!
 //! # The components
 //!
 //! `PagedCachedFile` (`file.rs`) holds one of each and calls them; each
@@ -38,7 +43,7 @@
 //! | `WriteBuffer` | `write_buffer.rs` | dirty and in-flight pages in stripes, the page pool, room, guard latches |
 //! | `Durability` | `durability.rs` | `write_seq`, the durable watermark, `unstaged_at`, the sync lanes |
 //! | `TornProtection` | `torn.rs`, `doublewrite.rs` | atomic piece size, or the doublewrite area and its recovery |
-//! | `FlushPipeline` | `flush.rs` (+ `batch_write.rs`, `resize.rs`, `file_size.rs`, `generations.rs`, `slots.rs`, `batch.rs`, `flush_mode.rs`) | the drain lock over `FileSize` (the file's size on the OS), write slots, in-flight generations |
+//! | `FlushPipeline` | `flush.rs` (+ `batch_write.rs`, `resize.rs`, `file_size.rs`, `generations.rs`, `slots.rs`, `batch.rs`, `flush_mode.rs`, `through.rs`) | the drain lock over `FileSize` (the file's size on the OS), write slots, in-flight generations, the gate between writes through and cuts |
 //! | grow-ahead | `grow.rs` | the trailer (`Window`, in `FileSize`, under the drain lock) and the filler thread (`Filler`, its own lock), held by `FlushPipeline` |
 //! | `Commit` | `commit.rs` (+ `group.rs`, `direct.rs`, `chooser.rs`) | group commit rounds (tickets, rounds, their condvars), direct commits, the chooser between them |
 //! | `Unwritten` | `unwritten.rs` | the pages unwritten on disk at open (holes, unwritten extents) that no allocating scoped commit wrote since |
@@ -66,7 +71,10 @@
 //! drain lock -> `slots` -> generations -> stripe -> cache stripe.
 //! Leaves (nothing is taken under them): the room counter, `close_wait`,
 //! `unstaged_at`, the unwritten pages (`Unwritten`, taken by a scoped
-//! commit with no other lock held), the sync lanes, the spare batch
+//! commit with no other lock held), the gate of writes through (taken
+//! alone, or by a cut under the drain lock, which waits there for the
+//! writes through in flight: their holders take no drain lock), the sync
+//! lanes, the spare batch
 //! vectors, the doublewrite area's lock, grow-ahead's filler lock (taken
 //! under the drain lock or alone; a flush may wait on it for the one zero
 //! piece in flight). The
@@ -106,6 +114,7 @@ mod resize;
 mod scoped;
 mod slots;
 mod stats;
+mod through;
 mod ticket;
 mod torn;
 mod unwritten;

@@ -163,6 +163,9 @@ impl FlushPipeline {
             self.flush(p)?;
             return self.set_len(p, len);
         }
+        // No write through may land after the `ftruncate` (it would grow
+        // the file again): none enters from here, and those in flight end.
+        let _no_through = self.through.hold_for_cut();
         if let Some(area) = p.torn.area() {
             // A record may hold pages past the cut, which recovery would
             // write back after a later sync made the cut durable: make

@@ -13,6 +13,7 @@
 
 use super::file::PagedCachedFile;
 use super::guard::WritablePage;
+use super::through::Through;
 use super::ticket::CommitTicket;
 use crate::error::Result;
 
@@ -138,6 +139,43 @@ impl<'a> Writer<'a> {
             .commit_scope(&mut self.pages, &mut self.in_flight)?;
         self.pages.clear();
         Ok(())
+    }
+
+    /// Writes `buf` at `offset` (any offset and length) and commits it
+    /// with this writer's other pages: the promise, checks and errors of
+    /// [`write_all_at`](Self::write_all_at) followed by
+    /// [`commit`](Self::commit).
+    ///
+    /// Where it can, it skips the write buffer: one `pwrite` straight from
+    /// `buf` (no copy), then an `fdatasync` that began after it, as one
+    /// stream of `pwrite` + `fdatasync` would, counted in
+    /// [`Stats::through_commits`](crate::Stats::through_commits). It can
+    /// when `buf` is whole pages at a page-aligned `offset`; this writer
+    /// has nothing else to commit; no version of these
+    /// pages is buffered, being written, or under a guard; they lie inside
+    /// the file's length on disk, in space that holds data (a commit that
+    /// allocates is grouped, as `commit` says); the file has no torn-page
+    /// protection and no grow-ahead window; and under `O_DIRECT`, `buf`'s
+    /// address meets the file's memory alignment
+    /// ([`StorageBackend::dio_align`](crate::StorageBackend::dio_align)).
+    /// Otherwise it writes into the buffer and commits, with the same
+    /// promise. While the write runs, reads and writes of these pages by
+    /// other threads wait for it; a shrinking
+    /// [`set_len`](PagedCachedFile::set_len) waits for it too.
+    ///
+    /// Errors: as `write_page` and `commit`. If the write through fails
+    /// ([`Error::PagesFailed`](crate::Error::PagesFailed), op "pwrite"),
+    /// the pages are put into the write buffer from `buf` and stay in this
+    /// writer's next commit, as a failed commit's do.
+    pub fn write_and_commit(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+        if self.pages.is_empty() {
+            match self.file.commit_through(offset, buf, &mut self.pages)? {
+                Through::Done => return Ok(()),
+                Through::Declined => {}
+            }
+        }
+        self.write_all_at(offset, buf)?;
+        self.commit()
     }
 
     /// Starts a commit of this writer's pages and returns at once, with a

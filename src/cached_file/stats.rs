@@ -68,6 +68,10 @@ pub struct Stats {
     /// [`PagedCachedFile::sync`](crate::PagedCachedFile::sync) makes its
     /// commits (grouped).
     pub allocating_scoped_commits: u64,
+    /// Of `commits`, [`Writer::write_and_commit`](crate::Writer::write_and_commit)s
+    /// written through: one `pwrite` straight from the caller's bytes, no
+    /// copy into the write buffer.
+    pub through_commits: u64,
     /// Sum over the rounds started of the rounds in flight (writing or
     /// syncing, not yet published) at each start, that one included: see
     /// [`mean_rounds_in_flight`](Self::mean_rounds_in_flight).
@@ -145,6 +149,7 @@ impl Stats {
             direct_commits: self.direct_commits + o.direct_commits,
             strategy_switches: self.strategy_switches + o.strategy_switches,
             allocating_scoped_commits: self.allocating_scoped_commits + o.allocating_scoped_commits,
+            through_commits: self.through_commits + o.through_commits,
             rounds_in_flight_sum: self.rounds_in_flight_sum + o.rounds_in_flight_sum,
             backpressure_waits: self.backpressure_waits + o.backpressure_waits,
             buffer_hits: self.buffer_hits + o.buffer_hits,
@@ -178,6 +183,7 @@ pub(crate) struct Counters {
     pub sync_ns: AtomicU64,
     pub commits: AtomicU64,
     pub allocating_scoped_commits: AtomicU64,
+    pub through_commits: AtomicU64,
     pub commit_rounds: AtomicU64,
     pub max_commit_group: AtomicU64,
     pub rounds_in_flight_sum: AtomicU64,
@@ -213,6 +219,7 @@ impl Counters {
             direct_commits: 0,
             strategy_switches: 0,
             allocating_scoped_commits: self.allocating_scoped_commits.load(Relaxed),
+            through_commits: self.through_commits.load(Relaxed),
             rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),
             backpressure_waits: self.backpressure_waits.load(Relaxed),
             buffer_hits: self.buffer_hits.load(Relaxed),

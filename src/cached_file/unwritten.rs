@@ -95,6 +95,16 @@ impl Unwritten {
         self.any.store(!ranges.is_empty(), Ordering::Release);
     }
 
+    /// Whether a page of `pages` is unwritten.
+    pub(crate) fn touches_range(&self, pages: Range<u64>) -> bool {
+        if !self.any.load(Ordering::Acquire) {
+            return false;
+        }
+        let ranges = self.ranges.lock();
+        let i = ranges.partition_point(|r| r.end <= pages.start);
+        ranges.get(i).is_some_and(|r| r.start < pages.end)
+    }
+
     /// `pages` were written and made durable: no longer unwritten.
     pub(crate) fn written(&self, pages: &[u64]) {
         if !self.any.load(Ordering::Acquire) {

@@ -19,6 +19,10 @@
 //! - a page under a live guard is written by no one but the guard's drop;
 //!   the thread that holds the guard is refused (`Busy`) instead of
 //!   waiting on itself;
+//! - a page claimed for a write through (`claim_through`: a scoped commit
+//!   writing the caller's bytes straight to disk) is in neither `dirty`
+//!   nor a generation, and is read and written by no one until the claim
+//!   is released: readers and writers of it wait;
 //! - every event that may free room (a retire, pages put back, a poison)
 //!   bumps `room` and notifies under its lock, so a writer that looked
 //!   before the event never sleeps through it.
@@ -76,6 +80,9 @@ pub(crate) struct Stripe {
     /// Pages under a live guard, with the thread that took the guard
     /// (few; usually none).
     guarded: Vec<(u64, ThreadId)>,
+    /// Pages claimed for a write through (few; usually none): their bytes
+    /// are on their way to disk from a caller's buffer.
+    through: Vec<u64>,
     /// Pages discarded while a version of them was in flight: if that
     /// write fails, the page is not put back. Cleared when nothing of this
     /// stripe is in flight any more.
@@ -253,6 +260,12 @@ impl WriteBuffer {
         self.pool.try_copy_of(bytes).ok_or(Error::NoMemory {
             bytes: self.page_size as u64,
         })
+    }
+
+    /// A page holding a copy of `bytes` (one page long), shared;
+    /// [`Error::NoMemory`] where the process cannot get one.
+    pub(crate) fn page_copy_of(&self, bytes: &[u8]) -> Result<PageRef> {
+        self.page_copy(bytes).map(UniqueBuf::share)
     }
 
     // ---- room (the bound on buffered bytes) ----
@@ -461,14 +474,17 @@ impl WriteBuffer {
 
     /// The newest buffered or in-flight version of page `page_no`.
     pub(crate) fn find(&self, page_no: u64) -> Option<PageRef> {
-        self.stripe(page_no).lock().newest(page_no).cloned()
+        let mut s = self.stripe(page_no).lock();
+        self.wait_not_through(&mut s, page_no);
+        s.newest(page_no).cloned()
     }
 
     /// Copies bytes `within..` of the newest buffered or in-flight version
     /// of page `page_no` into `dst` (under the stripe lock, no reference
     /// taken); `false` if it is in neither.
     pub(crate) fn copy_newest(&self, page_no: u64, within: usize, dst: &mut [u8]) -> bool {
-        let s = self.stripe(page_no).lock();
+        let mut s = self.stripe(page_no).lock();
+        self.wait_not_through(&mut s, page_no);
         match s.newest(page_no) {
             Some(page) => {
                 dst.copy_from_slice(&page[within..within + dst.len()]);
@@ -566,6 +582,7 @@ impl WriteBuffer {
     /// holds the page. A guard this thread holds would never be dropped
     /// while it waits: [`Error::Busy`] instead.
     fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) -> Result<()> {
+        self.wait_not_through(s, page_no);
         if s.guarded.is_empty() {
             return Ok(());
         }
@@ -579,6 +596,82 @@ impl WriteBuffer {
             self.unguarded[self.stripe_no(page_no)].wait(s);
         }
         Ok(())
+    }
+
+    /// Waits, with page `page_no`'s stripe locked (`s`), until no write
+    /// through holds the page (its claimant never waits on this stripe,
+    /// so the claim is released).
+    #[inline]
+    fn wait_not_through(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
+        while !s.through.is_empty() && s.through.contains(&page_no) {
+            self.unguarded[self.stripe_no(page_no)].wait(s);
+        }
+    }
+
+    // ---- writes through (a scoped commit that skips the buffer) ----
+
+    /// Claims pages `pages` for a write through, if none of them is
+    /// buffered, in flight, guarded or claimed: from here until
+    /// [`release_through`](Self::release_through) no one reads or writes
+    /// them (they wait at their stripe, before the read cache, whose
+    /// copies the release drops). All or nothing: `false` leaves nothing
+    /// claimed.
+    pub(crate) fn claim_through(&self, pages: std::ops::Range<u64>, cache: &ReadCache) -> bool {
+        for p in pages.clone() {
+            let mut s = self.stripe(p).lock();
+            let taken = s.dirty.contains_key(&p)
+                || s.flushing.iter().any(|g| g.contains_key(&p))
+                || s.guarded.iter().any(|&(g, _)| g == p)
+                || s.through.contains(&p);
+            if taken {
+                drop(s);
+                self.release_through(pages.start..p, cache);
+                return false;
+            }
+            s.through.push(p);
+            s.seq = s.seq.wrapping_add(1);
+        }
+        true
+    }
+
+    /// Releases the claims of `pages` ([`claim_through`](Self::claim_through))
+    /// and wakes whoever waits for them. Their bytes are on disk now: the
+    /// read cache drops its copies, and its `seq` moves, so a disk read
+    /// that began before is not cached.
+    pub(crate) fn release_through(&self, pages: std::ops::Range<u64>, cache: &ReadCache) {
+        for p in pages {
+            let mut s = self.stripe(p).lock();
+            s.through.retain(|&q| q != p);
+            s.seq = s.seq.wrapping_add(1);
+            cache.forget(p, &self.pool);
+            drop(s);
+            self.unguarded[self.stripe_no(p)].notify_all();
+        }
+    }
+
+    /// Releases the claims of `pages` after a write through failed,
+    /// buffering `copies` (one page each, the caller's bytes) as their
+    /// dirty versions under the same lock, so no reader meets the disk's
+    /// unknown bytes and a later flush writes them; counted in `buffered`
+    /// (no wait for room: like a failed flush's pages, they were on their
+    /// way out). The logical length already covers them.
+    pub(crate) fn requeue_through(
+        &self,
+        first: u64,
+        copies: impl IntoIterator<Item = PageRef>,
+        cache: &ReadCache,
+        length: &Length,
+        counters: &Counters,
+    ) {
+        for (p, page) in (first..).zip(copies) {
+            let mut s = self.stripe(p).lock();
+            s.through.retain(|&q| q != p);
+            let end = (p + 1) << self.page_shift;
+            self.insert_locked(&mut s, p, page, end, length, counters);
+            cache.forget(p, &self.pool);
+            drop(s);
+            self.unguarded[self.stripe_no(p)].notify_all();
+        }
     }
 
     /// Refuses `discard` or `set_len` over a page under a live guard

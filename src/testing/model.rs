@@ -96,6 +96,19 @@ pub enum Op {
         /// Commit asynchronously.
         ticket: bool,
     },
+    /// A scoped transaction in one call: a new [`Writer`](crate::Writer)'s
+    /// `write_and_commit` of `pages` (1..=3) pages from `page`, written
+    /// through (straight from the caller's bytes) where it can. When it
+    /// says Ok, those pages are durable at the versions written or later
+    /// ones. On an error a read tells whether the bytes were taken (all of
+    /// them or none; then they count as written, as a failed commit's
+    /// pages do).
+    Through {
+        /// First page.
+        page: u64,
+        /// Page count.
+        pages: u64,
+    },
     /// `sync_async`: a ticket for everything written so far.
     SyncAsync,
     /// Waits for the oldest ticket kept (nothing without one).
@@ -589,6 +602,55 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
                 let r = writer.commit();
                 scoped_outcome(cfg, w, m, r, &promised)?;
             }
+        }
+        Op::Through { page, pages } => {
+            let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
+            let page = page % MAX_PAGES;
+            m.version += 1;
+            let versions: Vec<Vec<u8>> = (0..pages)
+                .map(|i| page_bytes(ps, page + i, m.version))
+                .collect();
+            let new = versions.concat();
+            let r = w.file.writer().write_and_commit(at(page), &new);
+            // Which pages it took the error does not say (the buffered
+            // way's write takes pages one by one, and backpressure may
+            // stop it part way): the newest bytes do, page by page (the
+            // write's version, or the model's).
+            let taken: Vec<bool> = match &r {
+                Ok(()) => vec![true; pages as usize],
+                Err(_) => {
+                    let mut taken = Vec::new();
+                    for (i, v) in versions.iter().enumerate() {
+                        let p = page + i as u64;
+                        taken.push(match w.file.read(at(p), ps) {
+                            Ok(got) if got[..] == v[..] => true,
+                            Ok(got) if got[..] == m.expect(p, ps)[..] => false,
+                            // Past the end: nothing grew the file to it.
+                            Err(Error::OutOfBounds { .. }) => false,
+                            Ok(_) => {
+                                return Err(format!(
+                                    "after a failed write_and_commit, page {p} holds neither version"
+                                ));
+                            }
+                            Err(e) => return Err(format!("read after write_and_commit: {e}")),
+                        });
+                    }
+                    taken
+                }
+            };
+            if !taken.contains(&true) {
+                mutation_result(r, m)?;
+                return Ok(());
+            }
+            let mut promised: Vec<(u64, u64)> = Vec::new();
+            for (i, v) in versions.into_iter().enumerate() {
+                let p = page + i as u64;
+                if taken[i] {
+                    m.write(p, v);
+                    promised.extend(m.newest_id(p).map(|id| (p, id)));
+                }
+            }
+            scoped_outcome(cfg, w, m, r, &promised)?;
         }
         Op::SyncAsync => match w.file.sync_async() {
             Ok(t) => {

@@ -17,6 +17,10 @@ pub(crate) fn print_scale(r: &ScaleReport) {
             CommitKind::Sync => "global (sync(): every page any thread wrote)".to_string(),
             CommitKind::Flush => "flush (no fdatasync)".to_string(),
             CommitKind::Scoped => "scoped (Writer::commit: each thread's own pages)".to_string(),
+            CommitKind::Through => {
+                "through (Writer::write_and_commit: each thread's own pages, no copy where it can)"
+                    .to_string()
+            }
             CommitKind::Async { in_flight } => {
                 format!("async ({in_flight} tickets in flight per thread)")
             }

@@ -23,6 +23,7 @@ mod sink;
 mod streams;
 
 use crate::rng::WyRand;
+use pagewriter::buffer::AlignedBuf;
 use pagewriter::{
     CommitStrategy, Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats,
     StorageBackend, TornWrites,
@@ -125,6 +126,12 @@ pub enum CommitKind {
     /// commits with `Writer::commit`: durable, its own pages only, no
     /// leader.
     Scoped,
+    /// As `Scoped`, with a transaction's fresh pages (`--fill fixed`: one
+    /// run) and its commit in one `Writer::write_and_commit` call, which
+    /// writes them straight from the thread's buffer where it can (no copy
+    /// into the write buffer); rewrites are written first, and then the
+    /// call commits them too (the buffered way).
+    Through,
     /// As `Scoped` with `Writer::commit_async`: each thread keeps up to
     /// `in_flight` tickets and waits for the oldest when it has that many;
     /// a commit's latency runs from its start to its ticket's resolution.
@@ -136,12 +143,13 @@ pub enum CommitKind {
 
 impl CommitKind {
     /// The name on the command line and in reports: `global`, `flush`,
-    /// `scoped`, `async:N`.
+    /// `scoped`, `through`, `async:N`.
     pub fn name(self) -> String {
         match self {
             CommitKind::Sync => "global".into(),
             CommitKind::Flush => "flush".into(),
             CommitKind::Scoped => "scoped".into(),
+            CommitKind::Through => "through".into(),
             CommitKind::Async { in_flight } => format!("async:{in_flight}"),
         }
     }
@@ -156,11 +164,12 @@ impl std::str::FromStr for CommitKind {
             "global" | "sync" => CommitKind::Sync,
             "flush" => CommitKind::Flush,
             "scoped" => CommitKind::Scoped,
+            "through" => CommitKind::Through,
             other => match other.strip_prefix("async:").map(str::parse::<usize>) {
                 Some(Ok(n)) if (1..=1024).contains(&n) => CommitKind::Async { in_flight: n },
                 _ => {
                     return Err(Error::config(format!(
-                        "unknown commit {other:?} (global, flush, scoped, async:N with N in 1..=1024)"
+                        "unknown commit {other:?} (global, flush, scoped, through, async:N with N in 1..=1024)"
                     )));
                 }
             },
@@ -958,15 +967,20 @@ fn writer(
     let mut sink = Sink::new(file, config.commit);
     let mut latency = new_histogram();
     let (mut pages, mut commits, mut reads) = (0u64, 0u64, 0u64);
-    // Fill::Fixed: one transaction's pages, filled once.
+    // Fill::Fixed: one transaction's pages, filled once (page-aligned, as
+    // an engine's page buffers are, so `O_DIRECT` can write from them).
     let mut fixed = match config.fill {
         Fill::Fixed => {
-            let mut b = vec![0u8; (fresh.max(1) * ps) as usize];
+            let len = (fresh.max(1) * ps) as usize;
+            let mut b =
+                AlignedBuf::zeroed(len, 4096).ok_or(CoreError::NoMemory { bytes: len as u64 })?;
             data.fill_at(seed.wrapping_mul(ps) % (1 << 40), &mut b)?;
-            b
+            Some(b)
         }
-        Fill::Random => Vec::new(),
+        Fill::Random => None,
     };
+    // `through`: the fresh pages go with the commit, in one call.
+    let through = matches!(config.commit, CommitKind::Through) && fixed.is_some() && fresh > 0;
     while !stop.load(Ordering::Relaxed) {
         let Some(first) = room.claim(alloc, fresh, stop) else {
             break;
@@ -979,10 +993,13 @@ fn writer(
                 }
             }
             Fill::Fixed if fresh > 0 => {
+                let fixed = fixed.as_deref_mut().expect("filled for Fill::Fixed");
                 for page in fixed.chunks_mut(ps as usize) {
                     page[..8].copy_from_slice(&commits.to_le_bytes());
                 }
-                sink.write_page(first * ps, &fixed)?;
+                if !through {
+                    sink.write_page(first * ps, fixed)?;
+                }
             }
             Fill::Fixed => {}
         }
@@ -1000,9 +1017,14 @@ fn writer(
                     data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
                 }
                 Fill::Fixed => {
+                    let fixed = fixed.as_deref_mut().expect("filled for Fill::Fixed");
                     let page = &mut fixed[..ps as usize];
                     page[..8].copy_from_slice(&(!commits).to_le_bytes());
                     sink.write_page(p * ps, page)?;
+                    if through {
+                        // Its fresh pages go out at the commit, from here.
+                        page[..8].copy_from_slice(&commits.to_le_bytes());
+                    }
                 }
             }
         }
@@ -1024,7 +1046,10 @@ fn writer(
                 reads += 1;
             }
         }
-        commits += sink.commit(&mut latency)?;
+        commits += match fixed.as_deref() {
+            Some(fixed) if through => sink.write_and_commit(first * ps, fixed, &mut latency)?,
+            _ => sink.commit(&mut latency)?,
+        };
     }
     commits += sink.finish(&mut latency)?;
     Ok(Tally {

@@ -32,7 +32,7 @@ impl<'a> Sink<'a> {
     pub(super) fn new(file: &'a PagedCachedFile, commit: CommitKind) -> Self {
         match commit {
             CommitKind::Sync | CommitKind::Flush => Sink::File { file, commit },
-            CommitKind::Scoped => Sink::Writer {
+            CommitKind::Scoped | CommitKind::Through => Sink::Writer {
                 writer: file.writer(),
                 in_flight: None,
                 tickets: VecDeque::new(),
@@ -101,6 +101,34 @@ impl<'a> Sink<'a> {
                     done += 1;
                 }
                 Ok(done)
+            }
+        }
+    }
+
+    /// Writes whole pages at `offset` and ends the transaction with them
+    /// (`Writer::write_and_commit`, timed whole as a commit's latency);
+    /// returns the commits that completed. Kinds without a writer of
+    /// their own write, then commit as [`commit`](Self::commit) does.
+    pub(super) fn write_and_commit(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        latency: &mut Histogram<u64>,
+    ) -> Result<u64> {
+        match self {
+            Sink::Writer {
+                writer,
+                in_flight: None,
+                ..
+            } => {
+                let t0 = Instant::now();
+                writer.write_and_commit(offset, data)?;
+                latency.saturating_record(t0.elapsed().as_micros().max(1) as u64);
+                Ok(1)
+            }
+            _ => {
+                self.write_page(offset, data)?;
+                self.commit(latency)
             }
         }
     }

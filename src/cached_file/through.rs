@@ -1,0 +1,220 @@
+//! Writes through: a scoped commit of whole pages that no one else holds
+//! writes the caller's bytes straight to disk (one `pwrite` from the
+//! caller's buffer, no copy into the write buffer, no drain), then needs
+//! an `fdatasync` that began after that write (`Durability::sync_to`), as
+//! any scoped commit does. `Writer::write_and_commit` takes this way when
+//! it can and the buffered way otherwise.
+//!
+//! Owns: the gate between writes through and cuts ([`ThroughGate`]).
+//! Calls: the write buffer (claims: `WriteBuffer::claim_through`), the
+//! lengths, the unwritten pages, the backend's write and the durability
+//! watermark.
+//!
+//! Lock order: the gate's lock is a leaf, taken alone or (by a cut) under
+//! the drain lock; a cut waits there for the passes in flight, so a pass
+//! holder never takes the drain lock (it drops the pass before anything
+//! that could: making room after a failed write, the `fdatasync`).
+//!
+//! Why it is safe to skip the buffer, each by a check made before the
+//! write:
+//! - no other version of the pages is buffered, in flight, guarded or
+//!   being written through (the claim, all or nothing), and until the
+//!   claim is released no one reads or writes them: readers and writers
+//!   wait, so no read meets bytes the write is changing, and no newer
+//!   version can be written before this one;
+//! - the pages lie inside the file's length on disk and in space holding
+//!   data (not `Unwritten`): the write allocates nothing and changes no
+//!   size, so the `fdatasync` after it makes them durable with the length
+//!   they need (a write that allocates is grouped instead, see
+//!   `Writer::commit`);
+//! - no cut runs meanwhile: a write through passes the [`ThroughGate`],
+//!   which a shrinking `set_len` closes and waits to empty before its
+//!   `ftruncate` (a write landing after the cut would grow the file
+//!   again);
+//! - no torn-page protection and no grow-ahead window is configured
+//!   (both need the buffered path's records and trailer);
+//! - under `O_DIRECT` the caller's buffer meets the memory alignment.
+//!
+//! A failed write puts the pages into the write buffer from the caller's
+//! bytes before the claim is released, so reads see them and the
+//! writer's next commit writes them again (as a failed flush requeues);
+//! it waits for room first, as a write does, and goes past the bound only
+//! if making room failed too.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::parts::Parts;
+use super::stats::{add, add_elapsed};
+use crate::error::{Error, Result};
+use crate::sync::{Condvar, Mutex};
+
+/// Writes through in flight and whether a cut holds them off (see the
+/// module docs).
+pub(crate) struct ThroughGate {
+    state: Mutex<Gate>,
+    /// Notified when the last write through in flight leaves.
+    empty: Condvar,
+}
+
+#[derive(Default)]
+struct Gate {
+    /// Writes through between [`ThroughGate::enter`] and the drop of
+    /// their pass.
+    in_flight: usize,
+    /// A cut is waiting or running: no write through enters.
+    cutting: bool,
+}
+
+/// A write through's way past the gate; leaves it when dropped.
+pub(crate) struct ThroughPass<'a>(&'a ThroughGate);
+
+/// A cut's hold on the gate: no write through is in flight or enters
+/// until it is dropped.
+pub(crate) struct CutHold<'a>(&'a ThroughGate);
+
+impl ThroughGate {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Mutex::new(Gate::default()),
+            empty: Condvar::new(),
+        }
+    }
+
+    /// A pass for one write through; `None` while a cut holds the gate
+    /// (the commit then takes the buffered way).
+    pub(crate) fn enter(&self) -> Option<ThroughPass<'_>> {
+        let mut g = self.state.lock();
+        if g.cutting {
+            return None;
+        }
+        g.in_flight += 1;
+        Some(ThroughPass(self))
+    }
+
+    /// Closes the gate and waits until no write through is in flight (a
+    /// write through never waits for a cut, so this ends).
+    pub(crate) fn hold_for_cut(&self) -> CutHold<'_> {
+        let mut g = self.state.lock();
+        g.cutting = true;
+        while g.in_flight > 0 {
+            self.empty.wait(&mut g);
+        }
+        CutHold(self)
+    }
+}
+
+impl Drop for ThroughPass<'_> {
+    fn drop(&mut self) {
+        let mut g = self.0.state.lock();
+        g.in_flight -= 1;
+        if g.in_flight == 0 {
+            self.0.empty.notify_all();
+        }
+    }
+}
+
+impl Drop for CutHold<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().cutting = false;
+    }
+}
+
+/// What a write through did.
+pub(crate) enum Through {
+    /// Written and durable: the commit is done.
+    Done,
+    /// Not taken (a check failed, nothing changed): commit the buffered
+    /// way.
+    Declined,
+}
+
+/// A scoped commit of `buf` (whole pages) at `offset` written through (see
+/// the module docs), passing `gate`; [`Through::Declined`] where a check
+/// fails. `failed_pages` receives the page numbers of a failed write,
+/// which go into the write buffer (the writer's next commit covers them)
+/// once `room` (backpressure, as a write's) made room for them, or past
+/// the bound if it failed.
+///
+/// Errors: [`Error::PagesFailed`] with op "pwrite" (the pages stay dirty);
+/// an `fdatasync` failure as `Writer::commit` reports it (the file is
+/// poisoned).
+pub(crate) fn commit(
+    p: &Parts<'_>,
+    gate: &ThroughGate,
+    offset: u64,
+    buf: &[u8],
+    failed_pages: &mut Vec<u64>,
+    room: &dyn Fn() -> Result<()>,
+) -> Result<Through> {
+    let ps = p.config.page_size as u64;
+    let len = buf.len() as u64;
+    if len == 0 || !offset.is_multiple_of(ps) || !len.is_multiple_of(ps) {
+        return Ok(Through::Declined);
+    }
+    if let Some(a) = p.backend.dio_align()
+        && !(buf.as_ptr() as usize).is_multiple_of(a.memory.max(1) as usize)
+    {
+        return Ok(Through::Declined);
+    }
+    let Some(end) = offset.checked_add(len) else {
+        return Ok(Through::Declined);
+    };
+    let Some(pass) = gate.enter() else {
+        return Ok(Through::Declined);
+    };
+    // Inside the file's length on disk and in space holding data: only a
+    // cut lowers these, and none runs while the pass is held.
+    let inside = p.length.get().min(p.length.disk()).min(p.length.written());
+    let pages: Range<u64> = offset / ps..end / ps;
+    if end > inside || p.unwritten.touches_range(pages.clone()) {
+        return Ok(Through::Declined);
+    }
+    if !p.buffer.claim_through(pages.clone(), p.cache) {
+        return Ok(Through::Declined);
+    }
+    let started = std::time::Instant::now();
+    let written = p.backend.write_all_at(offset, buf);
+    add_elapsed(&p.counters.write_ns, started);
+    add(&p.counters.write_calls, 1);
+    if let Err(e) = written {
+        // The disk holds some mix of old and new bytes: the caller's go
+        // into the buffer before anyone can read the pages, within the
+        // bound where backpressure can make room (it flushes other pages:
+        // these are claimed, not dirty), past it where it cannot. The pass
+        // goes first: making room may flush, which takes the drain lock,
+        // under which a cut waits for passes (a cut from here on orders
+        // with these pages as with any write after it).
+        drop(pass);
+        let _ = room();
+        let copies = buf
+            .chunks_exact(ps as usize)
+            .map(|chunk| p.buffer.page_copy_of(chunk))
+            .collect::<Result<Vec<_>>>();
+        match copies {
+            Ok(copies) => {
+                p.buffer
+                    .requeue_through(pages.start, copies, p.cache, p.length, p.counters)
+            }
+            // No memory for them: the pages are released as the disk
+            // holds them, and the error says they failed.
+            Err(_) => p.buffer.release_through(pages.clone(), p.cache),
+        }
+        failed_pages.extend(pages);
+        return Err(Error::PagesFailed {
+            failed: std::iter::once(offset..end).collect(),
+            op: "pwrite",
+            source: Arc::new(e),
+        });
+    }
+    let step = p.durability.step();
+    add(&p.counters.runs, 1);
+    add(&p.counters.pages_written, pages.end - pages.start);
+    add(&p.counters.bytes_written, len);
+    p.buffer.release_through(pages, p.cache);
+    drop(pass);
+    p.durability.sync_to(step)?;
+    add(&p.counters.commits, 1);
+    add(&p.counters.through_commits, 1);
+    Ok(Through::Done)
+}
