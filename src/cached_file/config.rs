@@ -83,7 +83,14 @@ pub struct Config {
     /// Each lane is an open file description of its own, so overlapping
     /// `fdatasync`s never share one (each sees every writeback error since
     /// its lane's previous sync), and the file system can batch their
-    /// journal commits. Default 4.
+    /// journal commits. Scoped commits
+    /// ([`Writer::commit`](crate::Writer::commit),
+    /// [`Writer::write_and_commit`](crate::Writer::write_and_commit)) and
+    /// direct commits issue their `fdatasync`s on these lanes too: with
+    /// fewer lanes than threads committing at once, the others wait for a
+    /// lane (or for an `fdatasync` begun after their writes), which costs
+    /// CPU per commit; an engine committing from T threads sets T.
+    /// Default 4.
     pub sync_lanes: usize,
     /// A commit round that writes one run, with every earlier write already
     /// synced, writes it with `RWF_DSYNC`
