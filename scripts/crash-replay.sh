@@ -7,7 +7,7 @@
 # (`CRASHLOG_STATES=40 cargo test -p pagewriter-crashlog`).
 #
 # Usage: scripts/crash-replay.sh [STATES] [SEED] [-- more pagewriter-crashlog args]
-#   e.g. scripts/crash-replay.sh 130 7    (10 workloads x 130 = 1300 per file system)
+#   e.g. scripts/crash-replay.sh 130 7    (11 workloads x 130 = 1430 per file system)
 set -euo pipefail
 states=${1:-130} seed=${2:-1}
 [ $# -gt 0 ] && shift; [ $# -gt 0 ] && shift
