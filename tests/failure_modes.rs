@@ -954,27 +954,42 @@ fn writers_commit_on_a_full_disk(kind: FsKind, how: Commits) {
         failed.load(Ordering::Relaxed) > 0,
         "{what}: every ticket Ok with 16 MiB written into about 1 MiB free"
     );
+    let back = |f: &PagedCachedFile| {
+        give_space_back(fs.path(), fill, &filler, 2 * pages * PS as u64, &what);
+        f.sync_async().and_then(pagewriter::CommitTicket::wait)
+    };
+    every_page_once_space_returns(f, &path, (pages, 1), 61, &what, back);
+}
+
+/// The end of a full-disk case: `f` is not poisoned and reads pages
+/// `0..pages` (every `step`-th) at version `version`, the pages the full
+/// disk stopped included; `then` gives the space back and commits; after
+/// `close` the file at `path` is exactly those pages at that version.
+fn every_page_once_space_returns(
+    f: PagedCachedFile,
+    path: &Path,
+    (pages, version): (u64, u64),
+    step: usize,
+    what: &str,
+    then: impl FnOnce(&PagedCachedFile) -> pagewriter::Result<()>,
+) {
     assert!(!f.is_poisoned(), "{what}");
-    for p in (0..pages).step_by(61) {
+    for p in (0..pages).step_by(step) {
         assert_eq!(
             tag_of(&f.read(p * PS as u64, PS).unwrap()),
-            (p, 1),
+            (p, version),
             "{what}"
         );
     }
-    give_space_back(fs.path(), fill, &filler, 2 * pages * PS as u64, &what);
-    f.sync_async()
-        .unwrap()
-        .wait()
-        .unwrap_or_else(|e| panic!("{what}: once space returned: {e}"));
+    then(&f).unwrap_or_else(|e| panic!("{what}: once space returned: {e}"));
     f.close().unwrap();
     drop(f);
-    let on_disk = std::fs::read(&path).unwrap();
+    let on_disk = std::fs::read(path).unwrap();
     assert_eq!(on_disk.len() as u64, pages * PS as u64, "{what}");
     for p in 0..pages as usize {
         assert_eq!(
             tag_of(&on_disk[p * PS..]),
-            (p as u64, 1),
+            (p as u64, version),
             "{what}: page {p}"
         );
     }
@@ -1054,28 +1069,11 @@ fn writes_through_on_a_full_disk(kind: FsKind) {
             "{what}: every commit wrote through"
         );
     }
-    assert!(!f.is_poisoned(), "{what}");
-    for p in (0..pages).step_by(7) {
-        assert_eq!(
-            tag_of(&f.read(p * PS as u64, PS).unwrap()),
-            (p, 2),
-            "{what}"
-        );
-    }
-    give_space_back(fs.path(), fill, &filler, 2 * pages * PS as u64, &what);
-    f.sync()
-        .unwrap_or_else(|e| panic!("{what}: once space returned: {e}"));
-    f.close().unwrap();
-    drop(f);
-    let on_disk = std::fs::read(&path).unwrap();
-    assert_eq!(on_disk.len() as u64, pages * PS as u64, "{what}");
-    for p in 0..pages as usize {
-        assert_eq!(
-            tag_of(&on_disk[p * PS..]),
-            (p as u64, 2),
-            "{what}: page {p}"
-        );
-    }
+    let back = |f: &PagedCachedFile| {
+        give_space_back(fs.path(), fill, &filler, 2 * pages * PS as u64, &what);
+        f.sync()
+    };
+    every_page_once_space_returns(f, &path, (pages, 2), 7, &what, back);
 }
 
 /// A case run on every file system, and its name.

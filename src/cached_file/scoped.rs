@@ -163,10 +163,14 @@ impl<'a> Writer<'a> {
     /// other threads wait for it; a shrinking
     /// [`set_len`](PagedCachedFile::set_len) waits for it too.
     ///
-    /// Errors: as `write_page` and `commit`. If the write through fails
+    /// `offset` is in bytes; `buf` any length (empty: a commit alone).
+    ///
+    /// Errors: as `write_all_at` and `commit`. If the write through fails
     /// ([`Error::PagesFailed`](crate::Error::PagesFailed), op "pwrite"),
     /// the pages are put into the write buffer from `buf` and stay in this
-    /// writer's next commit, as a failed commit's do.
+    /// writer's next commit, as a failed commit's do (where the process
+    /// cannot get memory for that copy, they are not kept: the error still
+    /// names them, and the caller writes them again). Panics: none.
     pub fn write_and_commit(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
         if self.pages.is_empty() {
             match self.file.commit_through(offset, buf, &mut self.pages)? {

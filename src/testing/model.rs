@@ -309,6 +309,19 @@ impl Model {
             .unwrap_or_else(|| vec![0; ps])
     }
 
+    /// A write of `pages` pages (1..=3, clipped at the last page) from
+    /// `page` (taken modulo `MAX_PAGES`): the first page and each page's
+    /// bytes at a new version.
+    fn next_versions(&mut self, ps: usize, page: u64, pages: u64) -> (u64, Vec<Vec<u8>>) {
+        let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
+        let page = page % MAX_PAGES;
+        self.version += 1;
+        let versions = (0..pages)
+            .map(|i| page_bytes(ps, page + i, self.version))
+            .collect();
+        (page, versions)
+    }
+
     fn write(&mut self, page: u64, bytes: Vec<u8>) {
         self.since.entry(page).or_default().push(bytes.clone());
         self.next_id += 1;
@@ -446,12 +459,7 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
     };
     match *op {
         Op::Write { page, pages } => {
-            let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
-            let page = page % MAX_PAGES;
-            m.version += 1;
-            let versions: Vec<Vec<u8>> = (0..pages)
-                .map(|i| page_bytes(ps, page + i, m.version))
-                .collect();
+            let (page, versions) = m.next_versions(ps, page, pages);
             if mutation_result(w.file.write_page(at(page), &versions.concat()), m)? {
                 for (i, v) in versions.into_iter().enumerate() {
                     m.write(page + i as u64, v);
@@ -569,12 +577,7 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             pages,
             ticket,
         } => {
-            let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
-            let page = page % MAX_PAGES;
-            m.version += 1;
-            let versions: Vec<Vec<u8>> = (0..pages)
-                .map(|i| page_bytes(ps, page + i, m.version))
-                .collect();
+            let (page, versions) = m.next_versions(ps, page, pages);
             let mut writer = w.file.writer();
             if !mutation_result(writer.write_page(at(page), &versions.concat()), m)? {
                 return Ok(());
@@ -604,12 +607,7 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             }
         }
         Op::Through { page, pages } => {
-            let pages = pages.clamp(1, 3).min(MAX_PAGES - page % MAX_PAGES);
-            let page = page % MAX_PAGES;
-            m.version += 1;
-            let versions: Vec<Vec<u8>> = (0..pages)
-                .map(|i| page_bytes(ps, page + i, m.version))
-                .collect();
+            let (page, versions) = m.next_versions(ps, page, pages);
             let new = versions.concat();
             let r = w.file.writer().write_and_commit(at(page), &new);
             // Which pages it took the error does not say (the buffered
@@ -617,7 +615,7 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
             // stop it part way): the newest bytes do, page by page (the
             // write's version, or the model's).
             let taken: Vec<bool> = match &r {
-                Ok(()) => vec![true; pages as usize],
+                Ok(()) => vec![true; versions.len()],
                 Err(_) => {
                     let mut taken = Vec::new();
                     for (i, v) in versions.iter().enumerate() {
