@@ -173,6 +173,9 @@ pub(crate) fn commit(
     if !p.buffer.claim_through(pages.clone(), p.cache) {
         return Ok(Through::Declined);
     }
+    // Under the model check, others may run between the claim and the
+    // write (a real write takes long enough for them to).
+    crate::sync::io_point();
     let started = std::time::Instant::now();
     let written = p.backend.write_all_at(offset, buf);
     add_elapsed(&p.counters.write_ns, started);
