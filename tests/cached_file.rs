@@ -934,6 +934,57 @@ fn crash_backend_reports_a_writeback_error_once_per_lane() {
     assert_eq!(img[PS..2 * PS], page(PS, 1, 1)[..]);
 }
 
+/// A lane opened after a failed writeback misses the error, as a file
+/// description opened on Linux after another one saw the error does (the
+/// open samples the file's error state): the cached file must not let
+/// such a lane vouch for pages lost before it opened.
+#[test]
+fn crash_backend_lanes_opened_after_a_failure_do_not_report_it() {
+    let be = CrashBackend::with_sync_lanes(1);
+    assert_eq!(be.sync_lanes(), 1);
+    be.write_all_at(0, &page(PS, 0, 1)).unwrap();
+    be.schedule_syncs([true]);
+    assert!(be.sync_data_on(0).is_err(), "the failing sync");
+    assert_eq!(be.open_sync_lane().unwrap(), Some(1));
+    assert_eq!(be.sync_lanes(), 2);
+    assert!(
+        be.sync_data_on(1).is_ok(),
+        "opened after the error was seen"
+    );
+    assert!(be.sync_data_on(2).is_err(), "no lane 2 yet");
+    let img = be.durable_image();
+    assert!(img.iter().all(|&b| b == 0), "the lost write came back");
+}
+
+/// A file backend opens sync lanes on demand (one more open file
+/// description each, numbered in order) up to `MAX_SYNC_LANES`, then
+/// gives none; every lane syncs the file. Elsewhere than Linux a file
+/// has one lane and opens none.
+#[test]
+fn file_backend_opens_sync_lanes_up_to_the_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let be = pagewriter::FileBackend::open(dir.path().join("f"))
+        .unwrap()
+        .with_sync_lanes(4)
+        .unwrap();
+    if !cfg!(target_os = "linux") {
+        assert_eq!(be.sync_lanes(), 1);
+        assert_eq!(be.open_sync_lane().unwrap(), None);
+        return;
+    }
+    assert_eq!(be.sync_lanes(), 4);
+    be.write_all_at(0, &page(PS, 0, 1)).unwrap();
+    for lane in 4..pagewriter::MAX_SYNC_LANES {
+        assert_eq!(be.open_sync_lane().unwrap(), Some(lane));
+        be.sync_data_on(lane).unwrap();
+    }
+    assert_eq!(be.sync_lanes(), pagewriter::MAX_SYNC_LANES);
+    assert_eq!(be.open_sync_lane().unwrap(), None, "past the most");
+    let err = be.sync_data_on(pagewriter::MAX_SYNC_LANES).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert_eq!(be.syscalls().syncs, (pagewriter::MAX_SYNC_LANES - 4) as u64);
+}
+
 /// A backend whose next write at `offset` panics (once).
 #[derive(Debug)]
 struct PanicsOnce {

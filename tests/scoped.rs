@@ -797,3 +797,176 @@ fn write_and_commit_on_a_real_file_with_o_direct() {
     }
     f.close().unwrap();
 }
+
+// ---- sync lanes opened on demand ----
+
+/// A crash-simulating backend with one sync lane at first whose next
+/// `fdatasync`, once armed, tells when it started and holds its lane
+/// until released; more lanes open on demand only if `opens`.
+#[derive(Debug)]
+struct HoldsASync {
+    inner: CrashBackend,
+    opens: bool,
+    held: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+use std::sync::mpsc;
+
+impl HoldsASync {
+    fn new(opens: bool) -> Self {
+        Self {
+            inner: CrashBackend::with_sync_lanes(1),
+            opens,
+            held: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Arms the hold: the receiver hears when the next `fdatasync`
+    /// started; it returns once the sender sends.
+    fn hold_next(&self) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        *self.held.lock().unwrap() = Some((started_tx, release_rx));
+        (started_rx, release_tx)
+    }
+}
+
+impl StorageBackend for HoldsASync {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.inner.write_all_at(offset, buf)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.sync_data_on(0)
+    }
+    fn sync_lanes(&self) -> usize {
+        self.inner.sync_lanes()
+    }
+    fn sync_data_on(&self, lane: usize) -> std::io::Result<()> {
+        let hold = self.held.lock().unwrap().take();
+        if let Some((started, release)) = hold {
+            started.send(()).unwrap();
+            release.recv().unwrap();
+        }
+        self.inner.sync_data_on(lane)
+    }
+    fn open_sync_lane(&self) -> std::io::Result<Option<usize>> {
+        match self.opens {
+            true => self.inner.open_sync_lane(),
+            false => Ok(None),
+        }
+    }
+}
+
+/// Waits for `done` (a minute at most: a commit stuck waiting for a
+/// held lane never sends), releasing the hold first if it never comes.
+fn within_a_minute<T>(done: &mpsc::Receiver<T>, release: &mpsc::Sender<()>, what: &str) -> T {
+    match done.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(t) => t,
+        Err(_) => {
+            let _ = release.send(());
+            panic!("{what}");
+        }
+    }
+}
+
+/// One sync lane, held by writer A's `fdatasync` (begun before writer B
+/// wrote): B's commit, buffered or written through, opens a second lane
+/// and, once the `fdatasync` in flight at the open has returned (it could
+/// have seen an error the new description will not report), commits
+/// there. The lane stays: with either lane held, the next commit takes
+/// the other and returns while the first is still held. `sync()` keeps
+/// its one lane.
+#[test]
+fn a_scoped_commit_opens_a_lane_when_every_lane_is_syncing() {
+    for through in [false, true] {
+        let be = Arc::new(HoldsASync::new(true));
+        let file = PagedCachedFile::new(Arc::clone(&be), Config::default().sync_lanes(1)).unwrap();
+        written(&file, 2);
+        let f = &file;
+        let commit_b = move |version: u64| {
+            let mut w = f.writer();
+            let b = page(PS, 1, version);
+            match through {
+                true => w.write_and_commit(PS as u64, &b),
+                false => w.write_page(PS as u64, &b).and_then(|()| w.commit()),
+            }
+        };
+        for version in 1..=2u64 {
+            let (started, release) = be.hold_next();
+            std::thread::scope(|s| {
+                let a = s.spawn(move || {
+                    let mut w = f.writer();
+                    w.write_page(0, &page(PS, 0, version)).unwrap();
+                    w.commit()
+                });
+                started.recv().unwrap();
+                let (done_tx, done_rx) = mpsc::channel();
+                s.spawn(move || done_tx.send(commit_b(version)).unwrap());
+                if version == 1 {
+                    // B opens a lane, then waits for A's `fdatasync`.
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                    while f.stats().sync_lanes_opened == 0 {
+                        if std::time::Instant::now() > deadline {
+                            release.send(()).unwrap();
+                            panic!("B opened no lane");
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    release.send(()).unwrap();
+                    done_rx.recv().unwrap().unwrap();
+                } else {
+                    // Both lanes open: B's commit returns while A's is held.
+                    within_a_minute(&done_rx, &release, "B waited for the held lane").unwrap();
+                    assert_eq!(image_page(&be.inner.durable_image(), 1), Some((1, 2)));
+                    release.send(()).unwrap();
+                }
+                a.join().unwrap().unwrap();
+            });
+            let img = be.inner.durable_image();
+            assert_eq!(image_page(&img, 0), Some((0, version)));
+            assert_eq!(image_page(&img, 1), Some((1, version)));
+        }
+        f.sync().unwrap();
+        let stats = f.stats();
+        assert_eq!(stats.sync_lanes_opened, 1, "through {through}");
+        assert_eq!(stats.through_commits, 2 * through as u64);
+        file.close().unwrap();
+    }
+}
+
+/// Where the backend opens no lane (or fails to), a scoped commit that
+/// finds every lane syncing waits for one, as before: both commits
+/// return with their pages durable and nothing is opened.
+#[test]
+fn a_scoped_commit_waits_for_a_lane_where_none_can_be_opened() {
+    let be = Arc::new(HoldsASync::new(false));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default().sync_lanes(1)).unwrap();
+    written(&f, 2);
+    let (started, release) = be.hold_next();
+    std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let mut w = f.writer();
+            w.write_page(0, &page(PS, 0, 1)).unwrap();
+            w.commit()
+        });
+        started.recv().unwrap();
+        let b = s.spawn(|| f.writer().write_and_commit(PS as u64, &page(PS, 1, 1)));
+        release.send(()).unwrap();
+        a.join().unwrap().unwrap();
+        b.join().unwrap().unwrap();
+    });
+    let img = be.inner.durable_image();
+    assert_eq!(image_page(&img, 0), Some((0, 1)));
+    assert_eq!(image_page(&img, 1), Some((1, 1)));
+    assert_eq!(f.stats().sync_lanes_opened, 0);
+    f.close().unwrap();
+}

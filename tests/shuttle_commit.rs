@@ -783,7 +783,13 @@ enum Start {
 /// that accepted an `fdatasync` begun before its writes completed would
 /// find a page of its own missing from some image.
 fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
-    let (be, mut f) = file_with(config.clone());
+    scoped_writers_lose_nothing_on(CrashBackend::new(), config, how, start);
+}
+
+/// [`scoped_writers_lose_nothing`] on `be`.
+fn scoped_writers_lose_nothing_on(be: CrashBackend, config: Config, how: Scoped, start: Start) {
+    let be = Arc::new(be);
+    let mut f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config.clone()).unwrap());
     if let Start::Written | Start::Reserved = start {
         for p in 0..7u64 {
             f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
@@ -888,6 +894,75 @@ fn pipelined_tickets_never_lose_their_pages() {
     check(|| scoped_writers_lose_nothing(config(8), Scoped::Pipelined, Start::Written));
 }
 
+/// One sync lane at first, for rounds and scoped commits alike: a scoped
+/// commit that finds it syncing opens another (each lane a description of
+/// its own, never two `fdatasync`s on one at once: the backend panics),
+/// and its `fdatasync` there covers its writes like any other. Nothing
+/// acknowledged is lost, by commits or tickets.
+#[test]
+fn scoped_commits_on_lanes_opened_on_demand_lose_nothing() {
+    check(|| {
+        let config = config(8).sync_lanes(1);
+        scoped_writers_lose_nothing_on(
+            CrashBackend::with_sync_lanes(1),
+            config,
+            Scoped::Commit,
+            Start::Written,
+        );
+    });
+    check(|| {
+        let config = config(8).sync_lanes(1);
+        scoped_writers_lose_nothing_on(
+            CrashBackend::with_sync_lanes(1),
+            config,
+            Scoped::Pipelined,
+            Start::Written,
+        );
+    });
+}
+
+/// One round lane and one spare lane, and no more to open: `sync()`
+/// callers wait for the round lane while scoped commits take either. A
+/// lane that comes back wakes one waiter that may take it; one woken for
+/// the round lane may find the spare one free first and take that, so
+/// the round lane must go on to the next waiter (else a `sync()` caller
+/// sleeps beside a free lane: shuttle reports the deadlock).
+#[test]
+fn sync_and_scoped_commits_share_few_lanes_and_nobody_sleeps_beside_a_free_one() {
+    check(|| {
+        let be = Arc::new(CrashBackend::with_sync_lanes(2).most_sync_lanes(2));
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8).sync_lanes(1)).unwrap());
+        for p in 0..5u64 {
+            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+        }
+        f.sync().unwrap();
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+                shuttle::thread::spawn(move || {
+                    for v in 1..=2u64 {
+                        let p = t + 1;
+                        if t == 0 {
+                            f.write_page(p * PS as u64, &[tag(p, v); PS]).unwrap();
+                            f.sync().unwrap();
+                        } else {
+                            f.writer()
+                                .write_and_commit(p * PS as u64, &[tag(p, v); PS])
+                                .unwrap();
+                        }
+                        assert_page(&be.durable_image(), p, v, "after a commit");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(f.stats().sync_lanes_opened, 0);
+        f.close().unwrap();
+    });
+}
+
 /// Scoped commits on a growing file: a commit whose pages reach past the
 /// file's length on disk goes the way of `sync()` (group rounds), beside
 /// scoped commits of writers whose pages another writer's flush already
@@ -928,8 +1003,25 @@ fn a_scoped_commit_covers_pages_a_backpressure_flush_took() {
 /// and every one after it fails.
 #[test]
 fn a_failed_fdatasync_under_scoped_commits_fails_exactly_what_it_covers() {
+    check(|| failed_fdatasync_under_scoped_commits(CrashBackend::new(), config(8)));
+}
+
+/// The same with one sync lane at first: the failure may come on a lane
+/// opened since (which reports it, as a new description sees any error
+/// no description has seen) or on the first while others sync on new
+/// ones (which then report it too).
+#[test]
+fn a_failed_fdatasync_on_lanes_opened_on_demand_fails_exactly_what_it_covers() {
     check(|| {
-        let (be, f) = file_with(config(8));
+        let config = config(8).sync_lanes(1);
+        failed_fdatasync_under_scoped_commits(CrashBackend::with_sync_lanes(1), config)
+    });
+}
+
+fn failed_fdatasync_under_scoped_commits(be: CrashBackend, config: Config) {
+    {
+        let be = Arc::new(be);
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config).unwrap());
         be.schedule_syncs([false, true]);
         let writers: Vec<_> = (0..2u64)
             .map(|t| {
@@ -962,7 +1054,7 @@ fn a_failed_fdatasync_under_scoped_commits_fails_exactly_what_it_covers() {
         for w in writers {
             w.join().unwrap();
         }
-    });
+    }
 }
 
 /// A scoped commit with a grow-ahead window while another thread flushes

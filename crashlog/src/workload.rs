@@ -143,8 +143,8 @@ pub const ALL: [Workload; 11] = [
     },
     Workload {
         name: "scoped-through",
-        about: "Writer::write_and_commit from 3 threads rewriting written pages in two-page runs from page-aligned buffers (written through: one pwrite, then an fdatasync begun after it); O_DIRECT",
-        config: || base().direct(DirectIo::Auto),
+        about: "Writer::write_and_commit from 3 threads rewriting written pages in two-page runs from page-aligned buffers (written through: one pwrite, then an fdatasync begun after it); one sync lane at first, more opened on demand; O_DIRECT",
+        config: || base().direct(DirectIo::Auto).sync_lanes(1),
         torn_ok: true,
         body: scoped_through,
     },
@@ -322,10 +322,17 @@ fn scoped_through(c: &Ctx) -> Result<(), String> {
         }
         Ok(())
     })?;
-    let through = f.stats().through_commits;
-    if through != 30 {
-        return Err(format!("{through} of 30 commits wrote through"));
+    let stats = f.stats();
+    if stats.through_commits != 30 {
+        return Err(format!(
+            "{} of 30 commits wrote through",
+            stats.through_commits
+        ));
     }
+    eprintln!(
+        "scoped-through: {} sync lanes opened",
+        stats.sync_lanes_opened
+    );
     f.close().map_err(|e| format!("close: {e}"))
 }
 

@@ -5,7 +5,8 @@
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{OnceLock, PoisonError};
 
 use super::device::{AtomicUnit, DioAlign, IOV_MAX};
 use super::storage::StorageBackend;
@@ -204,7 +205,7 @@ pub struct FileBackend {
     atomic: Option<AtomicUnit>,
     /// Extra open file descriptions of the same file, one per sync lane
     /// past the first (lane 0 is `file`).
-    lanes: Vec<File>,
+    lanes: SyncLanes,
     read_only: bool,
     /// Largest file length the file system accepts (probed at open).
     max_file_size: Option<u64>,
@@ -213,6 +214,55 @@ pub struct FileBackend {
     sync_calls: AtomicU64,
     /// `FALLOC_FL_WRITE_ZEROES` was refused once: zeros are written.
     no_write_zeroes: std::sync::atomic::AtomicBool,
+}
+
+/// Most sync lanes of a [`FileBackend`], the first included (the crate's
+/// `MAX_SYNC_LANES`).
+pub(crate) const MAX_LANES: usize = 64;
+
+/// The open file descriptions of a file past its first, one per sync lane
+/// (lane `n` is `files[n - 1]`), opened one at a time and closed with the
+/// backend. Lanes are only added, so a lane number once handed out stays
+/// valid.
+#[derive(Debug)]
+struct SyncLanes {
+    files: Box<[OnceLock<File>]>,
+    /// How many of `files` are open (they are `files[..opened]`).
+    opened: AtomicUsize,
+    /// Held while one more is opened (so lanes are numbered in order).
+    opening: std::sync::Mutex<()>,
+}
+
+impl SyncLanes {
+    fn new() -> Self {
+        Self {
+            files: (1..MAX_LANES).map(|_| OnceLock::new()).collect(),
+            opened: AtomicUsize::new(0),
+            opening: std::sync::Mutex::new(()),
+        }
+    }
+
+    /// Opens another description of `file` as the next lane and returns
+    /// its number; `None` past [`MAX_LANES`] or where descriptions cannot
+    /// be reopened (not Linux).
+    fn open_one(&self, file: &File) -> io::Result<Option<usize>> {
+        let _one = self.opening.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = self.opened.load(Ordering::Acquire);
+        let Some(slot) = self.files.get(n) else {
+            return Ok(None);
+        };
+        let Some(lane) = sys::reopen(file)? else {
+            return Ok(None);
+        };
+        let _ = slot.set(lane);
+        self.opened.store(n + 1, Ordering::Release);
+        Ok(Some(n + 1))
+    }
+
+    /// Lane `lane`'s description (`lane >= 1`), if open.
+    fn get(&self, lane: usize) -> Option<&File> {
+        self.files.get(lane.checked_sub(1)?)?.get()
+    }
 }
 
 impl FileBackend {
@@ -266,7 +316,7 @@ impl FileBackend {
             file,
             direct: None,
             atomic: None,
-            lanes: Vec::new(),
+            lanes: SyncLanes::new(),
             read_only: false,
             max_file_size,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
@@ -292,12 +342,13 @@ impl FileBackend {
     ///
     /// Errors: the reopen's error (`ENOENT` where `/proc` is not mounted);
     /// use 1 lane there.
+    /// More lanes may be opened later ([`StorageBackend::open_sync_lane`]),
+    /// up to [`MAX_SYNC_LANES`](crate::MAX_SYNC_LANES) in all.
     pub fn with_sync_lanes(mut self, lanes: usize) -> io::Result<Self> {
-        self.lanes.clear();
-        for _ in 1..lanes.max(1) {
-            match sys::reopen(&self.file)? {
-                Some(lane) => self.lanes.push(lane),
-                None => break,
+        self.lanes = SyncLanes::new();
+        for _ in 1..lanes.clamp(1, MAX_LANES) {
+            if self.lanes.open_one(&self.file)?.is_none() {
+                break;
             }
         }
         Ok(self)
@@ -511,18 +562,24 @@ impl StorageBackend for FileBackend {
     }
 
     fn sync_lanes(&self) -> usize {
-        1 + self.lanes.len()
+        1 + self.lanes.opened.load(Ordering::Acquire)
     }
 
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         match lane {
             0 => self.sync_data(),
             n => {
-                let file = self.lanes.get(n - 1).ok_or(io::ErrorKind::InvalidInput)?;
+                let file = self.lanes.get(n).ok_or(io::ErrorKind::InvalidInput)?;
                 self.sync_calls.fetch_add(1, Ordering::Relaxed);
                 file.sync_data()
             }
         }
+    }
+
+    /// Opens one more description of the file (Linux; `None` elsewhere,
+    /// and past [`MAX_SYNC_LANES`](crate::MAX_SYNC_LANES) lanes).
+    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
+        self.lanes.open_one(&self.file)
     }
 
     fn dio_align(&self) -> Option<DioAlign> {

@@ -197,6 +197,19 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         self.sync_data()
     }
 
+    /// Makes one more sync lane and returns its number (the
+    /// [`sync_lanes`](Self::sync_lanes) before the call, which grows by
+    /// one); `None` where the backend makes no more (it has none, or
+    /// reached its most). The cached file asks when a scoped commit finds
+    /// every lane syncing, so lanes follow the number of threads
+    /// committing at once. A lane once made lasts as long as the backend.
+    /// Calls may come from several threads at once. Default: `None`.
+    ///
+    /// Errors: the open's error; the caller then does without.
+    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
+        Ok(None)
+    }
+
     /// The `O_DIRECT` alignment when every I/O of this backend bypasses the
     /// page cache and must be aligned; `None` for buffered I/O (default).
     fn dio_align(&self) -> Option<DioAlign> {
@@ -300,6 +313,9 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         (**self).sync_data_on(lane)
+    }
+    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
+        (**self).open_sync_lane()
     }
     fn dio_align(&self) -> Option<DioAlign> {
         (**self).dio_align()

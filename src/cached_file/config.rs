@@ -21,8 +21,9 @@ pub const MAX_PAGE_SIZE: usize = 256 << 20;
 /// Most lock stripes of the write buffer and the read cache.
 pub const MAX_STRIPES: usize = 4096;
 
-/// Most sync lanes ([`Config::sync_lanes`]).
-pub const MAX_SYNC_LANES: usize = 64;
+/// Most sync lanes of a file: [`Config::sync_lanes`] for its commit
+/// rounds, and the lanes scoped commits open on demand.
+pub const MAX_SYNC_LANES: usize = crate::backend::MAX_LANES;
 
 /// Most writer threads ([`Config::write_threads`]).
 pub const MAX_WRITE_THREADS: usize = 64;
@@ -83,14 +84,15 @@ pub struct Config {
     /// Each lane is an open file description of its own, so overlapping
     /// `fdatasync`s never share one (each sees every writeback error since
     /// its lane's previous sync), and the file system can batch their
-    /// journal commits. Scoped commits
+    /// journal commits. [`sync`](crate::PagedCachedFile::sync)'s commits
+    /// (rounds and direct commits) use these lanes only. Scoped commits
     /// ([`Writer::commit`](crate::Writer::commit),
-    /// [`Writer::write_and_commit`](crate::Writer::write_and_commit)) and
-    /// direct commits issue their `fdatasync`s on these lanes too: with
-    /// fewer lanes than threads committing at once, the others wait for a
-    /// lane (or for an `fdatasync` begun after their writes), which costs
-    /// CPU per commit; an engine committing from T threads sets T.
-    /// Default 4.
+    /// [`Writer::write_and_commit`](crate::Writer::write_and_commit)) use
+    /// them too, and where every lane is syncing open one more (up to
+    /// [`MAX_SYNC_LANES`] in all, kept until close, counted in
+    /// [`Stats::sync_lanes_opened`](crate::Stats::sync_lanes_opened)), so a
+    /// thread committing its own writes waits for an `fdatasync` only if
+    /// one begun after its writes is in flight. Default 4.
     pub sync_lanes: usize,
     /// A commit round that writes one run, with every earlier write already
     /// synced, writes it with `RWF_DSYNC`

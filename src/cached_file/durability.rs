@@ -34,6 +34,16 @@
 //!   back after each. Each lane is its own open file description, so each
 //!   sees every writeback error that happened after its previous sync
 //!   (Linux reports such an error once per description);
+//! - `sync()`'s commits (rounds, direct commits, cuts, checkpoints) use
+//!   the round lanes `0..rounds` only (`Config::sync_lanes`); a scoped
+//!   commit ([`sync_to_own`](Durability::sync_to_own)) takes a spare lane
+//!   (`rounds..`), else a round lane, else opens one more
+//!   (`StorageBackend::open_sync_lane`), so the lanes follow the number of
+//!   threads committing at once without changing `sync()`'s. A lane
+//!   opened late vouches for nothing until every `fdatasync` in flight
+//!   when it opened has returned: Linux samples the file's error state at
+//!   open, so a new description never reports an error another one saw
+//!   before, and the one that saw it may not have recorded it yet;
 //! - a waiter is woken when an `fdatasync` that covers it returned (or
 //!   failed), or, if none in flight covers it, when a lane comes back for
 //!   it to issue its own; no other event wakes it.
@@ -73,10 +83,21 @@ pub(crate) struct Durability {
 
 /// The `fdatasync`s: lanes, the ones in flight, who waits, what failed.
 struct Syncs {
-    /// Sync lanes not in use.
+    /// Round lanes (`0..rounds`) not in use.
     free: Vec<usize>,
-    /// The `write_seq` each `fdatasync` in flight covers.
-    in_flight: Vec<u64>,
+    /// Spare lanes (`rounds..`, scoped commits' only) not in use.
+    spare: Vec<usize>,
+    /// How many lanes `sync()`'s commits use.
+    rounds: usize,
+    /// Whether the backend may give one more lane (false once it gave
+    /// none, or failed to).
+    may_open: bool,
+    /// The `fdatasync`s in flight.
+    in_flight: Vec<InFlight>,
+    /// Numbers the `fdatasync`s.
+    next_sync: u64,
+    /// Threads that opened a lane, woken when an `fdatasync` returns.
+    openers: Vec<Waker>,
     /// Threads waiting, in arrival order.
     waiters: VecDeque<Waiter>,
     /// Numbers the waiters.
@@ -85,11 +106,19 @@ struct Syncs {
     failure: Option<Failure>,
 }
 
+/// An `fdatasync` in flight: its number and the `write_seq` it covers.
+struct InFlight {
+    id: u64,
+    covers: u64,
+}
+
 /// One waiter: durable once `fsynced >= target` (a target of `u64::MAX`
 /// waits for a lane only).
 struct Waiter {
     id: u64,
     target: u64,
+    /// A scoped commit's: a spare lane does for it.
+    spare_ok: bool,
     waker: Waker,
 }
 
@@ -104,22 +133,29 @@ struct Failure {
 }
 
 impl Durability {
-    /// Nothing written yet; `lanes` sync lanes (at least one) of
-    /// `backend`; `fdatasync`s counted in `counters`; `poisoned` set when
-    /// one fails.
+    /// Nothing written yet; `lanes` round lanes (at least one) of
+    /// `backend`, whose other lanes are spare; `fdatasync`s counted in
+    /// `counters`; `poisoned` set when one fails.
     pub(crate) fn new(
         lanes: usize,
         backend: Arc<dyn StorageBackend>,
         counters: Arc<Counters>,
         poisoned: Arc<AtomicBool>,
     ) -> Self {
+        let rounds = lanes.max(1);
+        let opened = backend.sync_lanes().max(rounds);
         Self {
             write_seq: AtomicU64::new(0),
             fsynced: AtomicU64::new(0),
             unstaged_at: Mutex::new(0),
             syncs: Mutex::new(Syncs {
-                free: (0..lanes.max(1)).rev().collect(),
-                in_flight: Vec::with_capacity(lanes.max(1)),
+                free: (0..rounds).rev().collect(),
+                spare: (rounds..opened).rev().collect(),
+                rounds,
+                may_open: true,
+                in_flight: Vec::with_capacity(opened),
+                next_sync: 0,
+                openers: Vec::new(),
                 waiters: VecDeque::new(),
                 next_waiter: 0,
                 failure: None,
@@ -174,7 +210,7 @@ impl Durability {
         self.wake_covered(&mut st);
     }
 
-    /// Takes a free sync lane, waiting while every lane is syncing.
+    /// Takes a free round lane, waiting while every one is syncing.
     pub(crate) fn take_lane(&self) -> usize {
         let mut id = None;
         loop {
@@ -183,20 +219,26 @@ impl Durability {
                 st.forget(i);
             }
             if let Some(lane) = st.free.pop() {
+                st.pass_on();
                 return lane;
             }
-            id = Some(st.wait_for(u64::MAX));
+            id = Some(st.wait_for(u64::MAX, false));
             drop(st);
             park();
         }
     }
 
-    /// Gives a lane back and wakes a waiter that needs one (no `fdatasync`
-    /// in flight covers it).
+    /// Gives a lane back and wakes a waiter that needs one and may take
+    /// it (no `fdatasync` in flight covers it).
     pub(crate) fn put_lane(&self, lane: usize) {
         let mut st = self.syncs.lock();
-        st.free.push(lane);
-        st.wake_one_for_a_lane();
+        let spare = lane >= st.rounds;
+        if spare {
+            st.spare.push(lane);
+        } else {
+            st.free.push(lane);
+        }
+        st.wake_one_for_a_lane(spare);
     }
 
     /// `fdatasync` of the file on `lane` (taken with
@@ -210,19 +252,24 @@ impl Durability {
     /// waiter woken to see it. `Error::Poisoned` if it succeeded after
     /// another failed.
     pub(crate) fn fdatasync_on(&self, lane: usize) -> Result<u64> {
-        let covers = {
+        let (id, covers) = {
             let mut st = self.syncs.lock();
             let covers = self.write_seq();
-            st.in_flight.push(covers);
-            covers
+            st.next_sync += 1;
+            let id = st.next_sync;
+            st.in_flight.push(InFlight { id, covers });
+            (id, covers)
         };
         add(&self.counters.syncs, 1);
         let started = std::time::Instant::now();
         let synced = self.backend.sync_data_on(lane);
         add_elapsed(&self.counters.sync_ns, started);
         let mut st = self.syncs.lock();
-        if let Some(i) = st.in_flight.iter().position(|&c| c == covers) {
+        if let Some(i) = st.in_flight.iter().position(|s| s.id == id) {
             st.in_flight.swap_remove(i);
+        }
+        for opener in st.openers.drain(..) {
+            opener.wake();
         }
         match synced {
             // An `fdatasync` failed before this one returned: the kernel
@@ -276,8 +323,24 @@ impl Durability {
     /// hand-off: concurrent committers issue their own `fdatasync`s, which
     /// the kernel merges into its cache flushes.
     ///
+    /// On the round lanes only: `sync()`'s commits.
+    ///
     /// Errors: as [`resolved`](Self::resolved).
     pub(crate) fn sync_to(&self, target: u64) -> Result<()> {
+        self.wait_or_sync(target, false)
+    }
+
+    /// [`sync_to`](Self::sync_to) for a scoped commit: on a spare lane,
+    /// else a round lane, else one more lane the backend opens, so a
+    /// thread committing its own writes waits for a lane only where the
+    /// backend has no more to give.
+    ///
+    /// Errors: as [`resolved`](Self::resolved).
+    pub(crate) fn sync_to_own(&self, target: u64) -> Result<()> {
+        self.wait_or_sync(target, true)
+    }
+
+    fn wait_or_sync(&self, target: u64, scoped: bool) -> Result<()> {
         let mut id = None;
         loop {
             let mut st = self.syncs.lock();
@@ -287,19 +350,70 @@ impl Durability {
             if let Some(done) = self.resolution(&st, target) {
                 return done;
             }
-            let covered = st.in_flight.iter().any(|&c| c >= target);
-            if !covered && let Some(lane) = st.free.pop() {
-                drop(st);
-                // Ok or not, the next look resolves it (a failure as the
-                // failure says: its error, or an earlier success).
-                let _ = self.fdatasync_on(lane);
-                self.put_lane(lane);
-                continue;
+            let covered = st.in_flight.iter().any(|s| s.covers >= target);
+            if !covered {
+                let lane = match scoped {
+                    true => st.spare.pop().or_else(|| st.free.pop()),
+                    false => st.free.pop(),
+                };
+                if let Some(lane) = lane {
+                    st.pass_on();
+                    drop(st);
+                    self.sync_on(lane);
+                    continue;
+                }
+                if scoped && st.may_open {
+                    drop(st);
+                    // Every lane is syncing: one more, if the backend
+                    // gives it (if not, none is asked for again and this
+                    // waits for a lane).
+                    if let Some(lane) = self.open_lane() {
+                        self.sync_on(lane);
+                    }
+                    continue;
+                }
             }
-            id = Some(st.wait_for(target));
+            id = Some(st.wait_for(target, scoped));
             drop(st);
             park();
         }
+    }
+
+    /// One more lane from the backend, counted in `sync_lanes_opened`;
+    /// `None`, and none asked for again, where it gives none.
+    ///
+    /// The new description reports no writeback error another description
+    /// saw before it opened (Linux samples the file's error state at open),
+    /// so its `fdatasync`s vouch for nothing until every `fdatasync` in
+    /// flight when it opened has returned: one of them may have seen an
+    /// error not yet recorded here. This waits for them (once per lane).
+    fn open_lane(&self) -> Option<usize> {
+        match self.backend.open_sync_lane() {
+            Ok(Some(lane)) => {
+                add(&self.counters.sync_lanes_opened, 1);
+                let mut st = self.syncs.lock();
+                let before: Vec<u64> = st.in_flight.iter().map(|s| s.id).collect();
+                while st.in_flight.iter().any(|s| before.contains(&s.id)) {
+                    st.openers.push(thread_waker());
+                    drop(st);
+                    park();
+                    st = self.syncs.lock();
+                }
+                Some(lane)
+            }
+            Ok(None) | Err(_) => {
+                self.syncs.lock().may_open = false;
+                None
+            }
+        }
+    }
+
+    /// `fdatasync` on `lane`, given back after. Ok or not, the caller's
+    /// next look resolves its commit (a failure as the failure says: its
+    /// error, or an earlier success).
+    fn sync_on(&self, lane: usize) {
+        let _ = self.fdatasync_on(lane);
+        self.put_lane(lane);
     }
 
     fn resolution(&self, st: &Syncs, target: u64) -> Option<Result<()>> {
@@ -336,13 +450,15 @@ impl Durability {
 
 impl Syncs {
     /// Registers the calling thread as a waiter for `target` (it takes a
-    /// lane that comes back if it still needs one).
-    fn wait_for(&mut self, target: u64) -> u64 {
+    /// lane that comes back if it still needs one: a spare one only if
+    /// `spare_ok`).
+    fn wait_for(&mut self, target: u64, spare_ok: bool) -> u64 {
         self.next_waiter += 1;
         let id = self.next_waiter;
         self.waiters.push_back(Waiter {
             id,
             target,
+            spare_ok,
             waker: thread_waker(),
         });
         id
@@ -354,17 +470,34 @@ impl Syncs {
         }
     }
 
-    /// Wakes the first waiter that no `fdatasync` in flight covers: it
-    /// takes the lane that came back.
-    fn wake_one_for_a_lane(&mut self) {
+    /// Wakes the first waiter that no `fdatasync` in flight covers and
+    /// that may take the lane that came back (a `spare` one is a scoped
+    /// commit's only).
+    fn wake_one_for_a_lane(&mut self, spare: bool) {
         let in_flight = &self.in_flight;
         if let Some(i) = self
             .waiters
             .iter()
-            .position(|w| !in_flight.iter().any(|&c| c >= w.target))
+            .position(|w| (w.spare_ok || !spare) && !in_flight.iter().any(|s| s.covers >= w.target))
         {
             let w = self.waiters.remove(i).expect("found");
             w.waker.wake();
+        }
+    }
+
+    /// After a lane was taken: wakes a waiter for each kind of lane still
+    /// free. A waiter woken for one lane may have taken another (a scoped
+    /// commit prefers a spare one), and the lane it was woken for must not
+    /// stay free while a waiter that may take it sleeps.
+    fn pass_on(&mut self) {
+        if self.waiters.is_empty() {
+            return;
+        }
+        if !self.free.is_empty() {
+            self.wake_one_for_a_lane(false);
+        }
+        if !self.spare.is_empty() {
+            self.wake_one_for_a_lane(true);
         }
     }
 

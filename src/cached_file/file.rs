@@ -685,7 +685,7 @@ impl PagedCachedFile {
         self.core.buffer.by_stripe(pages);
         let p = self.parts();
         let pass = self.core.flush.flush_scoped(&p, pages, in_flight);
-        match self.core.durability.sync_to(pass.target) {
+        match self.core.durability.sync_to_own(pass.target) {
             Ok(()) => {
                 if let Some(batch) = pass.batch {
                     self.core.flush.settle(&p, batch);

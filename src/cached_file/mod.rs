@@ -62,8 +62,11 @@
 //! (`FlushPipeline::flush`, or `flush_for_commit` for a commit, which
 //! settles its batch only after its `fdatasync`); a batch **settles** when
 //! it leaves flight; an **`fdatasync`** is the system call, made on a
-//! **sync lane**; a **commit** makes writes durable (`sync`: everything
-//! written before it), as a group commit **round** or a **direct** commit.
+//! **sync lane** (an open file description of its own: `sync()`'s
+//! commits use `Config::sync_lanes` of them, scoped commits also spare
+//! lanes opened on demand); a **commit** makes writes durable (`sync`:
+//! everything written before it), as a group commit **round** or a
+//! **direct** commit.
 //!
 //! # Lock order
 //!

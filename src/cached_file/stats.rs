@@ -72,6 +72,11 @@ pub struct Stats {
     /// written through: one `pwrite` straight from the caller's bytes, no
     /// copy into the write buffer.
     pub through_commits: u64,
+    /// Sync lanes opened while the file was open: a scoped commit that
+    /// found every lane syncing opened one more (one open file description
+    /// each, kept until close), so there are about as many lanes as
+    /// threads committing at once.
+    pub sync_lanes_opened: u64,
     /// Sum over the rounds started of the rounds in flight (writing or
     /// syncing, not yet published) at each start, that one included: see
     /// [`mean_rounds_in_flight`](Self::mean_rounds_in_flight).
@@ -150,6 +155,7 @@ impl Stats {
             strategy_switches: self.strategy_switches + o.strategy_switches,
             allocating_scoped_commits: self.allocating_scoped_commits + o.allocating_scoped_commits,
             through_commits: self.through_commits + o.through_commits,
+            sync_lanes_opened: self.sync_lanes_opened + o.sync_lanes_opened,
             rounds_in_flight_sum: self.rounds_in_flight_sum + o.rounds_in_flight_sum,
             backpressure_waits: self.backpressure_waits + o.backpressure_waits,
             buffer_hits: self.buffer_hits + o.buffer_hits,
@@ -184,6 +190,7 @@ pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub allocating_scoped_commits: AtomicU64,
     pub through_commits: AtomicU64,
+    pub sync_lanes_opened: AtomicU64,
     pub commit_rounds: AtomicU64,
     pub max_commit_group: AtomicU64,
     pub rounds_in_flight_sum: AtomicU64,
@@ -220,6 +227,7 @@ impl Counters {
             strategy_switches: 0,
             allocating_scoped_commits: self.allocating_scoped_commits.load(Relaxed),
             through_commits: self.through_commits.load(Relaxed),
+            sync_lanes_opened: self.sync_lanes_opened.load(Relaxed),
             rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),
             backpressure_waits: self.backpressure_waits.load(Relaxed),
             buffer_hits: self.buffer_hits.load(Relaxed),

@@ -216,7 +216,7 @@ pub(crate) fn commit(
     add(&p.counters.bytes_written, len);
     p.buffer.release_through(pages, p.cache);
     drop(pass);
-    p.durability.sync_to(step)?;
+    p.durability.sync_to_own(step)?;
     add(&p.counters.commits, 1);
     add(&p.counters.through_commits, 1);
     Ok(Through::Done)

@@ -344,6 +344,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
             None => self.inner.sync_data_on(lane),
         }
     }
+
+    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
+        self.inner.open_sync_lane()
+    }
 }
 
 /// A file that remembers what was durable. The live image takes every
@@ -358,13 +362,18 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
 /// later successful `fdatasync` does not write them. As on Linux (each file
 /// description samples the file's `errseq_t` and reports an error it has
 /// not seen once), the error is also reported once by the next sync on
-/// every other lane, which syncs its log first.
+/// every other lane, which syncs its log first; a lane opened later
+/// ([`open_sync_lane`](StorageBackend::open_sync_lane)) reports none seen
+/// before it opened. It has 8 lanes at first
+/// ([`with_sync_lanes`](Self::with_sync_lanes) sets another number) and
+/// opens up to 64. Two syncs on one lane at once panic; under the model
+/// check's scheduler other threads may run while a sync is in progress.
 ///
 /// `set_len` is durable at the next sync (or durable write): a cut there
 /// truncates the durable image before the log is applied, so bytes cut
 /// and written again read as zeros, and unsynced writes past a cut appear
 /// only in crash images (the cut itself may not have reached the disk).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CrashBackend {
     state: Mutex<CrashState>,
 }
@@ -392,11 +401,18 @@ struct CrashState {
     /// Failed syncs so far (the file's `errseq_t`).
     errors: u64,
     /// Per lane: the failed syncs it has reported.
-    seen: [u64; CRASH_LANES],
+    seen: Vec<u64>,
+    /// Per lane: a sync is in progress.
+    syncing: Vec<bool>,
+    /// Most lanes (`most_sync_lanes`; 0: `CRASH_MAX_LANES`).
+    most_lanes: usize,
 }
 
-/// Sync lanes of a [`CrashBackend`].
+/// Sync lanes of a [`CrashBackend`] at first.
 const CRASH_LANES: usize = 8;
+
+/// Most sync lanes of a [`CrashBackend`].
+const CRASH_MAX_LANES: usize = 64;
 
 /// One unsynced write (or what is left of it once later durable writes
 /// covered part of it).
@@ -457,10 +473,39 @@ fn supersede(log: &mut Vec<Logged>, offset: u64, len: usize) {
     *log = kept;
 }
 
+impl Default for CrashBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl CrashBackend {
     /// An empty file.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_sync_lanes(CRASH_LANES)
+    }
+
+    /// Opens no more sync lanes than `most` in all (at least the lanes it
+    /// has).
+    pub fn most_sync_lanes(self, most: usize) -> Self {
+        {
+            let mut st = self.state.lock();
+            st.most_lanes = most.clamp(st.seen.len(), CRASH_MAX_LANES);
+        }
+        self
+    }
+
+    /// An empty file with `lanes` sync lanes at first (at least 1; more
+    /// open on demand up to 64).
+    pub fn with_sync_lanes(lanes: usize) -> Self {
+        let lanes = lanes.clamp(1, CRASH_MAX_LANES);
+        Self {
+            state: Mutex::new(CrashState {
+                seen: vec![0; lanes],
+                syncing: vec![false; lanes],
+                ..CrashState::default()
+            }),
+        }
     }
 
     /// Appends outcomes for the next syncs: `true` fails with `EIO` and
@@ -691,14 +736,50 @@ impl StorageBackend for CrashBackend {
         }
         Ok(())
     }
-    /// A sync is one atomic step under the state lock.
     fn sync_lanes(&self) -> usize {
-        CRASH_LANES
+        self.state.lock().seen.len()
+    }
+    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
+        let mut st = self.state.lock();
+        let lane = st.seen.len();
+        let most = match st.most_lanes {
+            0 => CRASH_MAX_LANES,
+            n => n,
+        };
+        if lane >= most {
+            return Ok(None);
+        }
+        // Every failure so far was reported where it happened: a new
+        // description samples them as seen.
+        let errors = st.errors;
+        st.seen.push(errors);
+        st.syncing.push(false);
+        Ok(Some(lane))
     }
     fn sync_data(&self) -> io::Result<()> {
         self.sync_data_on(0)
     }
+    /// A sync's effect is one atomic step under the state lock; the lane
+    /// stays busy until after a scheduling point (see the type's docs).
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
+        {
+            let mut st = self.state.lock();
+            let Some(busy) = st.syncing.get_mut(lane) else {
+                return Err(io::ErrorKind::InvalidInput.into());
+            };
+            assert!(!*busy, "two syncs at once on lane {lane}");
+            *busy = true;
+        }
+        let synced = self.sync_now(lane);
+        crate::sync::io_point();
+        self.state.lock().syncing[lane] = false;
+        synced
+    }
+}
+
+impl CrashBackend {
+    /// The effect of a sync on `lane` (see [`StorageBackend::sync_data_on`]).
+    fn sync_now(&self, lane: usize) -> io::Result<()> {
         let mut st = self.state.lock();
         let log = std::mem::take(&mut st.log);
         if st.sync_faults.pop_front().unwrap_or(false) {
