@@ -209,7 +209,10 @@ impl<B: StorageBackend> FaultyBackend<B> {
             return self.inner.write_vectored_all_at(offset, bufs);
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        match self.sync_faults.lock().pop_front().flatten() {
+        // The fault is taken first: the queue's lock is not held over the
+        // inner call (another lane's sync may run meanwhile).
+        let fault = self.sync_faults.lock().pop_front().flatten();
+        match fault {
             Some(code) => {
                 self.inner.write_vectored_all_at(offset, bufs)?;
                 Err(io::Error::from_raw_os_error(code))
@@ -290,7 +293,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
             return self.inner.write_atomic_at(offset, buf, false);
         }
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        match self.sync_faults.lock().pop_front().flatten() {
+        // The fault is taken first: the queue's lock is not held over the
+        // inner call (another lane's sync may run meanwhile).
+        let fault = self.sync_faults.lock().pop_front().flatten();
+        match fault {
             Some(code) => {
                 self.inner.write_atomic_at(offset, buf, false)?;
                 Err(io::Error::from_raw_os_error(code))
@@ -339,7 +345,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
 
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        match self.sync_faults.lock().pop_front().flatten() {
+        // The fault is taken first: the queue's lock is not held over the
+        // inner call (another lane's sync may run meanwhile).
+        let fault = self.sync_faults.lock().pop_front().flatten();
+        match fault {
             Some(code) => Err(io::Error::from_raw_os_error(code)),
             None => self.inner.sync_data_on(lane),
         }
