@@ -11,6 +11,7 @@ mod common;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use common::{page, tag_of};
@@ -809,8 +810,6 @@ struct HoldsASync {
     opens: bool,
     held: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
-
-use std::sync::mpsc;
 
 impl HoldsASync {
     fn new(opens: bool) -> Self {

@@ -106,6 +106,25 @@ struct Syncs {
     failure: Option<Failure>,
 }
 
+/// Which lanes a caller may take; for a lane given back, which kind it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lanes {
+    /// The round lanes (`0..rounds`): `sync()`'s commits. A round lane
+    /// given back may go to any waiter.
+    Rounds,
+    /// Any lane, a spare one first, and one more opened where every lane
+    /// is syncing: scoped commits. A spare lane given back may go only to
+    /// a waiter that takes any lane.
+    Any,
+}
+
+impl Lanes {
+    /// Whether a waiter that takes `self` may take a lane of kind `lane`.
+    fn may_take(self, lane: Lanes) -> bool {
+        self == Lanes::Any || lane == Lanes::Rounds
+    }
+}
+
 /// An `fdatasync` in flight: its number and the `write_seq` it covers.
 struct InFlight {
     id: u64,
@@ -117,8 +136,8 @@ struct InFlight {
 struct Waiter {
     id: u64,
     target: u64,
-    /// A scoped commit's: a spare lane does for it.
-    spare_ok: bool,
+    /// The lanes it may take.
+    takes: Lanes,
     waker: Waker,
 }
 
@@ -222,7 +241,7 @@ impl Durability {
                 st.pass_on();
                 return lane;
             }
-            id = Some(st.wait_for(u64::MAX, false));
+            id = Some(st.wait_for(u64::MAX, Lanes::Rounds));
             drop(st);
             park();
         }
@@ -232,13 +251,14 @@ impl Durability {
     /// it (no `fdatasync` in flight covers it).
     pub(crate) fn put_lane(&self, lane: usize) {
         let mut st = self.syncs.lock();
-        let spare = lane >= st.rounds;
-        if spare {
+        let kind = if lane >= st.rounds {
             st.spare.push(lane);
+            Lanes::Any
         } else {
             st.free.push(lane);
-        }
-        st.wake_one_for_a_lane(spare);
+            Lanes::Rounds
+        };
+        st.wake_one_for_a_lane(kind);
     }
 
     /// `fdatasync` of the file on `lane` (taken with
@@ -325,9 +345,9 @@ impl Durability {
     ///
     /// On the round lanes only: `sync()`'s commits.
     ///
-    /// Errors: as [`resolved`](Self::resolved).
+    /// Errors: as [`resolution`](Self::resolution) says.
     pub(crate) fn sync_to(&self, target: u64) -> Result<()> {
-        self.wait_or_sync(target, false)
+        self.wait_or_sync(target, Lanes::Rounds)
     }
 
     /// [`sync_to`](Self::sync_to) for a scoped commit: on a spare lane,
@@ -335,12 +355,12 @@ impl Durability {
     /// thread committing its own writes waits for a lane only where the
     /// backend has no more to give.
     ///
-    /// Errors: as [`resolved`](Self::resolved).
+    /// Errors: as [`resolution`](Self::resolution) says.
     pub(crate) fn sync_to_own(&self, target: u64) -> Result<()> {
-        self.wait_or_sync(target, true)
+        self.wait_or_sync(target, Lanes::Any)
     }
 
-    fn wait_or_sync(&self, target: u64, scoped: bool) -> Result<()> {
+    fn wait_or_sync(&self, target: u64, takes: Lanes) -> Result<()> {
         let mut id = None;
         loop {
             let mut st = self.syncs.lock();
@@ -352,9 +372,9 @@ impl Durability {
             }
             let covered = st.in_flight.iter().any(|s| s.covers >= target);
             if !covered {
-                let lane = match scoped {
-                    true => st.spare.pop().or_else(|| st.free.pop()),
-                    false => st.free.pop(),
+                let lane = match takes {
+                    Lanes::Any => st.spare.pop().or_else(|| st.free.pop()),
+                    Lanes::Rounds => st.free.pop(),
                 };
                 if let Some(lane) = lane {
                     st.pass_on();
@@ -362,7 +382,7 @@ impl Durability {
                     self.sync_on(lane);
                     continue;
                 }
-                if scoped && st.may_open {
+                if takes == Lanes::Any && st.may_open {
                     drop(st);
                     // Every lane is syncing: one more, if the backend
                     // gives it (if not, none is asked for again and this
@@ -373,7 +393,7 @@ impl Durability {
                     continue;
                 }
             }
-            id = Some(st.wait_for(target, scoped));
+            id = Some(st.wait_for(target, takes));
             drop(st);
             park();
         }
@@ -416,6 +436,11 @@ impl Durability {
         self.put_lane(lane);
     }
 
+    /// What a commit waiting for `target` gets now: `Ok` once the
+    /// watermark covers it; after the first failed `fdatasync`, `Ok` for
+    /// targets durable before it, its error for those it covered and
+    /// [`Error::Poisoned`] for later ones (also once the file is poisoned
+    /// otherwise); `None` while it must still wait.
     fn resolution(&self, st: &Syncs, target: u64) -> Option<Result<()>> {
         if let Some(f) = &st.failure {
             return Some(if target <= f.good_upto {
@@ -450,15 +475,14 @@ impl Durability {
 
 impl Syncs {
     /// Registers the calling thread as a waiter for `target` (it takes a
-    /// lane that comes back if it still needs one: a spare one only if
-    /// `spare_ok`).
-    fn wait_for(&mut self, target: u64, spare_ok: bool) -> u64 {
+    /// lane of a kind it `takes` that comes back, if it still needs one).
+    fn wait_for(&mut self, target: u64, takes: Lanes) -> u64 {
         self.next_waiter += 1;
         let id = self.next_waiter;
         self.waiters.push_back(Waiter {
             id,
             target,
-            spare_ok,
+            takes,
             waker: thread_waker(),
         });
         id
@@ -471,14 +495,14 @@ impl Syncs {
     }
 
     /// Wakes the first waiter that no `fdatasync` in flight covers and
-    /// that may take the lane that came back (a `spare` one is a scoped
-    /// commit's only).
-    fn wake_one_for_a_lane(&mut self, spare: bool) {
+    /// that may take the lane of kind `lane` that came back (a spare one,
+    /// `Lanes::Any`, is a scoped commit's only).
+    fn wake_one_for_a_lane(&mut self, lane: Lanes) {
         let in_flight = &self.in_flight;
         if let Some(i) = self
             .waiters
             .iter()
-            .position(|w| (w.spare_ok || !spare) && !in_flight.iter().any(|s| s.covers >= w.target))
+            .position(|w| w.takes.may_take(lane) && !in_flight.iter().any(|s| s.covers >= w.target))
         {
             let w = self.waiters.remove(i).expect("found");
             w.waker.wake();
@@ -494,10 +518,10 @@ impl Syncs {
             return;
         }
         if !self.free.is_empty() {
-            self.wake_one_for_a_lane(false);
+            self.wake_one_for_a_lane(Lanes::Rounds);
         }
         if !self.spare.is_empty() {
-            self.wake_one_for_a_lane(true);
+            self.wake_one_for_a_lane(Lanes::Any);
         }
     }
 
