@@ -325,6 +325,9 @@ impl FlushPipeline {
     /// slot given back, or every later flush would wait for them.
     fn write_runs(&self, p: &Parts<'_>, w: &mut BatchWrite, mut slot: WriteSlot, mode: FlushMode) {
         if !slot.runs.is_empty() {
+            for run in &slot.runs {
+                p.length.overwriting(run.offset, run.len as u64);
+            }
             let dsync = matches!(w.durable, DurableWrite::Planned { .. });
             let slot = &mut slot;
             let entries = &w.batch.entries;

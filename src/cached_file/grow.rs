@@ -339,6 +339,11 @@ impl Window {
         self.end.saturating_sub(self.reserve())
     }
 
+    /// Bytes of the trailer's two slots.
+    pub(crate) fn slots_len(&self) -> u64 {
+        2 * self.slot
+    }
+
     /// Where the slots are.
     fn slots_at(&self) -> u64 {
         self.end - 2 * self.slot

@@ -3,7 +3,9 @@
 //! what completed writes left (the written length, which a failed write is
 //! cut back to), and the largest length the file system takes.
 //!
-//! Owns: three atomics and the shrink sequence; no lock. Calls: nothing.
+//! Owns: three atomics, the shrink sequence and where an old grow-ahead
+//! trailer was kept on disk (reads see zeros there); no lock. Calls:
+//! nothing.
 //! Invariants:
 //! - the logical length only grows under a stripe lock of the write buffer
 //!   (an insert) or with the drain lock held (`set_len`); it is lowered only
@@ -37,6 +39,13 @@ pub(crate) struct Length {
     /// Odd while `set_len` is cutting the file (from just before its
     /// `ftruncate` until the disk length is lowered); bumped twice per cut.
     shrink_seq: AtomicU64,
+    /// Where an old grow-ahead trailer kept on disk inside the file's
+    /// range starts (`NONE`: there is none) and ends: its window
+    /// extension's `fdatasync` failed, so it stays (it holds the length the
+    /// last successful commit made durable), and reads see zeros over it
+    /// ([`hide_kept`](Self::hide_kept)) until a write covers it.
+    kept_at: AtomicU64,
+    kept_end: AtomicU64,
     /// Largest file length the backend holds (its file system's maximum
     /// file size), `u64::MAX` where unknown.
     max: u64,
@@ -44,7 +53,45 @@ pub(crate) struct Length {
     page_size: u64,
 }
 
+/// No kept trailer (`Length::kept_at`).
+const NONE: u64 = u64::MAX;
+
 impl Length {
+    /// An old grow-ahead trailer at `at` stays on disk inside the file's
+    /// range (see `kept_at`): reads see zeros over it from now on.
+    pub(crate) fn keep_trailer(&self, at: std::ops::Range<u64>) {
+        self.kept_end.store(at.end, Ordering::Release);
+        self.kept_at.store(at.start, Ordering::Release);
+    }
+
+    /// A write of `len` bytes at `offset` is about to go out: if it covers
+    /// part of a kept trailer, reads see what it wrote from now on (the
+    /// pages are in flight until it completes, so reads find them there).
+    #[inline]
+    pub(crate) fn overwriting(&self, offset: u64, len: u64) {
+        let at = self.kept_at.load(Ordering::Acquire);
+        if at != NONE && offset < self.kept_end.load(Ordering::Acquire) && at < offset + len {
+            self.kept_at.store(NONE, Ordering::Release);
+        }
+    }
+
+    /// Zeros the bytes of `buf`, read from disk at byte `offset`, that lie
+    /// over a kept trailer (never-written space, as far as the engine
+    /// knows).
+    #[inline]
+    pub(crate) fn hide_kept(&self, offset: u64, buf: &mut [u8]) {
+        let at = self.kept_at.load(Ordering::Acquire);
+        if at == NONE {
+            return;
+        }
+        let end = self.kept_end.load(Ordering::Acquire);
+        let lo = at.max(offset);
+        let hi = end.min(offset + buf.len() as u64);
+        if lo < hi {
+            buf[(lo - offset) as usize..(hi - offset) as usize].fill(0);
+        }
+    }
+
     /// A file of `len` bytes on a backend that holds at most `max`, in pages
     /// of `page_size` bytes.
     pub(crate) fn new(len: u64, max: u64, page_size: usize) -> Self {
@@ -53,6 +100,8 @@ impl Length {
             disk: AtomicU64::new(len),
             written: AtomicU64::new(len),
             shrink_seq: AtomicU64::new(0),
+            kept_at: AtomicU64::new(NONE),
+            kept_end: AtomicU64::new(0),
             max,
             page_size: page_size as u64,
         }

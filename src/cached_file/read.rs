@@ -55,6 +55,7 @@ pub(crate) fn read_disk_page(p: &Parts<'_>, page_no: u64, buf: &mut [u8]) -> Res
             let n = (disk_len - offset).min(ps as u64) as usize;
             p.backend.read_exact_at(offset, &mut buf[..n])?;
             add(&p.counters.disk_reads, 1);
+            p.length.hide_kept(offset, &mut buf[..n]);
         }
         Ok(())
     })
@@ -125,6 +126,7 @@ fn read_stretch(
             if !on_disk.is_empty() {
                 p.backend.read_exact_at(lo, on_disk)?;
                 add(&p.counters.disk_reads, 1);
+                p.length.hide_kept(lo, on_disk);
             }
             Ok(())
         });
@@ -169,6 +171,9 @@ fn read_pages(p: &Parts<'_>, first: u64, count: usize, offset: u64, buf: &mut [u
         if on_disk > 0 {
             p.backend.read_vectored_exact_at(start, &mut iov)?;
             add(&p.counters.disk_reads, 1);
+            for (i, page) in pages.iter_mut().enumerate() {
+                p.length.hide_kept(start + (i * ps) as u64, page);
+            }
         }
         Ok(())
     })?;

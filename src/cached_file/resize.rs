@@ -78,16 +78,20 @@ impl FlushPipeline {
             // until the new one is. If that sync fails (the file is
             // poisoned), the old trailer stays: it holds the length the
             // last successful sync made durable, which a crash must keep
-            // (the new end may not be durable). The poisoned file takes no
-            // more writes; a read of a never-written page over it may show
-            // its bytes instead of zeros, the price of keeping that length.
+            // (the new end may not be durable). It lies inside the file's
+            // range now: reads see zeros over it, as over any page never
+            // written, until a write covers it (`Length::keep_trailer`).
             let synced = self.sync_file(p);
-            if synced.is_ok()
-                && let Some(at) = extended.old_slots
+            if let Some(at) = extended.old_slots
                 && let Some(w) = size.window()
             {
-                w.zero_old(p.backend, Some(at)).map_err(trailer)?;
-                p.durability.step_unstaged();
+                match synced {
+                    Ok(_) => {
+                        w.zero_old(p.backend, Some(at)).map_err(trailer)?;
+                        p.durability.step_unstaged();
+                    }
+                    Err(_) => p.length.keep_trailer(at..at + w.slots_len()),
+                }
             }
             synced?;
             if let Some(filler) = &self.filler {
