@@ -969,3 +969,213 @@ fn a_scoped_commit_waits_for_a_lane_where_none_can_be_opened() {
     assert_eq!(f.stats().sync_lanes_opened, 0);
     f.close().unwrap();
 }
+
+// ---- scoped commits written from the write buffer ----
+
+/// A writer's buffered pages inside written space, which no one else
+/// holds, are written straight from the write buffer: one write call per
+/// run (pages 1-2 and 5: two), one `fdatasync`, no drain; reads see them
+/// before and after (with the read cache on, from the cache after), and
+/// the write buffer is empty once the commit returns.
+#[test]
+fn a_commit_writes_its_buffered_pages_straight_from_the_buffer() {
+    let (be, f) = crash_file(Config::default().read_cache_bytes(1 << 20));
+    written(&f, 8);
+    let mut w = f.writer();
+    for p in [5u64, 1, 2] {
+        w.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    }
+    let before = f.stats();
+    w.commit().unwrap();
+    let after = f.stats();
+    assert_eq!(
+        after.claimed_commits - before.claimed_commits,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(after.write_calls - before.write_calls, 2, "one per run");
+    assert_eq!(after.syncs - before.syncs, 1);
+    assert_eq!(after.buffered_bytes, 0, "the pages left the buffer");
+    let img = be.durable_image();
+    for (p, v) in [(0, 0), (1, 1), (2, 1), (3, 0), (5, 1)] {
+        assert_eq!(image_page(&img, p), Some((p, v)), "page {p}");
+        assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, v));
+    }
+    assert!(
+        f.stats().cache_hits > after.cache_hits,
+        "released into the cache"
+    );
+    f.close().unwrap();
+}
+
+/// Where a commit cannot be written from the buffer it drains as before,
+/// with the same promise: a grow-ahead window or torn-page protection
+/// configured, a page another thread holds under a guard.
+#[test]
+fn a_commit_drains_where_it_cannot_write_from_the_buffer() {
+    let window = pagewriter::GrowAhead::Window {
+        bytes: 16 * PS as u64,
+    };
+    let (be, f) = crash_file(Config::default().grow_ahead(window));
+    written(&f, 4);
+    let mut w = f.writer();
+    w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(f.stats().claimed_commits, 0, "a grow-ahead window");
+    assert_eq!(image_page(&be.durable_image(), 1), Some((1, 1)));
+    drop(w);
+    f.close().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("doublewrite");
+    let config = Config::default().torn_writes(pagewriter::TornWrites::DoubleWrite);
+    let f = PagedCachedFile::open(&path, config.clone()).unwrap();
+    written(&f, 4);
+    let mut w = f.writer();
+    w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(f.stats().claimed_commits, 0, "torn-page protection");
+    drop(w);
+    f.close().unwrap();
+    let f = PagedCachedFile::open(&path, config).unwrap();
+    assert_eq!(tag_of(&f.read(PS as u64, PS).unwrap()), (1, 1));
+    f.close().unwrap();
+
+    let (be, f) = crash_file(Config::default());
+    written(&f, 4);
+    let mut w = f.writer();
+    w.write_page(2 * PS as u64, &page(PS, 2, 1)).unwrap();
+    let (latched_tx, latched_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let f = &f;
+        s.spawn(move || {
+            let g = f.write(2 * PS as u64, PS).unwrap();
+            latched_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+            drop(g);
+        });
+        latched_rx.recv().unwrap();
+        w.commit().unwrap();
+        assert_eq!(f.stats().claimed_commits, 0, "a page under a guard");
+        assert_eq!(image_page(&be.durable_image(), 2), Some((2, 1)));
+        release_tx.send(()).unwrap();
+    });
+    f.close().unwrap();
+}
+
+/// A failed write from the buffer (EIO) puts the pages back: reads see
+/// them, the error names them, the file is not poisoned, nothing is
+/// counted as written from the buffer, and the writer's next commit makes
+/// them durable.
+#[test]
+fn a_failed_write_from_the_buffer_keeps_its_pages_for_the_next_commit() {
+    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    written(&f, 4);
+    let mut w = f.writer();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    w.write_page(2 * PS as u64, &page(PS, 2, 1)).unwrap();
+    be.schedule_writes([
+        pagewriter::testing::WriteFault::Errno(libc::EIO),
+        pagewriter::testing::WriteFault::Pass,
+    ]);
+    match w.commit() {
+        Err(Error::PagesFailed { failed, .. }) => assert_eq!(failed, vec![0..PS as u64]),
+        other => panic!("a failed write from the buffer: {other:?}"),
+    }
+    assert!(!f.is_poisoned());
+    assert_eq!(f.stats().claimed_commits, 0);
+    assert_eq!(f.stats().buffered_bytes, PS as u64, "page 0 is back");
+    let img = be.inner().durable_image();
+    assert_eq!(image_page(&img, 0), Some((0, 0)));
+    assert_eq!(
+        image_page(&img, 2),
+        Some((2, 1)),
+        "the other run is durable"
+    );
+    assert_eq!(
+        tag_of(&f.read(0, PS).unwrap()),
+        (0, 1),
+        "reads see the bytes"
+    );
+    w.commit().unwrap();
+    assert_eq!(f.stats().claimed_commits, 1);
+    assert_eq!(image_page(&be.inner().durable_image(), 0), Some((0, 1)));
+    f.close().unwrap();
+}
+
+/// On a real file with `O_DIRECT`: eight writers commit their own pages
+/// (a run of three and a page apart, rewriting one page all of them
+/// share) from the write buffer, while another thread reads and calls
+/// `sync()`. After close and reopen every page holds its last version.
+#[test]
+fn commits_from_the_buffer_on_a_real_file_with_o_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    let direct = pagewriter::testing::direct_available(dir.path());
+    if !direct {
+        eprintln!("O_DIRECT refused here: buffered I/O instead");
+    }
+    let path = dir.path().join("claimed");
+    let config = Config::default().direct(match direct {
+        true => pagewriter::DirectIo::On,
+        false => pagewriter::DirectIo::Off,
+    });
+    let f = PagedCachedFile::open(&path, config.clone()).unwrap();
+    written(&f, 8 * 8 + 1);
+    {
+        let mut w = f.writer();
+        w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+        w.commit().unwrap();
+        assert_eq!(f.stats().claimed_commits, 1, "a lone commit");
+    }
+    const ROUNDS: u64 = 30;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (f, stop) = (&f, &stop);
+        for t in 0..8u64 {
+            s.spawn(move || {
+                let mut w = f.writer();
+                let first = 1 + 8 * t;
+                for v in 2..2 + ROUNDS {
+                    for p in [first, first + 1, first + 2, first + 5] {
+                        w.write_page(p * PS as u64, &page(PS, p, v)).unwrap();
+                    }
+                    w.write_page(0, &page(PS, 0, v)).unwrap();
+                    w.commit().unwrap();
+                }
+            });
+        }
+        s.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                f.sync().unwrap();
+                let (p, v) = tag_of(&f.read(PS as u64, PS).unwrap());
+                assert!(p == 1 && v >= 1, "page 1 read as {p}/{v}");
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        // The scope joins the writers first only if they finish: stop the
+        // syncing thread once they have.
+        s.spawn(move || {
+            while f.stats().commits < 1 + 8 * ROUNDS {
+                std::thread::yield_now();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    f.close().unwrap();
+    let f = PagedCachedFile::open(&path, config).unwrap();
+    let last = 1 + ROUNDS;
+    for t in 0..8u64 {
+        let first = 1 + 8 * t;
+        for p in [first, first + 1, first + 2, first + 5] {
+            assert_eq!(
+                tag_of(&f.read(p * PS as u64, PS).unwrap()),
+                (p, last),
+                "page {p}"
+            );
+        }
+    }
+    assert_eq!(tag_of(&f.read(0, PS).unwrap()), (0, last));
+    f.close().unwrap();
+}

@@ -1262,3 +1262,186 @@ fn a_write_racing_a_write_through_of_its_page_reads_as_the_disk_holds() {
         f.close().unwrap();
     });
 }
+
+// ---- scoped commits written from the write buffer (claims) ----
+
+/// A writer's buffered page, claimed by its scoped commit (written from
+/// the write buffer outside any generation), while another thread's
+/// `sync()`, called after the page was written, drains: the sync must
+/// wait for that write, so once it says Ok every crash image holds the
+/// page. A sync that took a claimed page for written (it is neither dirty
+/// nor in flight) would find it missing from some image.
+#[test]
+fn a_sync_covers_a_page_a_scoped_commit_claimed_from_the_buffer() {
+    check(|| {
+        let (be, f) = file_with(config(8));
+        for p in 0..3u64 {
+            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+        }
+        f.sync().unwrap();
+        let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
+        let committer = {
+            let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                w.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
+                written_tx.send(()).unwrap();
+                w.commit().unwrap();
+                assert_page(&be.crash_image(1), 1, 1, "after the scoped commit");
+            })
+        };
+        written_rx.recv().unwrap();
+        f.write_page(2 * PS as u64, &[tag(2, 1); PS]).unwrap();
+        f.sync().unwrap();
+        let img = be.crash_image(2);
+        assert_page(&img, 1, 1, "after a sync called once the page was written");
+        assert_page(&img, 2, 1, "after the sync");
+        committer.join().unwrap();
+        assert!(
+            f.stats().claimed_commits >= 1 || f.stats().commits >= 2,
+            "the scoped commit ran"
+        );
+        f.close().unwrap();
+    });
+}
+
+/// Two writers write the same page, one after the other, and commit at
+/// once: the first one's commit may claim the second one's version (the
+/// newest, buffered) and write it. The second commit must then wait for
+/// that write: once it says Ok, every crash image holds its version. A
+/// scoped drain that took a page claimed by another commit for written
+/// would accept an `fdatasync` begun before the write.
+#[test]
+fn a_scoped_commit_waits_for_its_page_another_commit_claimed() {
+    check(|| {
+        let (be, f) = file_with(config(8));
+        f.write_page(0, &[tag(0, 0); PS]).unwrap();
+        f.sync().unwrap();
+        let (first_tx, first_rx) = shuttle::sync::mpsc::channel();
+        let first = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                w.write_page(0, &[tag(0, 1); PS]).unwrap();
+                first_tx.send(()).unwrap();
+                w.commit().unwrap();
+            })
+        };
+        first_rx.recv().unwrap();
+        let mut w = f.writer();
+        w.write_page(0, &[tag(0, 2); PS]).unwrap();
+        w.commit().unwrap();
+        assert_page(&be.crash_image(4), 0, 2, "after the second commit");
+        first.join().unwrap();
+        assert_page(&be.durable_image(), 0, 2, "newest wins");
+        f.close().unwrap();
+    });
+}
+
+/// A reader of a page whose scoped commit is writing it from the write
+/// buffer finds the committed bytes (the claim holds the page), never the
+/// older version in the read cache or on disk, and never waits for the
+/// write to find them.
+#[test]
+fn a_read_during_a_commit_from_the_buffer_finds_the_newest_version() {
+    check(|| {
+        let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
+        f.write_page(0, &[tag(0, 0); PS]).unwrap();
+        f.sync().unwrap();
+        assert_page(&f.read(0, PS).unwrap(), 0, 0, "cached");
+        let mut w = f.writer();
+        w.write_page(0, &[tag(0, 1); PS]).unwrap();
+        let reader = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                for _ in 0..2 {
+                    assert_page(&f.read(0, PS).unwrap(), 0, 1, "a read during the commit");
+                }
+            })
+        };
+        w.commit().unwrap();
+        reader.join().unwrap();
+        assert_page(&be.crash_image(3), 0, 1, "after the commit");
+        assert_page(&f.read(0, PS).unwrap(), 0, 1, "a read after the commit");
+        assert_eq!(f.stats().claimed_commits, 1, "written from the buffer");
+        f.close().unwrap();
+    });
+}
+
+/// A scoped commit's write from the write buffer fails (EIO) while a
+/// `sync()` called after the page was written waits for it: the page goes
+/// back to the buffer, the commit reports it, and the sync drains again
+/// and writes it (the backend fails one write only), so when the sync
+/// says Ok the page is durable. A sync that returned once the claim was
+/// gone, without looking for the page put back, would say Ok without it.
+#[test]
+fn a_sync_writes_a_page_whose_write_from_the_buffer_failed() {
+    check(|| {
+        let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
+        for p in 0..3u64 {
+            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+        }
+        f.sync().unwrap();
+        be.schedule_writes([WriteFault::Errno(libc::EIO)]);
+        let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
+        let committer = {
+            let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                w.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
+                written_tx.send(()).unwrap();
+                match w.commit() {
+                    Ok(()) => {}
+                    Err(Error::PagesFailed { .. }) => w.commit().unwrap(),
+                    Err(e) => panic!("commit: {e}"),
+                }
+                assert_page(&be.inner().crash_image(1), 1, 1, "after the commit");
+            })
+        };
+        written_rx.recv().unwrap();
+        loop {
+            match f.sync() {
+                Ok(()) => break,
+                Err(Error::PagesFailed { .. }) => {}
+                Err(e) => panic!("sync: {e}"),
+            }
+        }
+        assert_page(&be.inner().crash_image(2), 1, 1, "after an Ok sync");
+        committer.join().unwrap();
+        f.close().unwrap();
+    });
+}
+
+/// Another thread rewrites a page while a scoped commit writes it from the
+/// write buffer, and syncs: the rewrite waits for that write (the claim),
+/// so the newer version reaches the disk after the older one, and once
+/// the sync says Ok every crash image holds it. A rewrite that went into
+/// the buffer at once could be drained and written before the claimed
+/// version, which would then land over it.
+#[test]
+fn a_rewrite_during_a_commit_from_the_buffer_lands_after_it() {
+    check(|| {
+        let (be, f) = file_with(config(8));
+        f.write_page(0, &[tag(0, 0); PS]).unwrap();
+        f.sync().unwrap();
+        let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
+        let committer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                w.write_page(0, &[tag(0, 1); PS]).unwrap();
+                written_tx.send(()).unwrap();
+                w.commit().unwrap();
+            })
+        };
+        written_rx.recv().unwrap();
+        f.write_page(0, &[tag(0, 2); PS]).unwrap();
+        f.sync().unwrap();
+        assert_page(&be.crash_image(5), 0, 2, "after the rewrite's sync");
+        committer.join().unwrap();
+        assert_page(&be.durable_image(), 0, 2, "newest wins");
+        assert_page(&f.read(0, PS).unwrap(), 0, 2, "a read at the end");
+        f.close().unwrap();
+    });
+}

@@ -115,7 +115,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 11] = [
+pub const ALL: [Workload; 12] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -147,6 +147,13 @@ pub const ALL: [Workload; 11] = [
         config: || base().direct(DirectIo::Auto).sync_lanes(1),
         torn_ok: true,
         body: scoped_through,
+    },
+    Workload {
+        name: "scoped-claimed",
+        about: "Writer::commit from 3 threads of their own written pages (written from the write buffer: claimed, no drain), beside a thread calling sync(), whose promise covers pages claimed when it was called; O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
+        torn_ok: true,
+        body: scoped_claimed,
     },
     Workload {
         name: "scoped-growing",
@@ -278,6 +285,10 @@ fn scoped_tickets(c: &Ctx) -> Result<(), String> {
         }
         Ok(())
     })?;
+    eprintln!(
+        "scoped-tickets: {} of 30 scoped commits written from the buffer",
+        f.stats().claimed_commits
+    );
     let floors = c.tracker.all_floors();
     f.sync_async()
         .and_then(CommitTicket::wait)
@@ -332,6 +343,43 @@ fn scoped_through(c: &Ctx) -> Result<(), String> {
     eprintln!(
         "scoped-through: {} sync lanes opened",
         stats.sync_lanes_opened
+    );
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// Pages 0 to 39 written and synced; then three threads commit their own
+/// pages (two contiguous ones per commit, ten commits) through writers of
+/// their own, which write them from the write buffer where no one else
+/// holds them, while a fourth rewrites page 39 and calls `sync()` ten
+/// times: each sync is acknowledged with every page written before it,
+/// the committers' pages claimed at that moment among them.
+fn scoped_claimed(c: &Ctx) -> Result<(), String> {
+    let f = c.open()?;
+    for p in 0..40 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    on_threads(4, |t| {
+        if t == 3 {
+            for _ in 0..10 {
+                c.write(&f, 39)?;
+                c.sync(&f)?;
+            }
+            return Ok(());
+        }
+        let mut w = f.writer();
+        for i in 0..10u64 {
+            let first = 1 + t * 12 + (i % 6) * 2;
+            let a = c.write_via(&mut w, first)?;
+            let b = c.write_via(&mut w, first + 1)?;
+            w.commit().map_err(|e| format!("commit: {e}"))?;
+            c.ack(vec![(first, a), (first + 1, b)])?;
+        }
+        Ok(())
+    })?;
+    eprintln!(
+        "scoped-claimed: {} of 30 scoped commits written from the buffer",
+        f.stats().claimed_commits
     );
     f.close().map_err(|e| format!("close: {e}"))
 }

@@ -99,16 +99,18 @@ pub(crate) struct Batch {
 impl Batch {
     /// Moves every stripe's dirty pages to a new in-flight generation
     /// (numbered by `gens`) and collects them; `None` if nothing was dirty.
-    /// Called with the drain lock held.
+    /// Pages claimed from the buffer outside any generation go to `claims`
+    /// (to wait for). Called with the drain lock held.
     pub(crate) fn drain(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
         spare: &SpareBatches,
         drain_no: u64,
         drain: &DrainHeld,
+        claims: &mut Vec<u64>,
     ) -> Option<Batch> {
         Self::drained_by(p, gens, spare, (drain_no, drain), |id, drained| {
-            p.buffer.drain(drain, id, drained)
+            p.buffer.drain(drain, id, drained, claims)
         })
     }
 
@@ -116,8 +118,9 @@ impl Batch {
     /// stripe, [`WriteBuffer::by_stripe`](super::write_buffer::WriteBuffer::by_stripe))
     /// to a new in-flight generation and collects them; `None` if none of
     /// them was dirty. For each of `pages` in flight in an older generation
-    /// instead, that generation's number goes to `in_flight`. Called with
-    /// the drain lock held.
+    /// instead, that generation's number goes to `in_flight`; each claimed
+    /// from the buffer by another commit goes to `claims`. Called with the
+    /// drain lock held.
     pub(crate) fn drain_pages(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
@@ -125,9 +128,11 @@ impl Batch {
         (drain_no, drain): (u64, &DrainHeld),
         pages: &[u64],
         in_flight: &mut Vec<u64>,
+        claims: &mut Vec<u64>,
     ) -> Option<Batch> {
         Self::drained_by(p, gens, spare, (drain_no, drain), |id, drained| {
-            p.buffer.drain_pages(drain, id, pages, drained, in_flight)
+            p.buffer
+                .drain_pages(drain, id, pages, drained, in_flight, claims)
         })
     }
 

@@ -660,6 +660,7 @@ impl PagedCachedFile {
         &self,
         pages: &mut Vec<u64>,
         in_flight: &mut Vec<u64>,
+        scratch: &mut Option<Box<through::Scratch>>,
     ) -> Result<()> {
         if self.core.life.is_read_only() && !self.core.life.is_closed() {
             // Nothing can have been written.
@@ -684,6 +685,15 @@ impl PagedCachedFile {
         }
         self.core.buffer.by_stripe(pages);
         let p = self.parts();
+        if self.core.through {
+            // The scope's pages claimed and written from the buffer, where
+            // no other thread holds them: no drain lock, no generation.
+            let scratch = scratch.get_or_insert_with(Box::default);
+            match through::commit_buffered(&p, &self.core.flush, pages, scratch)? {
+                Through::Done => return Ok(()),
+                Through::Declined => {}
+            }
+        }
         let pass = self.core.flush.flush_scoped(&p, pages, in_flight);
         match self.core.durability.sync_to_own(pass.target) {
             Ok(()) => {

@@ -97,7 +97,7 @@ pub(crate) struct FlushPipeline {
     /// How an inline slot copies: under `O_DIRECT` the page alignment
     /// (scattered runs are gathered), and with atomic pieces the page
     /// alignment for their copy buffer.
-    inline_copy_align: Option<usize>,
+    pub(super) inline_copy_align: Option<usize>,
     inline_atomic_align: Option<usize>,
     /// In-flight generations, in drain order.
     pub(super) gens: Generations<Settled>,
@@ -164,8 +164,9 @@ impl FlushPipeline {
     /// One flush whose batch the caller settles (a commit, after its
     /// `fdatasync`): drains every stripe and writes what it found as
     /// `mode` says, then waits until every generation drained before or
-    /// with it has written, so that what was buffered when it started is
-    /// with the OS when it returns. If a write of an older generation
+    /// with it has written, and every scoped commit's claim the drain met
+    /// (pages written from the buffer outside any generation), so that
+    /// what was buffered when it started is with the OS when it returns. If a write of an older generation
     /// failed meanwhile (its pages went back to the write buffer after this
     /// drain), it drains and writes again; the batches of the passes
     /// before the last are settled at once.
@@ -177,7 +178,9 @@ impl FlushPipeline {
     pub(crate) fn flush_for_commit(&self, p: &Parts<'_>, mode: FlushMode) -> Pass {
         let mut pass = Pass::default();
         let mut mode = mode;
+        let mut claims = Vec::new();
         loop {
+            claims.clear();
             let mut size = self.drain.lock();
             if self.cut_pending.load(Ordering::Acquire) {
                 self.cut_back_if_idle(p, &mut size);
@@ -185,7 +188,14 @@ impl FlushPipeline {
             // Read before the drain: covers every write of the callers.
             let len = p.length.get();
             let drain_no = self.gens.begin_drain(size.held());
-            let drained = Batch::drain(p, &self.gens, &self.spare, drain_no, size.held());
+            let drained = Batch::drain(
+                p,
+                &self.gens,
+                &self.spare,
+                drain_no,
+                size.held(),
+                &mut claims,
+            );
             // Every generation below this one was drained by now.
             let mark = self.gens.next_id();
             match drained {
@@ -209,8 +219,12 @@ impl FlushPipeline {
                 }
             }
             let missed = self.gens.wait_written_then_check(mark, drain_no);
+            // Pages claimed from the buffer before the drain met them are
+            // being written by scoped commits outside any generation: wait
+            // for those writes too (counted before the claims go).
+            let requeued = !claims.is_empty() && p.buffer.wait_claims(&claims);
             (pass.seq, pass.unstaged_at) = p.durability.snapshot();
-            if !missed {
+            if !missed && !requeued {
                 return pass;
             }
             // Pages an older generation failed to write are back in the
@@ -228,8 +242,9 @@ impl FlushPipeline {
     /// only `pages` (page numbers grouped by stripe,
     /// `WriteBuffer::by_stripe`), those of them that are dirty, into a
     /// generation of its own and writes it from an inline slot on this
-    /// thread; waits for no write but its own and those of the generations
-    /// that hold its other pages in flight. Returns the batch (to settle
+    /// thread; waits for no write but its own, those of the generations
+    /// that hold its other pages in flight, and those of other commits'
+    /// claims on them (`through::commit_buffered`). Returns the batch (to settle
     /// after the commit's `fdatasync`), the error of what failed (its
     /// pages back in the write buffer), and the target: a `write_seq` that
     /// counts every write of those pages, so an `fdatasync` covering it
@@ -248,7 +263,9 @@ impl FlushPipeline {
         in_flight: &mut Vec<u64>,
     ) -> ScopedPass {
         let mut pass = ScopedPass::default();
+        let mut claims = Vec::new();
         loop {
+            claims.clear();
             let mut size = self.drain.lock();
             if self.cut_pending.load(Ordering::Acquire) {
                 self.cut_back_if_idle(p, &mut size);
@@ -257,7 +274,15 @@ impl FlushPipeline {
             let drain_no = self.gens.begin_drain(size.held());
             in_flight.clear();
             let drain = (drain_no, size.held());
-            let drained = Batch::drain_pages(p, &self.gens, &self.spare, drain, pages, in_flight);
+            let drained = Batch::drain_pages(
+                p,
+                &self.gens,
+                &self.spare,
+                drain,
+                pages,
+                in_flight,
+                &mut claims,
+            );
             // Every page of the scope not drained nor in flight was
             // written, and counted, before this.
             let mut target = p.durability.write_seq();
@@ -283,13 +308,16 @@ impl FlushPipeline {
                 }
             }
             let (step, missed) = self.gens.wait_ids_then_check(in_flight, drain_no);
+            // Pages of the scope another commit claimed from the buffer:
+            // their writes are counted before the claims go.
+            let requeued = !claims.is_empty() && p.buffer.wait_claims(&claims);
             pass.target = match step {
-                Some(s) => target.max(s),
-                // One retired meanwhile: its step is below what is counted
-                // now.
-                None => p.durability.write_seq(),
+                Some(s) if claims.is_empty() => target.max(s),
+                // One retired meanwhile, or a claim was released: its step
+                // is below what is counted now.
+                _ => p.durability.write_seq(),
             };
-            if !missed {
+            if !missed && !requeued {
                 return pass;
             }
             if let Some(batch) = pass.batch.take() {

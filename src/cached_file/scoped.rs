@@ -13,7 +13,7 @@
 
 use super::file::PagedCachedFile;
 use super::guard::WritablePage;
-use super::through::Through;
+use super::through::{self, Through};
 use super::ticket::CommitTicket;
 use crate::error::Result;
 
@@ -40,6 +40,9 @@ pub struct Writer<'a> {
     pages: Vec<u64>,
     /// Scratch: generations holding the scope's pages in flight.
     in_flight: Vec<u64>,
+    /// Scratch of commits written from the write buffer (boxed on the
+    /// first: a writer stays small and free to make).
+    scratch: Option<Box<through::Scratch>>,
 }
 
 impl PagedCachedFile {
@@ -51,6 +54,7 @@ impl PagedCachedFile {
             file: self,
             pages: Vec::new(),
             in_flight: Vec::new(),
+            scratch: None,
         }
     }
 }
@@ -103,10 +107,16 @@ impl<'a> Writer<'a> {
     /// for no other writer's writes but those of its own pages that
     /// another flush took first.
     ///
-    /// How: this thread drains its dirty pages, writes them (one call per
-    /// run of contiguous pages), and then needs an `fdatasync` that began
-    /// after those writes completed: it returns at once if one has
-    /// completed, waits for one in flight, or issues its own. Commits of
+    /// How: this thread takes its dirty pages out of the write buffer,
+    /// writes them from there (one call per run of contiguous pages), and
+    /// then needs an `fdatasync` that began after those writes completed:
+    /// it returns at once if one has completed, waits for one in flight,
+    /// or issues its own. Where no other thread holds them (in a flush, or
+    /// under a guard) and the file has no torn-page protection and no
+    /// grow-ahead window, the pages are claimed rather than drained: no
+    /// lock the other committers share is taken (counted in
+    /// [`Stats::claimed_commits`](crate::Stats::claimed_commits)); while
+    /// they are written, reads of them find them and writes of them wait. Commits of
     /// several writers at once each issue theirs (the kernel merges
     /// concurrent cache flushes); none waits for a leader. A writer with
     /// nothing written since its last commit returns at once.
@@ -136,7 +146,7 @@ impl<'a> Writer<'a> {
     /// again.
     pub fn commit(&mut self) -> Result<()> {
         self.file
-            .commit_scope(&mut self.pages, &mut self.in_flight)?;
+            .commit_scope(&mut self.pages, &mut self.in_flight, &mut self.scratch)?;
         self.pages.clear();
         Ok(())
     }

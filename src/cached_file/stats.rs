@@ -72,6 +72,11 @@ pub struct Stats {
     /// written through: one `pwrite` straight from the caller's bytes, no
     /// copy into the write buffer.
     pub through_commits: u64,
+    /// Of `commits`, [`Writer::commit`](crate::Writer::commit)s (and
+    /// `write_and_commit`s that could not write through) whose pages were
+    /// written straight from the write buffer, without a drain: their
+    /// pages were claimed, written with one call per run, and released.
+    pub claimed_commits: u64,
     /// Sync lanes opened while the file was open: a scoped commit that
     /// found every lane syncing opened one more (one open file description
     /// each, kept until close), so there are about as many lanes as
@@ -155,6 +160,7 @@ impl Stats {
             strategy_switches: self.strategy_switches + o.strategy_switches,
             allocating_scoped_commits: self.allocating_scoped_commits + o.allocating_scoped_commits,
             through_commits: self.through_commits + o.through_commits,
+            claimed_commits: self.claimed_commits + o.claimed_commits,
             sync_lanes_opened: self.sync_lanes_opened + o.sync_lanes_opened,
             rounds_in_flight_sum: self.rounds_in_flight_sum + o.rounds_in_flight_sum,
             backpressure_waits: self.backpressure_waits + o.backpressure_waits,
@@ -190,6 +196,7 @@ pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub allocating_scoped_commits: AtomicU64,
     pub through_commits: AtomicU64,
+    pub claimed_commits: AtomicU64,
     pub sync_lanes_opened: AtomicU64,
     pub commit_rounds: AtomicU64,
     pub max_commit_group: AtomicU64,
@@ -227,6 +234,7 @@ impl Counters {
             strategy_switches: 0,
             allocating_scoped_commits: self.allocating_scoped_commits.load(Relaxed),
             through_commits: self.through_commits.load(Relaxed),
+            claimed_commits: self.claimed_commits.load(Relaxed),
             sync_lanes_opened: self.sync_lanes_opened.load(Relaxed),
             rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),
             backpressure_waits: self.backpressure_waits.load(Relaxed),

@@ -5,6 +5,18 @@
 //! any scoped commit does. `Writer::write_and_commit` takes this way when
 //! it can and the buffered way otherwise.
 //!
+//! `Writer::commit` writes its buffered pages the same way where it can
+//! ([`commit_buffered`]): it claims their dirty versions out of the write
+//! buffer (the claim holds the page, so reads find it there), writes them
+//! from the buffer with one call per run on its own thread, and releases
+//! them to the read cache: no drain lock and no generation, which every
+//! other commit would contend on. What waits for such a claim: a writer
+//! of the page (as for any claim), a `sync()` or flush whose drain meets
+//! it (it must cover the page, written before it was called), and a
+//! scoped drain holding the page in its scope (`WriteBuffer::wait_claims`);
+//! a failed write puts the pages back in `dirty`, and whoever waited
+//! drains again.
+//!
 //! Owns: the gate between writes through and cuts ([`ThroughGate`]).
 //! Calls: the write buffer (claims: `WriteBuffer::claim_through`), the
 //! lengths, the unwritten pages, the backend's write and the durability
@@ -41,11 +53,16 @@
 //! it waits for room first, as a write does, and goes past the bound only
 //! if making room failed too.
 
+use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::flush::FlushPipeline;
+use super::gather::{GatherBuf, write_run};
+use super::pages::PageRef;
 use super::parts::Parts;
 use super::stats::{add, add_elapsed};
+use crate::coalesce::{Run, RunLimits, coalesce};
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, Mutex};
 
@@ -220,4 +237,143 @@ pub(crate) fn commit(
     add(&p.counters.commits, 1);
     add(&p.counters.through_commits, 1);
     Ok(Through::Done)
+}
+
+/// What a writer keeps between its commits written from the write buffer
+/// ([`commit_buffered`]): the claimed pages, their runs, the iovecs and,
+/// under `O_DIRECT`, the copy buffer of a run scattered in memory.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    entries: Vec<(u64, PageRef)>,
+    runs: Vec<Run>,
+    iovecs: Vec<IoSlice<'static>>,
+    copy: Option<GatherBuf>,
+}
+
+/// A scoped commit of the buffered `pages` (page numbers grouped by
+/// stripe) written straight from the write buffer: their dirty versions
+/// are claimed (`WriteBuffer::claim_buffered`), written from this thread
+/// with one call per run, released to the read cache, and then an
+/// `fdatasync` that began after those writes makes them durable, as a
+/// write through of the caller's bytes does. No drain lock, no
+/// generation: nothing another commit has to wait on but the claims, and
+/// those only for their pages (`sync` waits for the claims it meets in its
+/// drain, a scoped drain for those of its own pages).
+///
+/// [`Through::Declined`], with nothing changed, where the checks of a
+/// write through fail (a cut holds the gate; a page reaches past the
+/// length on disk or into space unwritten there) or a page is in flight,
+/// guarded or claimed already (the drain's way waits for those).
+///
+/// Errors: [`Error::PagesFailed`] for runs whose write failed (their
+/// pages are dirty again and stay in the writer's commit; the other pages
+/// were made durable); an `fdatasync` failure as `Writer::commit` reports
+/// it (the file is poisoned).
+pub(crate) fn commit_buffered(
+    p: &Parts<'_>,
+    flush: &FlushPipeline,
+    pages: &[u64],
+    scratch: &mut Scratch,
+) -> Result<Through> {
+    let Some(pass) = flush.through.enter() else {
+        return Ok(Through::Declined);
+    };
+    let ps = p.config.page_size as u64;
+    let inside = p.length.get().min(p.length.disk()).min(p.length.written());
+    let Some(&last) = pages.iter().max() else {
+        return Ok(Through::Declined);
+    };
+    if (last + 1).saturating_mul(ps) > inside || p.unwritten.touches(pages) {
+        return Ok(Through::Declined);
+    }
+    let Scratch {
+        entries,
+        runs,
+        iovecs,
+        copy,
+    } = scratch;
+    if !p.buffer.claim_buffered(pages, entries) {
+        return Ok(Through::Declined);
+    }
+    if entries.is_empty() {
+        // Every page went out with other flushes, which counted its write
+        // before they retired it.
+        drop(pass);
+        p.durability.sync_to_own(p.durability.write_seq())?;
+        add(&p.counters.commits, 1);
+        add(&p.counters.claimed_commits, 1);
+        return Ok(Through::Done);
+    }
+    crate::sync::io_point();
+    let limits = RunLimits {
+        max_pages: p.config.max_run_pages,
+        max_bytes: flush.max_run_bytes,
+    };
+    if coalesce(entries, limits, runs).is_err() {
+        // Not reached: claimed pages have distinct offsets.
+        p.buffer.requeue_buffered(entries.drain(..));
+        return Ok(Through::Declined);
+    }
+    if copy.is_none()
+        && let Some(align) = flush.inline_copy_align
+    {
+        *copy = Some(GatherBuf::new(align));
+    }
+    let started = std::time::Instant::now();
+    let mut failed: Option<(Vec<std::ops::Range<u64>>, &'static str, std::io::Error)> = None;
+    let mut failed_runs: Vec<Run> = Vec::new();
+    for run in runs.iter() {
+        let (out, op) = write_run(
+            p.backend,
+            run,
+            &entries[run.entries()],
+            iovecs,
+            copy.as_mut(),
+            false,
+        );
+        add(&p.counters.write_calls, 1);
+        match out {
+            Ok(()) => {
+                add(&p.counters.runs, 1);
+                add(&p.counters.pages_written, run.count as u64);
+                add(&p.counters.bytes_written, run.len as u64);
+            }
+            Err(e) => {
+                let range = run.offset..run.offset + run.len as u64;
+                match &mut failed {
+                    Some((ranges, _, _)) => ranges.push(range),
+                    None => failed = Some((vec![range], op, e)),
+                }
+                failed_runs.push(*run);
+            }
+        }
+    }
+    add_elapsed(&p.counters.write_ns, started);
+    // Counted before the claims go: a commit that finds a page released
+    // reads a `write_seq` that covers its write.
+    let step = p.durability.step();
+    if failed.is_some() {
+        // Back to `dirty` first, then the rest released (the failed runs'
+        // entries taken out of `entries`, last first so indices hold).
+        let mut back = Vec::new();
+        for run in failed_runs.iter().rev() {
+            back.extend(entries.drain(run.entries()));
+        }
+        p.buffer.requeue_buffered(back.into_iter());
+    }
+    p.buffer.release_buffered(entries, p.cache);
+    drop(pass);
+    p.durability.sync_to_own(step)?;
+    add(&p.counters.commits, 1);
+    match failed {
+        None => {
+            add(&p.counters.claimed_commits, 1);
+            Ok(Through::Done)
+        }
+        Some((ranges, op, e)) => Err(Error::PagesFailed {
+            failed: ranges.into_iter().collect(),
+            op,
+            source: Arc::new(e),
+        }),
+    }
 }

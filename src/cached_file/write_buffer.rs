@@ -20,9 +20,13 @@
 //!   the thread that holds the guard is refused (`Busy`) instead of
 //!   waiting on itself;
 //! - a page claimed for a write through (`claim_through`: a scoped commit
-//!   writing the caller's bytes straight to disk) is in neither `dirty`
-//!   nor a generation, and is read and written by no one until the claim
-//!   is released: readers and writers of it wait;
+//!   writing the caller's bytes straight to disk; `claim_buffered`: one
+//!   writing its dirty pages from the buffer) is in neither `dirty` nor a
+//!   generation, and is written by no one until the claim is released:
+//!   writers of it wait, and so do readers unless the claim holds the
+//!   page (from the buffer: they read it there); a claim from the buffer
+//!   is taken only of a page no generation holds, and a drain that meets
+//!   one reports it, so `sync` and scoped commits can wait for its write;
 //! - every event that may free room (a retire, pages put back, a poison)
 //!   bumps `room` and notifies under its lock, so a writer that looked
 //!   before the event never sleeps through it.
@@ -81,8 +85,9 @@ pub(crate) struct Stripe {
     /// (few; usually none).
     guarded: Vec<(u64, ThreadId)>,
     /// Pages claimed for a write through (few; usually none): their bytes
-    /// are on their way to disk from a caller's buffer.
-    through: Vec<u64>,
+    /// are on their way to disk, from a caller's buffer (`None`: readers
+    /// wait) or from the write buffer (the page: readers read it).
+    through: Vec<(u64, Option<PageRef>)>,
     /// Pages discarded while a version of them was in flight: if that
     /// write fails, the page is not put back. Cleared when nothing of this
     /// stripe is in flight any more.
@@ -103,7 +108,41 @@ impl Stripe {
     fn newest(&self, n: u64) -> Option<&PageRef> {
         self.dirty
             .get(&n)
+            .or_else(|| self.claimed(n).and_then(Option::as_ref))
             .or_else(|| self.flushing.iter().rev().find_map(|g| g.get(&n)))
+    }
+
+    /// Page `n`'s claim for a write through, if it is claimed: the page
+    /// where the bytes come from the write buffer.
+    #[inline]
+    fn claimed(&self, n: u64) -> Option<&Option<PageRef>> {
+        if self.through.is_empty() {
+            return None;
+        }
+        self.through
+            .iter()
+            .find(|(p, _)| *p == n)
+            .map(|(_, page)| page)
+    }
+
+    /// Appends the pages claimed from the write buffer
+    /// ([`WriteBuffer::claim_buffered`]) to `out`.
+    #[inline]
+    fn buffered_claims(&self, out: &mut Vec<u64>) {
+        if !self.through.is_empty() {
+            out.extend(
+                self.through
+                    .iter()
+                    .filter(|(_, page)| page.is_some())
+                    .map(|(p, _)| *p),
+            );
+        }
+    }
+
+    /// Drops page `n`'s claim, returning its page if it had one.
+    fn unclaim(&mut self, n: u64) -> Option<PageRef> {
+        let i = self.through.iter().position(|(p, _)| *p == n)?;
+        self.through.swap_remove(i).1
     }
 }
 
@@ -475,7 +514,7 @@ impl WriteBuffer {
     /// The newest buffered or in-flight version of page `page_no`.
     pub(crate) fn find(&self, page_no: u64) -> Option<PageRef> {
         let mut s = self.stripe(page_no).lock();
-        self.wait_not_through(&mut s, page_no);
+        self.wait_readable(&mut s, page_no);
         s.newest(page_no).cloned()
     }
 
@@ -484,7 +523,7 @@ impl WriteBuffer {
     /// taken); `false` if it is in neither.
     pub(crate) fn copy_newest(&self, page_no: u64, within: usize, dst: &mut [u8]) -> bool {
         let mut s = self.stripe(page_no).lock();
-        self.wait_not_through(&mut s, page_no);
+        self.wait_readable(&mut s, page_no);
         match s.newest(page_no) {
             Some(page) => {
                 dst.copy_from_slice(&page[within..within + dst.len()]);
@@ -603,7 +642,17 @@ impl WriteBuffer {
     /// so the claim is released).
     #[inline]
     fn wait_not_through(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
-        while !s.through.is_empty() && s.through.contains(&page_no) {
+        while s.claimed(page_no).is_some() {
+            self.unguarded[self.stripe_no(page_no)].wait(s);
+        }
+    }
+
+    /// Waits, with page `page_no`'s stripe locked (`s`), until no write
+    /// through of a caller's bytes holds the page (one from the write
+    /// buffer leaves its page readable).
+    #[inline]
+    fn wait_readable(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
+        while matches!(s.claimed(page_no), Some(None)) {
             self.unguarded[self.stripe_no(page_no)].wait(s);
         }
     }
@@ -622,13 +671,13 @@ impl WriteBuffer {
             let taken = s.dirty.contains_key(&p)
                 || s.flushing.iter().any(|g| g.contains_key(&p))
                 || s.guarded.iter().any(|&(g, _)| g == p)
-                || s.through.contains(&p);
+                || s.claimed(p).is_some();
             if taken {
                 drop(s);
                 self.release_through(pages.start..p, cache);
                 return false;
             }
-            s.through.push(p);
+            s.through.push((p, None));
             s.seq = s.seq.wrapping_add(1);
         }
         true
@@ -641,7 +690,7 @@ impl WriteBuffer {
     pub(crate) fn release_through(&self, pages: std::ops::Range<u64>, cache: &ReadCache) {
         for p in pages {
             let mut s = self.stripe(p).lock();
-            s.through.retain(|&q| q != p);
+            s.unclaim(p);
             s.seq = s.seq.wrapping_add(1);
             cache.forget(p, &self.pool);
             drop(s);
@@ -665,13 +714,126 @@ impl WriteBuffer {
     ) {
         for (p, page) in (first..).zip(copies) {
             let mut s = self.stripe(p).lock();
-            s.through.retain(|&q| q != p);
+            s.unclaim(p);
             let end = (p + 1) << self.page_shift;
             self.insert_locked(&mut s, p, page, end, length, counters);
             cache.forget(p, &self.pool);
             drop(s);
             self.unguarded[self.stripe_no(p)].notify_all();
         }
+    }
+
+    /// Claims the buffered versions of `pages` (page numbers grouped by
+    /// stripe, [`by_stripe`](Self::by_stripe)) for a scoped commit written
+    /// from the write buffer (`through::commit_buffered`): each dirty one
+    /// leaves `dirty` for a claim that holds its page, pushed to `out` as
+    /// (byte offset, page). Until the claim is released, reads find the
+    /// page there and writers of it wait; the pages stay counted in
+    /// `buffered`. Pages neither dirty nor elsewhere were written before
+    /// (a flush took and retired them). `false`, with nothing claimed, if
+    /// any of `pages` is in flight in a generation, under a guard or
+    /// claimed already: the commit then takes the drain's way, which
+    /// waits for those.
+    pub(crate) fn claim_buffered(&self, pages: &[u64], out: &mut Vec<(u64, PageRef)>) -> bool {
+        out.clear();
+        let mut rest = pages;
+        while let Some(&first) = rest.first() {
+            let i = self.stripe_no(first);
+            let n = rest.iter().take_while(|&&p| self.stripe_no(p) == i).count();
+            let (group, tail) = rest.split_at(n);
+            rest = tail;
+            let mut s = self.stripes[i].lock();
+            for &p in group {
+                let busy = s.claimed(p).is_some()
+                    || s.flushing.iter().any(|g| g.contains_key(&p))
+                    || s.guarded.iter().any(|&(g, _)| g == p);
+                if busy {
+                    drop(s);
+                    self.requeue_buffered(out.drain(..));
+                    return false;
+                }
+                if let Some(page) = s.dirty.remove(&p) {
+                    s.through.push((p, Some(Arc::clone(&page))));
+                    s.seq = s.seq.wrapping_add(1);
+                    out.push((p << self.page_shift, page));
+                }
+            }
+        }
+        true
+    }
+
+    /// Releases claims made by [`claim_buffered`](Self::claim_buffered)
+    /// whose pages were written (`entries`: byte offset, page): the read
+    /// cache takes the pages as the disk now holds them, waiters wake, and
+    /// the pages leave the buffer bound (their memory goes back to the
+    /// pool where nothing else holds it).
+    pub(crate) fn release_buffered(&self, entries: &mut Vec<(u64, PageRef)>, cache: &ReadCache) {
+        let mut freed = 0usize;
+        for (off, page) in entries.iter() {
+            let p = off >> self.page_shift;
+            let mut s = self.stripe(p).lock();
+            s.unclaim(p);
+            s.seq = s.seq.wrapping_add(1);
+            if cache.is_enabled() {
+                cache.update(p, Arc::clone(page), &self.pool);
+            }
+            drop(s);
+            self.unguarded[self.stripe_no(p)].notify_all();
+            freed += page.len();
+        }
+        self.pool.put_all(entries.drain(..).map(|(_, page)| page));
+        self.release(freed);
+    }
+
+    /// Puts pages claimed by [`claim_buffered`](Self::claim_buffered) back
+    /// in `dirty` (their write failed, or the claim was given up): no
+    /// newer version can have come meanwhile (writers of a claimed page
+    /// wait), and they are still counted in `buffered`. A page the engine
+    /// discarded meanwhile stays gone, as one in flight does.
+    pub(crate) fn requeue_buffered(&self, entries: impl Iterator<Item = (u64, PageRef)>) {
+        let mut any = false;
+        let mut freed = 0usize;
+        for (off, page) in entries {
+            let p = off >> self.page_shift;
+            let mut s = self.stripe(p).lock();
+            s.unclaim(p);
+            if let Some(i) = s.discarded.iter().position(|&d| d == p) {
+                if s.flushing.is_empty() {
+                    s.discarded.swap_remove(i);
+                }
+                freed += page.len();
+            } else {
+                let was = s.dirty.insert(p, page);
+                debug_assert!(was.is_none(), "a claimed page got a newer version");
+                s.seq = s.seq.wrapping_add(1);
+            }
+            drop(s);
+            self.unguarded[self.stripe_no(p)].notify_all();
+            any = true;
+        }
+        self.uncount(freed);
+        if any {
+            // Pages went back to the buffer, or left it: a writer waiting
+            // for room may flush them itself, or take the room.
+            self.notify_room();
+        }
+    }
+
+    /// Waits until none of `pages` (claimed from the buffer when a drain
+    /// met them) is claimed from the buffer any more: each such write has
+    /// completed and been counted in `write_seq` (a claim is released
+    /// after its count). Returns whether any of them is dirty again (its
+    /// write failed, or it was written anew): the caller drains again.
+    pub(crate) fn wait_claims(&self, pages: &[u64]) -> bool {
+        let mut dirty = false;
+        for &p in pages {
+            let mut s = self.stripe(p).lock();
+            while matches!(s.claimed(p), Some(Some(_))) {
+                self.unguarded[self.stripe_no(p)].wait(&mut s);
+            }
+            dirty |= s.dirty.contains_key(&p);
+        }
+        dirty
     }
 
     /// Refuses `discard` or `set_len` over a page under a live guard
@@ -745,7 +907,9 @@ impl WriteBuffer {
 
     /// Moves every stripe's dirty pages to in-flight generation `id` (one
     /// swap per stripe under its lock), appending each stripe's number and
-    /// map to `drained`. Returns the youngest older generation still in
+    /// map to `drained`, and the pages claimed from the buffer
+    /// (`claim_buffered`: on their way to disk outside any generation) to
+    /// `claims`, for the caller to wait for ([`wait_claims`](Self::wait_claims)). Returns the youngest older generation still in
     /// flight that holds one of these pages (the write latch: this
     /// generation writes only after every generation up to it has).
     /// Called with the drain lock held, so generations follow drain order.
@@ -754,10 +918,12 @@ impl WriteBuffer {
         _drain: &DrainHeld,
         id: u64,
         drained: &mut Vec<(usize, Arc<PageMap>)>,
+        claims: &mut Vec<u64>,
     ) -> Option<u64> {
         let mut after: Option<u64> = None;
         for (i, stripe) in self.stripes.iter().enumerate() {
             let mut s = stripe.lock();
+            s.buffered_claims(claims);
             if s.dirty.is_empty() {
                 continue;
             }
@@ -790,7 +956,8 @@ impl WriteBuffer {
     /// generation `id`, one map per stripe touched, appending each stripe's
     /// number and map to `drained`. For each of `pages` not dirty but in
     /// flight, pushes the youngest generation holding it to `in_flight`
-    /// (its write is the one the scoped commit must wait for). Returns the
+    /// (its write is the one the scoped commit must wait for), and each
+    /// claimed from the buffer by another commit to `claims`. Returns the
     /// youngest older generation in flight that holds one of the pages
     /// drained (the write latch), as [`drain`](Self::drain) does. Called
     /// with the drain lock held.
@@ -801,6 +968,7 @@ impl WriteBuffer {
         pages: &[u64],
         drained: &mut Vec<(usize, Arc<PageMap>)>,
         in_flight: &mut Vec<u64>,
+        claims: &mut Vec<u64>,
     ) -> Option<u64> {
         let mut after: Option<u64> = None;
         let mut rest = pages;
@@ -827,6 +995,9 @@ impl WriteBuffer {
                             unreachable!("a map being filled is not shared yet")
                         };
                         m.insert(p, page);
+                    }
+                    None if older.is_none() && matches!(s.claimed(p), Some(Some(_))) => {
+                        claims.push(p);
                     }
                     None => in_flight.extend(older),
                 }
@@ -897,7 +1068,7 @@ impl WriteBuffer {
         let total = map.values().map(|p| p.len()).sum::<usize>();
         let mut s = self.stripes[stripe_no].lock();
         s.flushing.retain(|g| !Arc::ptr_eq(&g.pages, &map));
-        if s.flushing.is_empty() {
+        if s.flushing.is_empty() && s.through.is_empty() {
             s.discarded.clear();
         }
         // Out of `flushing`, the batch held the map's last reference.
@@ -930,7 +1101,9 @@ impl WriteBuffer {
                 *freed += page.len();
                 s.seq = s.seq.wrapping_add(1);
             }
-            if s.flushing.iter().any(|g| g.contains_key(&p)) && !s.discarded.contains(&p) {
+            let in_flight = s.flushing.iter().any(|g| g.contains_key(&p))
+                || matches!(s.claimed(p), Some(Some(_)));
+            if in_flight && !s.discarded.contains(&p) {
                 s.discarded.push(p);
             }
         };
