@@ -115,7 +115,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 12] = [
+pub const ALL: [Workload; 13] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -198,6 +198,13 @@ pub const ALL: [Workload; 12] = [
         },
         torn_ok: true,
         body: appends,
+    },
+    Workload {
+        name: "scoped-eio",
+        about: "Writer::commit from 3 threads of their own written pages (claimed from the write buffer; one sync lane at first, more opened on demand) while the device fails a cache flush with EIO: no commit acknowledged after a failure was seen, the file poisoned; O_DIRECT",
+        config: || base().direct(DirectIo::Auto).sync_lanes(1),
+        torn_ok: true,
+        body: scoped_eio,
     },
     Workload {
         name: "eio-on-flush",
@@ -502,6 +509,60 @@ fn on_threads(n: u64, body: impl Fn(u64) -> Result<(), String> + Sync) -> Result
             .into_iter()
             .try_for_each(|h| h.join().map_err(|_| "a thread panicked".to_string())?)
     })
+}
+
+/// Pages 0 to 39 written and synced; then three threads commit their own
+/// pages one at a time through writers of their own (scoped commits
+/// written from the write buffer, each on a sync lane of its own once
+/// lanes open), and after a few commits the device fails the next cache
+/// flush. A commit is acknowledged with its page; once any thread saw a
+/// commit fail, no later commit may say Ok (the file is poisoned).
+fn scoped_eio(c: &Ctx) -> Result<(), String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let f = c.open()?;
+    for p in 0..40 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    let failed = AtomicBool::new(false);
+    on_threads(3, |t| {
+        let mut w = f.writer();
+        for i in 0..20u64 {
+            if t == 0 && i == 6 {
+                c.faults.lock().unwrap_or_else(|p| p.into_inner()).fsyncs = 1;
+            }
+            let page = 1 + t * 13 + i % 13;
+            let v = match c.write_via(&mut w, page) {
+                Ok(v) => v,
+                // Refused on a poisoned file: what it must do.
+                Err(_) if failed.load(Ordering::Acquire) => continue,
+                Err(e) => return Err(e),
+            };
+            let seen = failed.load(Ordering::Acquire);
+            match w.commit() {
+                Ok(()) if seen => {
+                    return Err(format!(
+                        "thread {t}: commit {i} was acknowledged although an earlier one failed"
+                    ));
+                }
+                Ok(()) => c.ack(vec![(page, v)])?,
+                Err(_) => failed.store(true, Ordering::Release),
+            }
+        }
+        Ok(())
+    })?;
+    let stats = f.stats();
+    eprintln!(
+        "scoped-eio: {} commits written from the buffer, {} sync lanes opened",
+        stats.claimed_commits, stats.sync_lanes_opened
+    );
+    if !failed.load(Ordering::Acquire) {
+        return Err("no commit failed: the device's EIO never reached pagewriter".into());
+    }
+    if !f.is_poisoned() {
+        return Err("a commit failed but the file is not poisoned".into());
+    }
+    Ok(())
 }
 
 /// Which device request the EIO workloads fail.
