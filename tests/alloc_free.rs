@@ -132,6 +132,58 @@ fn one_committer() {
     assert!(checked >= 12, "only {checked} cases ran");
 }
 
+/// One writer's scoped commits of pages inside written space (each
+/// written from the write buffer: claimed, no drain): after a warm-up,
+/// 200 commits allocate nothing, for each engine, buffered and
+/// `O_DIRECT`.
+fn one_scoped_committer() {
+    let data = vec![0x5Au8; PAGE];
+    let txn = vec![0x5Au8; PAGE * TXN_PAGES as usize];
+    for engine in engines() {
+        for direct in [DirectIo::Off, DirectIo::Auto] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("scoped");
+            let config = Config::default().engine(engine).direct(direct);
+            let file = PagedCachedFile::open(&path, config).unwrap();
+            let written = 64 * TXN_PAGES;
+            for p in 0..written {
+                file.write_page(p * PAGE as u64, &data).unwrap();
+            }
+            file.sync().unwrap();
+            let mut w = file.writer();
+            let mut commit = |i: u64| {
+                let first = (i * TXN_PAGES) % written;
+                w.write_page(first * PAGE as u64, &txn).unwrap();
+                w.write_page(((first + 7 * TXN_PAGES) % written) * PAGE as u64, &data)
+                    .unwrap();
+                w.commit().unwrap();
+            };
+            (0..300).for_each(&mut commit);
+            let claimed = file.stats().claimed_commits;
+            let before = allocations();
+            let commits = 200;
+            (300..300 + commits).for_each(&mut commit);
+            let allocations = allocations() - before;
+            let mode = file.io_mode();
+            eprintln!(
+                "scoped, {engine:?}, direct {:?}: {allocations} allocations in {commits} commits",
+                mode.direct
+            );
+            assert_eq!(
+                allocations, 0,
+                "scoped, {engine:?} ({mode:?}): {allocations} allocations in {commits} commits"
+            );
+            assert_eq!(
+                file.stats().claimed_commits - claimed,
+                commits,
+                "every commit was written from the buffer"
+            );
+            drop(w);
+            file.close().unwrap();
+        }
+    }
+}
+
 /// Four committers, the same threads through the warm-up and the
 /// measured commits. Returns the allocations of the measured commits.
 fn four_committers(file: &PagedCachedFile, warm_up: usize, measured: usize) -> u64 {
@@ -209,6 +261,7 @@ fn a_steady_commit_load_allocates_nothing() {
     let _profiler = dhat::Profiler::builder().testing().build();
     pagewriter::testing::auto_commit_epochs(8, 1);
     one_committer();
+    one_scoped_committer();
     pagewriter::testing::auto_commit_epochs(0, 0);
     concurrent_committers();
 }
