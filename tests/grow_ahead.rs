@@ -19,6 +19,8 @@ use pagewriter::{
 
 const PS: usize = 4096;
 const MIB: u64 = 1 << 20;
+/// An error for a scheduled write fault (`EIO` on Linux; any error will do).
+const EIO: i32 = 5;
 
 fn dir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
@@ -315,5 +317,99 @@ fn a_set_len_inside_the_window_is_durable_after_sync() {
         assert_eq!(g.len(), want * PS as u64, "{}", copy.display());
         assert_pages(&g.read(0, PS).unwrap(), 0..1, "page 0");
         assert!(g.read(PS as u64, PS).unwrap().iter().all(|&b| b == 0));
+    }
+}
+
+/// An old trailer whose zeroing fails (the window was extended and made
+/// durable, then the write of zeros over the old slots failed) reads as
+/// zeros, is zeroed before the next extension moves the trailer again (or
+/// before `close` cuts the window off), and is gone from the file at
+/// rest. Pages of 512 B, so the old slots (1 KiB) are two whole pages of
+/// the data's range.
+#[test]
+fn an_old_trailer_whose_zeroing_failed_is_never_read_and_is_zeroed_before_the_next_extension() {
+    for extend_again in [true, false] {
+        a_failed_zeroing(extend_again);
+    }
+}
+
+fn a_failed_zeroing(extend_again: bool) {
+    use pagewriter::testing::{FaultyBackend, WriteFault};
+    use pagewriter::{FileBackend, FlushEngine};
+    const P: u64 = 512;
+    let d = dir();
+    let path = d.path().join("f");
+    let backend = Arc::new(FaultyBackend::new(FileBackend::open(&path).unwrap()));
+    let cfg = window(8 * P)
+        .page_size(P as usize)
+        .page_align(P as usize)
+        .engine(FlushEngine::PerPage)
+        .max_write_buffer_bytes(2 * P as usize)
+        .stripes(1)
+        .sync_lanes(1);
+    let f = PagedCachedFile::new(Arc::clone(&backend), cfg).unwrap();
+    let mut w = f.writer();
+    w.write_and_commit(11 * P, &[1; 2 * P as usize]).unwrap();
+    assert_eq!(f.stats().grow_extensions, 1);
+    let old_slots = size(&path) - 2 * P;
+    // The next commit reaches past the window: its extension's trailer
+    // write passes, the zeroing of the old slots fails.
+    backend.schedule_writes([WriteFault::Pass, WriteFault::Errno(EIO)]);
+    let at = old_slots + 4 * P;
+    let e = w.write_and_commit(at, &[2; P as usize]).unwrap_err();
+    assert!(e.to_string().contains("grow-ahead trailer"), "{e}");
+    assert_eq!(f.stats().grow_extensions, 2, "the extension itself passed");
+    let zeros = |what: &str| {
+        let got = f.read(old_slots, 2 * P as usize).unwrap();
+        assert!(
+            got.iter().all(|&b| b == 0),
+            "{what}: the old slots read {:?}",
+            &got[..16]
+        );
+    };
+    zeros("after the failed zeroing");
+    let mut end = at + P;
+    if !extend_again {
+        // Nothing left to write: `close` only cuts the window off.
+        f.discard(at, P).unwrap();
+    } else {
+        // Pages past the second window's end: a third extension.
+        let far = size(&path) + 2 * P;
+        f.write_page(far, &[3; 3 * P as usize]).unwrap();
+        f.write_page(0, &[4; P as usize]).unwrap();
+        f.sync().unwrap();
+        assert_eq!(f.stats().grow_extensions, 3);
+        zeros("after the next extension");
+        w.write_and_commit(at, &[2; P as usize]).unwrap();
+        end = far + 3 * P;
+    }
+    f.close().unwrap();
+    drop(w);
+    drop(f);
+    let on_disk = std::fs::read(&path).unwrap();
+    let what = if extend_again {
+        "extended again"
+    } else {
+        "closed"
+    };
+    assert_eq!(on_disk.len() as u64, end, "{what}");
+    let magic = on_disk.windows(8).position(|x| x == b"PWGROW01");
+    assert_eq!(magic, None, "{what}: a trailer left in the file at rest");
+    let expect = |from: u64, n: u64, v: u8| {
+        let r = from as usize..(from + n) as usize;
+        assert!(
+            on_disk[r.clone()].iter().all(|&b| b == v),
+            "{what}: bytes {r:?} are not {v}"
+        );
+    };
+    expect(11 * P, 2 * P, 1);
+    expect(13 * P, at - 13 * P, 0);
+    if extend_again {
+        expect(0, P, 4);
+        expect(P, 10 * P, 0);
+        expect(at, P, 2);
+        expect(end - 3 * P, 3 * P, 3);
+    } else {
+        expect(at, P, 0);
     }
 }

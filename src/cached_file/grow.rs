@@ -425,9 +425,9 @@ impl Window {
         Ok(())
     }
 
-    /// Whether an old trailer still waits to be zeroed.
-    pub(crate) fn has_stale(&self) -> bool {
-        self.stale.is_some()
+    /// Where an old trailer that still waits to be zeroed is.
+    pub(crate) fn stale(&self) -> Option<u64> {
+        self.stale
     }
 
     /// Writes `len` into the next slot if the newest record holds another

@@ -3,9 +3,9 @@
 //! what completed writes left (the written length, which a failed write is
 //! cut back to), and the largest length the file system takes.
 //!
-//! Owns: three atomics, the shrink sequence and where an old grow-ahead
-//! trailer was kept on disk (reads see zeros there); no lock. Calls:
-//! nothing.
+//! Owns: three atomics, the shrink sequence, and where old grow-ahead
+//! trailers were kept on disk inside the file's range (reads see zeros
+//! there; a lock taken only while there is one). Calls: nothing.
 //! Invariants:
 //! - the logical length only grows under a stripe lock of the write buffer
 //!   (an insert) or with the drain lock held (`set_len`); it is lowered only
@@ -19,10 +19,11 @@
 //! The length the OS will hold once every drained write completes
 //! (`os_len`) is the flush pipeline's, under its drain lock.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use crate::error::{Error, Result};
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicBool, AtomicU64, Mutex};
 
 /// The lengths of one open file (see the module docs). All in bytes.
 pub(crate) struct Length {
@@ -39,13 +40,15 @@ pub(crate) struct Length {
     /// Odd while `set_len` is cutting the file (from just before its
     /// `ftruncate` until the disk length is lowered); bumped twice per cut.
     shrink_seq: AtomicU64,
-    /// Where an old grow-ahead trailer kept on disk inside the file's
-    /// range starts (`NONE`: there is none) and ends: its window
-    /// extension's `fdatasync` failed, so it stays (it holds the length the
-    /// last successful commit made durable), and reads see zeros over it
-    /// ([`hide_kept`](Self::hide_kept)) until a write covers it.
-    kept_at: AtomicU64,
-    kept_end: AtomicU64,
+    /// Old grow-ahead trailers kept on disk inside the file's range (byte
+    /// ranges): one whose window extension's `fdatasync` failed stays (it
+    /// holds the length the last successful commit made durable), and one
+    /// whose zeroing failed waits for the next try. Reads see zeros over
+    /// them ([`hide_kept`](Self::hide_kept)) until a write covers them or
+    /// they are zeroed. At most a few, each at most two pages.
+    kept: Mutex<Vec<Range<u64>>>,
+    /// Whether `kept` holds any range: reads look at it only then.
+    any_kept: AtomicBool,
     /// Largest file length the backend holds (its file system's maximum
     /// file size), `u64::MAX` where unknown.
     max: u64,
@@ -53,26 +56,49 @@ pub(crate) struct Length {
     page_size: u64,
 }
 
-/// No kept trailer (`Length::kept_at`).
-const NONE: u64 = u64::MAX;
-
 impl Length {
-    /// An old grow-ahead trailer at `at` stays on disk inside the file's
-    /// range (see `kept_at`): reads see zeros over it from now on.
-    pub(crate) fn keep_trailer(&self, at: std::ops::Range<u64>) {
-        self.kept_end.store(at.end, Ordering::Release);
-        self.kept_at.store(at.start, Ordering::Release);
+    /// An old grow-ahead trailer's slots at `at` stay on disk inside the
+    /// file's range (see `kept`): reads see zeros over them from now on.
+    pub(crate) fn keep_trailer(&self, at: Range<u64>) {
+        let mut kept = self.kept.lock();
+        if !kept.contains(&at) {
+            kept.push(at);
+        }
+        self.any_kept.store(true, Ordering::Release);
     }
 
-    /// A write of `len` bytes at `offset` is about to go out: if it covers
-    /// part of a kept trailer, reads see what it wrote from now on (the
-    /// pages are in flight until it completes, so reads find them there).
+    /// The kept trailer at `at` was zeroed on disk: reads need not hide it.
+    pub(crate) fn trailer_zeroed(&self, at: &Range<u64>) {
+        let mut kept = self.kept.lock();
+        kept.retain(|r| r != at);
+        self.any_kept.store(!kept.is_empty(), Ordering::Release);
+    }
+
+    /// A write of `len` bytes at `offset` is about to go out: the part of
+    /// a kept trailer it covers reads as what it wrote from now on (the
+    /// pages are in flight until it completes, so reads find them there);
+    /// the rest stays hidden.
     #[inline]
     pub(crate) fn overwriting(&self, offset: u64, len: u64) {
-        let at = self.kept_at.load(Ordering::Acquire);
-        if at != NONE && offset < self.kept_end.load(Ordering::Acquire) && at < offset + len {
-            self.kept_at.store(NONE, Ordering::Release);
+        if !self.any_kept.load(Ordering::Acquire) {
+            return;
         }
+        let end = offset + len;
+        let mut kept = self.kept.lock();
+        let mut left = Vec::new();
+        kept.retain(|r| {
+            if end <= r.start || r.end <= offset {
+                return true;
+            }
+            left.extend(
+                [r.start..offset, end..r.end]
+                    .into_iter()
+                    .filter(|x| x.start < x.end),
+            );
+            false
+        });
+        kept.extend(left);
+        self.any_kept.store(!kept.is_empty(), Ordering::Release);
     }
 
     /// Zeros the bytes of `buf`, read from disk at byte `offset`, that lie
@@ -80,15 +106,15 @@ impl Length {
     /// knows).
     #[inline]
     pub(crate) fn hide_kept(&self, offset: u64, buf: &mut [u8]) {
-        let at = self.kept_at.load(Ordering::Acquire);
-        if at == NONE {
+        if !self.any_kept.load(Ordering::Acquire) {
             return;
         }
-        let end = self.kept_end.load(Ordering::Acquire);
-        let lo = at.max(offset);
-        let hi = end.min(offset + buf.len() as u64);
-        if lo < hi {
-            buf[(lo - offset) as usize..(hi - offset) as usize].fill(0);
+        let end = offset + buf.len() as u64;
+        for r in self.kept.lock().iter() {
+            let (lo, hi) = (r.start.max(offset), r.end.min(end));
+            if lo < hi {
+                buf[(lo - offset) as usize..(hi - offset) as usize].fill(0);
+            }
         }
     }
 
@@ -100,8 +126,8 @@ impl Length {
             disk: AtomicU64::new(len),
             written: AtomicU64::new(len),
             shrink_seq: AtomicU64::new(0),
-            kept_at: AtomicU64::new(NONE),
-            kept_end: AtomicU64::new(0),
+            kept: Mutex::new(Vec::new()),
+            any_kept: AtomicBool::new(false),
             max,
             page_size: page_size as u64,
         }
@@ -205,10 +231,20 @@ impl Length {
     }
 
     /// Lowers the logical and disk lengths to `len` at the end of a cut
-    /// (with every stripe lock held), then ends the cut.
+    /// (with every stripe lock held) and forgets kept trailers past it,
+    /// then ends the cut.
     pub(crate) fn cut_to(&self, len: u64) {
         self.set(len);
         self.disk.fetch_min(len, Ordering::AcqRel);
+        if self.any_kept.load(Ordering::Acquire) {
+            // Nothing is left on disk past the cut.
+            let mut kept = self.kept.lock();
+            kept.retain_mut(|r| {
+                r.end = r.end.min(len);
+                r.start < r.end
+            });
+            self.any_kept.store(!kept.is_empty(), Ordering::Release);
+        }
         self.end_cut();
     }
 
@@ -248,5 +284,53 @@ impl Length {
                 r => return r.map_err(|e| Error::io(op, Some(offset), e)),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(l: &Length, offset: u64, n: usize) -> Vec<u8> {
+        let mut buf = vec![7u8; n];
+        l.hide_kept(offset, &mut buf);
+        buf
+    }
+
+    /// A kept trailer of two pages: a write over one of them shows that
+    /// page's bytes and keeps the other hidden; a cut forgets what lies
+    /// past it.
+    #[test]
+    fn a_write_over_part_of_a_kept_trailer_uncovers_that_part_only() {
+        let l = Length::new(0, u64::MAX, 512);
+        assert_eq!(read(&l, 1024, 1024), vec![7; 1024], "nothing kept");
+        l.keep_trailer(1024..2048);
+        assert_eq!(
+            read(&l, 512, 2048),
+            [vec![7; 512], vec![0; 1024], vec![7; 512]].concat()
+        );
+        l.overwriting(1024, 512);
+        assert_eq!(read(&l, 1024, 1024), [vec![7; 512], vec![0; 512]].concat());
+        l.keep_trailer(1024..2048);
+        l.overwriting(1536, 1024);
+        assert_eq!(read(&l, 1024, 1024), [vec![0; 512], vec![7; 512]].concat());
+        l.overwriting(0, 4096);
+        assert_eq!(read(&l, 1024, 1024), vec![7; 1024], "all written");
+        l.keep_trailer(1024..3072);
+        l.overwriting(1536, 512);
+        assert_eq!(
+            read(&l, 1024, 2048),
+            [vec![0; 512], vec![7; 512], vec![0; 1024]].concat()
+        );
+        l.begin_cut();
+        l.cut_to(2560);
+        l.grow_all(4096);
+        assert_eq!(
+            read(&l, 1024, 2048),
+            [vec![0; 512], vec![7; 512], vec![0; 512], vec![7; 512]].concat()
+        );
+        l.trailer_zeroed(&(1024..1536));
+        l.trailer_zeroed(&(2048..2560));
+        assert_eq!(read(&l, 0, 4096), vec![7; 4096], "both pieces zeroed");
     }
 }

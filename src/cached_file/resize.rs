@@ -12,6 +12,7 @@
 
 use super::file_size::{FileSize, LengthRecord};
 use super::flush::FlushPipeline;
+use super::grow::Window;
 use super::parts::Parts;
 use super::stats::add;
 use crate::error::{Error, Result};
@@ -49,6 +50,10 @@ impl FlushPipeline {
             need.max(len) > os_len
         };
         if grows {
+            // An old trailer whose zeroing failed goes first: the new
+            // trailer's records point back to this window's only, so a
+            // crash after the extension could not find it again.
+            Self::zero_stale(p, w).map_err(trailer)?;
             let old_end = w.end();
             let extended = match w.extend(p.backend, need, len) {
                 Ok(x) => x,
@@ -66,9 +71,16 @@ impl FlushPipeline {
                     return Err(trailer(e));
                 }
             };
-            let (end, usable) = (w.end(), w.usable());
+            let (end, usable, slots_len) = (w.end(), w.usable(), w.slots_len());
             add(&p.counters.grow_extensions, 1);
             p.durability.step_unstaged();
+            // Until the old slots are zeroed they lie inside the file's
+            // range: reads see zeros over them, as over any page never
+            // written (`Length::keep_trailer`).
+            let old = extended.old_slots.map(|at| at..at + slots_len);
+            if let Some(old) = &old {
+                p.length.keep_trailer(old.clone());
+            }
             size.window_moved(end);
             // The new end and trailer durable before anything is written
             // below them: zeros or data written into the window before its
@@ -78,35 +90,42 @@ impl FlushPipeline {
             // until the new one is. If that sync fails (the file is
             // poisoned), the old trailer stays: it holds the length the
             // last successful sync made durable, which a crash must keep
-            // (the new end may not be durable). It lies inside the file's
-            // range now: reads see zeros over it, as over any page never
-            // written, until a write covers it (`Length::keep_trailer`).
-            let synced = self.sync_file(p);
-            if let Some(at) = extended.old_slots
-                && let Some(w) = size.window()
-            {
-                match synced {
-                    Ok(_) => {
-                        w.zero_old(p.backend, Some(at)).map_err(trailer)?;
-                        p.durability.step_unstaged();
-                    }
-                    Err(_) => p.length.keep_trailer(at..at + w.slots_len()),
-                }
-            }
-            synced?;
+            // (the new end may not be durable), until a write covers it.
+            self.sync_file(p)?;
             if let Some(filler) = &self.filler {
                 filler.set_limit(usable);
             }
+            if let Some(old) = old
+                && let Some(w) = size.window()
+            {
+                // A failed zeroing is tried again before the next write
+                // (`zero_stale`).
+                w.zero_old(p.backend, Some(old.start)).map_err(trailer)?;
+                p.length.trailer_zeroed(&old);
+                p.durability.step_unstaged();
+            }
             return Ok(());
         }
-        if w.has_stale() {
-            w.zero_old(p.backend, None).map_err(trailer)?;
-            p.durability.step_unstaged();
-        }
+        Self::zero_stale(p, w).map_err(trailer)?;
         if record == LengthRecord::Write && w.record(p.backend, len).map_err(trailer)? {
             add(&p.counters.grow_records, 1);
             p.durability.step_unstaged();
         }
+        Ok(())
+    }
+
+    /// Zeros the old trailer a failed zeroing left in the data's range, if
+    /// any, before anything else is written: no data is written over it
+    /// until then, and reads see zeros over it meanwhile.
+    ///
+    /// Errors: the write's (it stays, tried again at the next call).
+    fn zero_stale(p: &Parts<'_>, w: &mut Window) -> std::io::Result<()> {
+        let Some(at) = w.stale() else {
+            return Ok(());
+        };
+        w.zero_old(p.backend, None)?;
+        p.length.trailer_zeroed(&(at..at + w.slots_len()));
+        p.durability.step_unstaged();
         Ok(())
     }
 
@@ -119,6 +138,9 @@ impl FlushPipeline {
         if !size.in_window() {
             return Ok(());
         }
+        // The file at rest holds no trailer inside its data: the close's
+        // commit went through `make_room`, which zeroed any old one.
+        debug_assert!(size.window().is_none_or(|w| w.stale().is_none()));
         if let Some(filler) = &self.filler {
             filler.reset(p.length.get());
         }
