@@ -1143,8 +1143,7 @@ fn a_write_through_never_accepts_an_fdatasync_that_began_before_it() {
 fn a_write_through_never_lands_under_an_older_version() {
     check(|| {
         let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
-        f.write_page(0, &[tag(0, 0); PS]).unwrap();
-        f.sync().unwrap();
+        synced_pages(&f, 1);
         let flusher = {
             let f = Arc::clone(&f);
             shuttle::thread::spawn(move || {
@@ -1236,8 +1235,7 @@ fn version_in(img: &[u8], page: u64, versions: std::ops::RangeInclusive<u64>) ->
 fn a_write_racing_a_write_through_of_its_page_reads_as_the_disk_holds() {
     check(|| {
         let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
-        f.write_page(0, &[tag(0, 0); PS]).unwrap();
-        f.sync().unwrap();
+        synced_pages(&f, 1);
         let plain = {
             let (be, f) = (Arc::clone(&be), Arc::clone(&f));
             shuttle::thread::spawn(move || {
@@ -1265,6 +1263,37 @@ fn a_write_racing_a_write_through_of_its_page_reads_as_the_disk_holds() {
 
 // ---- scoped commits written from the write buffer (claims) ----
 
+/// Writes version 0 of pages `0..pages` and syncs them.
+fn synced_pages(f: &PagedCachedFile, pages: u64) {
+    for p in 0..pages {
+        f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
+    }
+    f.sync().unwrap();
+}
+
+/// A thread with its own writer: writes `version` of `page`, then
+/// commits it and hands the result to `then`. Returns once the page is
+/// written (the commit may not have begun).
+fn commit_after_writing(
+    f: &Arc<PagedCachedFile>,
+    page: u64,
+    version: u64,
+    then: impl FnOnce(&mut pagewriter::Writer<'_>, pagewriter::Result<()>) + Send + 'static,
+) -> shuttle::thread::JoinHandle<()> {
+    let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
+    let f = Arc::clone(f);
+    let t = shuttle::thread::spawn(move || {
+        let mut w = f.writer();
+        w.write_page(page * PS as u64, &[tag(page, version); PS])
+            .unwrap();
+        written_tx.send(()).unwrap();
+        let r = w.commit();
+        then(&mut w, r);
+    });
+    written_rx.recv().unwrap();
+    t
+}
+
 /// A writer's buffered page, claimed by its scoped commit (written from
 /// the write buffer outside any generation), while another thread's
 /// `sync()`, called after the page was written, drains: the sync must
@@ -1275,22 +1304,14 @@ fn a_write_racing_a_write_through_of_its_page_reads_as_the_disk_holds() {
 fn a_sync_covers_a_page_a_scoped_commit_claimed_from_the_buffer() {
     check(|| {
         let (be, f) = file_with(config(8));
-        for p in 0..3u64 {
-            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
-        }
-        f.sync().unwrap();
-        let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
+        synced_pages(&f, 3);
         let committer = {
-            let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                w.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
-                written_tx.send(()).unwrap();
-                w.commit().unwrap();
+            let be = Arc::clone(&be);
+            commit_after_writing(&f, 1, 1, move |_, r| {
+                r.unwrap();
                 assert_page(&be.crash_image(1), 1, 1, "after the scoped commit");
             })
         };
-        written_rx.recv().unwrap();
         f.write_page(2 * PS as u64, &[tag(2, 1); PS]).unwrap();
         f.sync().unwrap();
         let img = be.crash_image(2);
@@ -1315,19 +1336,8 @@ fn a_sync_covers_a_page_a_scoped_commit_claimed_from_the_buffer() {
 fn a_scoped_commit_waits_for_its_page_another_commit_claimed() {
     check(|| {
         let (be, f) = file_with(config(8));
-        f.write_page(0, &[tag(0, 0); PS]).unwrap();
-        f.sync().unwrap();
-        let (first_tx, first_rx) = shuttle::sync::mpsc::channel();
-        let first = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                w.write_page(0, &[tag(0, 1); PS]).unwrap();
-                first_tx.send(()).unwrap();
-                w.commit().unwrap();
-            })
-        };
-        first_rx.recv().unwrap();
+        synced_pages(&f, 1);
+        let first = commit_after_writing(&f, 0, 1, |_, r| r.unwrap());
         let mut w = f.writer();
         w.write_page(0, &[tag(0, 2); PS]).unwrap();
         w.commit().unwrap();
@@ -1346,8 +1356,7 @@ fn a_scoped_commit_waits_for_its_page_another_commit_claimed() {
 fn a_read_during_a_commit_from_the_buffer_finds_the_newest_version() {
     check(|| {
         let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
-        f.write_page(0, &[tag(0, 0); PS]).unwrap();
-        f.sync().unwrap();
+        synced_pages(&f, 1);
         assert_page(&f.read(0, PS).unwrap(), 0, 0, "cached");
         let mut w = f.writer();
         w.write_page(0, &[tag(0, 1); PS]).unwrap();
@@ -1379,19 +1388,12 @@ fn a_sync_writes_a_page_whose_write_from_the_buffer_failed() {
     check(|| {
         let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
         let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
-        for p in 0..3u64 {
-            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
-        }
-        f.sync().unwrap();
+        synced_pages(&f, 3);
         be.schedule_writes([WriteFault::Errno(libc::EIO)]);
-        let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
         let committer = {
-            let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                w.write_page(PS as u64, &[tag(1, 1); PS]).unwrap();
-                written_tx.send(()).unwrap();
-                match w.commit() {
+            let be = Arc::clone(&be);
+            commit_after_writing(&f, 1, 1, move |w, r| {
+                match r {
                     Ok(()) => {}
                     Err(Error::PagesFailed { .. }) => w.commit().unwrap(),
                     Err(e) => panic!("commit: {e}"),
@@ -1399,7 +1401,6 @@ fn a_sync_writes_a_page_whose_write_from_the_buffer_failed() {
                 assert_page(&be.inner().crash_image(1), 1, 1, "after the commit");
             })
         };
-        written_rx.recv().unwrap();
         loop {
             match f.sync() {
                 Ok(()) => break,
@@ -1423,19 +1424,8 @@ fn a_sync_writes_a_page_whose_write_from_the_buffer_failed() {
 fn a_rewrite_during_a_commit_from_the_buffer_lands_after_it() {
     check(|| {
         let (be, f) = file_with(config(8));
-        f.write_page(0, &[tag(0, 0); PS]).unwrap();
-        f.sync().unwrap();
-        let (written_tx, written_rx) = shuttle::sync::mpsc::channel();
-        let committer = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                w.write_page(0, &[tag(0, 1); PS]).unwrap();
-                written_tx.send(()).unwrap();
-                w.commit().unwrap();
-            })
-        };
-        written_rx.recv().unwrap();
+        synced_pages(&f, 1);
+        let committer = commit_after_writing(&f, 0, 1, |_, r| r.unwrap());
         f.write_page(0, &[tag(0, 2); PS]).unwrap();
         f.sync().unwrap();
         assert_page(&be.crash_image(5), 0, 2, "after the rewrite's sync");

@@ -319,44 +319,15 @@ pub(crate) fn commit_buffered(
     {
         *copy = Some(GatherBuf::new(align));
     }
-    let started = std::time::Instant::now();
-    let mut failed: Option<(Vec<std::ops::Range<u64>>, &'static str, std::io::Error)> = None;
-    let mut failed_runs: Vec<Run> = Vec::new();
-    for run in runs.iter() {
-        let (out, op) = write_run(
-            p.backend,
-            run,
-            &entries[run.entries()],
-            iovecs,
-            copy.as_mut(),
-            false,
-        );
-        add(&p.counters.write_calls, 1);
-        match out {
-            Ok(()) => {
-                add(&p.counters.runs, 1);
-                add(&p.counters.pages_written, run.count as u64);
-                add(&p.counters.bytes_written, run.len as u64);
-            }
-            Err(e) => {
-                let range = run.offset..run.offset + run.len as u64;
-                match &mut failed {
-                    Some((ranges, _, _)) => ranges.push(range),
-                    None => failed = Some((vec![range], op, e)),
-                }
-                failed_runs.push(*run);
-            }
-        }
-    }
-    add_elapsed(&p.counters.write_ns, started);
+    let failed = write_claimed(p, runs, entries, iovecs, copy.as_mut());
     // Counted before the claims go: a commit that finds a page released
     // reads a `write_seq` that covers its write.
     let step = p.durability.step();
-    if failed.is_some() {
+    if let Some(f) = &failed {
         // Back to `dirty` first, then the rest released (the failed runs'
         // entries taken out of `entries`, last first so indices hold).
         let mut back = Vec::new();
-        for run in failed_runs.iter().rev() {
+        for run in f.runs.iter().rev() {
             back.extend(entries.drain(run.entries()));
         }
         p.buffer.requeue_buffered(back.into_iter());
@@ -370,10 +341,64 @@ pub(crate) fn commit_buffered(
             add(&p.counters.claimed_commits, 1);
             Ok(Through::Done)
         }
-        Some((ranges, op, e)) => Err(Error::PagesFailed {
-            failed: ranges.into_iter().collect(),
-            op,
-            source: Arc::new(e),
+        Some(f) => Err(Error::PagesFailed {
+            failed: f.ranges.into_iter().collect(),
+            op: f.op,
+            source: Arc::new(f.error),
         }),
     }
+}
+
+/// The runs of a commit written from the write buffer that failed: their
+/// byte ranges, the runs, and the first error with its op.
+struct FailedRuns {
+    ranges: Vec<std::ops::Range<u64>>,
+    runs: Vec<Run>,
+    op: &'static str,
+    error: std::io::Error,
+}
+
+/// Writes `runs` of the claimed `entries`, one call each on this thread,
+/// every run tried whatever the others did, and counts them. Returns the
+/// failed ones, if any.
+fn write_claimed(
+    p: &Parts<'_>,
+    runs: &[Run],
+    entries: &[(u64, PageRef)],
+    iovecs: &mut Vec<IoSlice<'static>>,
+    mut copy: Option<&mut GatherBuf>,
+) -> Option<FailedRuns> {
+    let started = std::time::Instant::now();
+    let mut failed: Option<FailedRuns> = None;
+    for run in runs {
+        let (out, op) = write_run(
+            p.backend,
+            run,
+            &entries[run.entries()],
+            iovecs,
+            copy.as_deref_mut(),
+            false,
+        );
+        add(&p.counters.write_calls, 1);
+        match out {
+            Ok(()) => {
+                add(&p.counters.runs, 1);
+                add(&p.counters.pages_written, run.count as u64);
+                add(&p.counters.bytes_written, run.len as u64);
+            }
+            Err(error) => {
+                let range = run.offset..run.offset + run.len as u64;
+                let f = failed.get_or_insert_with(|| FailedRuns {
+                    ranges: Vec::new(),
+                    runs: Vec::new(),
+                    op,
+                    error,
+                });
+                f.ranges.push(range);
+                f.runs.push(*run);
+            }
+        }
+    }
+    add_elapsed(&p.counters.write_ns, started);
+    failed
 }

@@ -247,6 +247,16 @@ impl WriteBuffer {
         (page_no & self.stripe_mask) as usize
     }
 
+    /// `pages` (grouped by stripe, as [`by_stripe`](Self::by_stripe)
+    /// leaves them) in runs of one stripe each: the stripe's number and
+    /// its pages.
+    fn stripe_groups<'a>(&self, pages: &'a [u64]) -> impl Iterator<Item = (usize, &'a [u64])> {
+        let mask = self.stripe_mask;
+        pages
+            .chunk_by(move |a, b| a & mask == b & mask)
+            .map(move |group| ((group[0] & mask) as usize, group))
+    }
+
     #[inline]
     fn stripe(&self, page_no: u64) -> &Mutex<Stripe> {
         &self.stripes[self.stripe_no(page_no)]
@@ -736,12 +746,7 @@ impl WriteBuffer {
     /// waits for those.
     pub(crate) fn claim_buffered(&self, pages: &[u64], out: &mut Vec<(u64, PageRef)>) -> bool {
         out.clear();
-        let mut rest = pages;
-        while let Some(&first) = rest.first() {
-            let i = self.stripe_no(first);
-            let n = rest.iter().take_while(|&&p| self.stripe_no(p) == i).count();
-            let (group, tail) = rest.split_at(n);
-            rest = tail;
+        for (i, group) in self.stripe_groups(pages) {
             let mut s = self.stripes[i].lock();
             for &p in group {
                 let busy = s.claimed(p).is_some()
@@ -971,12 +976,7 @@ impl WriteBuffer {
         claims: &mut Vec<u64>,
     ) -> Option<u64> {
         let mut after: Option<u64> = None;
-        let mut rest = pages;
-        while let Some(&first) = rest.first() {
-            let i = self.stripe_no(first);
-            let n = rest.iter().take_while(|&&p| self.stripe_no(p) == i).count();
-            let (group, tail) = rest.split_at(n);
-            rest = tail;
+        for (i, group) in self.stripe_groups(pages) {
             let mut s = self.stripes[i].lock();
             let mut map: Option<Arc<PageMap>> = None;
             for &p in group {
