@@ -21,7 +21,10 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use std::ops::Range;
+
 use crate::log::{Kind, Log};
+use crate::system::{FINE_SECTOR, SECTOR};
 
 /// One replayed state (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,8 @@ pub struct Replayer<'a> {
     cur_path: PathBuf,
     applied: usize,
     flushes: Vec<usize>,
+    /// Device byte ranges cut at [`FINE_SECTOR`] in torn states, sorted.
+    fine: Vec<Range<u64>>,
 }
 
 impl<'a> Replayer<'a> {
@@ -63,7 +68,26 @@ impl<'a> Replayer<'a> {
             cur_path,
             applied: 0,
             flushes: log.flushes(),
+            fine: Vec::new(),
         })
+    }
+
+    /// Torn states cut writes into `ranges` (device bytes: the page file's
+    /// data blocks) at [`FINE_SECTOR`], the rest at [`SECTOR`].
+    pub fn fine_sectors(&mut self, mut ranges: Vec<Range<u64>>) {
+        ranges.sort_by_key(|r| r.start);
+        self.fine = ranges;
+    }
+
+    /// The sector of the device byte at `offset`: its first byte and
+    /// length.
+    fn sector_of(&self, offset: u64) -> (u64, u64) {
+        let i = self.fine.partition_point(|r| r.end <= offset);
+        if self.fine.get(i).is_some_and(|r| r.start <= offset) {
+            (offset - offset % FINE_SECTOR, FINE_SECTOR)
+        } else {
+            (offset - offset % SECTOR, SECTOR)
+        }
     }
 
     /// The good flush points: every state's `at` is 0 or one of these.
@@ -151,13 +175,19 @@ impl<'a> Replayer<'a> {
                     continue;
                 }
                 let bytes = self.log.payload(r).map_err(|e| format!("log: {e}"))?;
-                let sector_len = crate::system::SECTOR as usize;
-                for (k, sector) in bytes.chunks(sector_len).enumerate() {
-                    if how == 2 && next() % 2 == 0 {
-                        continue;
+                // One draw per sector; a write is a whole number of 4 KiB
+                // sectors, each of one size.
+                let mut at = 0u64;
+                while at < bytes.len() as u64 {
+                    let (start, len) = self.sector_of(r.offset + at);
+                    let len = (start + len - (r.offset + at)).min(bytes.len() as u64 - at);
+                    let keep = how == 0 || next() % 2 == 1;
+                    if keep {
+                        let chunk = &bytes[at as usize..(at + len) as usize];
+                        f.write_all_at(chunk, r.offset + at)
+                            .map_err(|e| format!("{}: {e}", out.display()))?;
                     }
-                    f.write_all_at(sector, r.offset + (k * sector_len) as u64)
-                        .map_err(|e| format!("{}: {e}", out.display()))?;
+                    at += len;
                 }
             }
         }

@@ -12,7 +12,7 @@ use crate::expect::Expect;
 use crate::log::{Kind, Log};
 use crate::replay::{Replayer, State, sparse_copy};
 use crate::serve::{Faults, Logger};
-use crate::system::{Fs, LoopDev, Mounted, fsck, mkfs};
+use crate::system::{Fs, LoopDev, Mounted, data_extents, fsck, mkfs};
 use crate::workload::{Ctx, Workload};
 
 /// What to run.
@@ -36,6 +36,9 @@ pub struct Report {
     pub acked: usize,
     pub states: usize,
     pub torn_states: usize,
+    /// Bytes of the page files' data blocks, where torn states cut writes
+    /// at 512 B (0 on btrfs).
+    pub fine_bytes: u64,
     /// States whose `fsck` reported a problem after a failed flush (the
     /// file system's own reaction to the injected error, not a finding).
     pub fsck_after_failure: usize,
@@ -47,12 +50,13 @@ impl std::fmt::Display for Report {
         write!(
             f,
             "log: {}; {} flush points, {} acknowledged commits; {} states replayed ({} with torn \
-             writes after the last flush): {} failures",
+             writes after the last flush, cut at 512 B in {} KiB of data blocks): {} failures",
             self.log,
             self.flush_points,
             self.acked,
             self.states,
             self.torn_states,
+            self.fine_bytes >> 10,
             self.failures.len()
         )?;
         if self.fsck_after_failure > 0 {
@@ -82,9 +86,41 @@ pub fn run(plan: &Plan) -> Result<Report, String> {
     let _ = std::fs::remove_file(&log_path);
     let expect = log_workload(plan, &image, &log_path)?;
     let log = Log::open(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let report = replay(plan, &log, &base, &expect);
+    let data = final_data_extents(plan, &log, &base)?;
+    let report = replay(plan, &log, &base, &expect, data);
     let _ = std::fs::remove_file(&image);
     report
+}
+
+/// Where the page files' data blocks are on the device once every logged
+/// write is applied ([`data_extents`] of that image mounted): taken from
+/// the log, not the run's own mount, which an injected error may have
+/// shut down (XFS does).
+///
+/// Errors: building, mounting or unmounting the image; `filefrag`.
+fn final_data_extents(
+    plan: &Plan,
+    log: &Log,
+    base: &Path,
+) -> Result<Vec<std::ops::Range<u64>>, String> {
+    let work = plan.work.join("final");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let img = work.join("final.img");
+    let mut replayer = Replayer::new(log, base, &work)?;
+    let all = State {
+        at: log.records.len(),
+        torn: None,
+    };
+    replayer.build(all, &img)?;
+    drop(replayer);
+    let found = (|| {
+        let mnt = Mounted::check_mount(plan.fs, &img, &work.join("mnt"))?;
+        let data = data_extents(plan.fs, mnt.path());
+        mnt.unmount()?;
+        data
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    found
 }
 
 /// Serves `image`, runs the workload on it, logs to `log`; returns what
@@ -153,10 +189,19 @@ fn pick(points: &[usize], states: usize, seed: u64) -> Vec<State> {
     picked
 }
 
-fn replay(plan: &Plan, log: &Log, base: &Path, expect: &Expect) -> Result<Report, String> {
+fn replay(
+    plan: &Plan,
+    log: &Log,
+    base: &Path,
+    expect: &Expect,
+    data: Vec<std::ops::Range<u64>>,
+) -> Result<Report, String> {
     let work = &plan.work;
     let mut replayer = Replayer::new(log, base, work)?;
+    let fine_bytes = data.iter().map(|r| r.end - r.start).sum();
+    replayer.fine_sectors(data);
     let mut report = Report {
+        fine_bytes,
         log: log.summary(),
         flush_points: replayer.flush_points().len(),
         acked: expect.acks.len(),

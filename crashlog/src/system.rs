@@ -11,6 +11,13 @@ use std::sync::Mutex;
 /// may cut a write it had not flushed yet.
 pub const SECTOR: u64 = 4096;
 
+/// Where a crash may cut a write inside the page file's data blocks
+/// ([`data_extents`]): a device that writes 512 bytes whole, no more, so
+/// a 4 KiB page can tear. File-system metadata keeps [`SECTOR`]: the file
+/// systems are made for 4 KiB sectors and count on writing them whole
+/// (a 1 KiB ext4 superblock torn in two does not mount).
+pub const FINE_SECTOR: u64 = 512;
+
 /// The file systems a run can make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fs {
@@ -125,6 +132,90 @@ pub fn run(cmd: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
         Ok(text)
     } else {
         Err(format!("{cmd} {args:?}: {}: {}", out.status, text.trim()))
+    }
+}
+
+/// The device byte ranges that hold the data of the regular files in
+/// `dir` (a mounted file system's root, not recursive), as FIEMAP
+/// reports them after syncing each file (`filefrag -s -v -b512`). Empty
+/// for btrfs, whose FIEMAP offsets are its own logical addresses, not the
+/// device's.
+///
+/// Errors: reading `dir`, or `filefrag` failing or printing an extent
+/// line it cannot parse.
+pub fn data_extents(fs: Fs, dir: &Path) -> Result<Vec<std::ops::Range<u64>>, String> {
+    if fs == Fs::Btrfs {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for e in entries {
+        let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !e.file_type().map_err(|e| format!("{e}"))?.is_file() {
+            continue;
+        }
+        let path = e.path();
+        let text = run(
+            "filefrag",
+            &[
+                "-s".as_ref(),
+                "-v".as_ref(),
+                "-b512".as_ref(),
+                path.as_os_str(),
+            ],
+        )?;
+        out.extend(parse_filefrag(&text)?);
+    }
+    out.sort_by_key(|r| r.start);
+    Ok(out)
+}
+
+/// The extents of `filefrag -v -b512` output, in device bytes: lines
+/// `N: logical..logical: physical..physical: length: [expected:] flags`,
+/// those with no place on the device yet (`unknown_loc`, `delalloc`,
+/// `inline`) left out.
+fn parse_filefrag(text: &str) -> Result<Vec<std::ops::Range<u64>>, String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(':').map(str::trim).collect();
+        let is_extent =
+            fields.len() >= 4 && fields[0].parse::<u64>().is_ok() && fields[1].contains("..");
+        if !is_extent {
+            continue;
+        }
+        if ["unknown_loc", "delalloc", "inline"]
+            .iter()
+            .any(|f| line.contains(f))
+        {
+            continue;
+        }
+        let bad = || format!("filefrag: an extent line not understood: {line:?}");
+        let (start, _) = fields[2].split_once("..").ok_or_else(bad)?;
+        let start: u64 = start.trim().parse().map_err(|_| bad())?;
+        let len: u64 = fields[3].parse().map_err(|_| bad())?;
+        out.push(start * 512..(start + len) * 512);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn filefrag_extents_are_read_in_device_bytes() {
+        let text = "Filesystem type is: ef53
+File size of /m/pages.db is 1069056 (2088 blocks of 512 bytes)
+ ext:     logical_offset:        physical_offset: length:   expected: flags:
+   0:        0..      39:     293768..    293807:     40:
+   1:       40..    2087:     300000..    302047:   2048:     293808: last,unwritten,eof
+   2:     2088..    2095:          0..         7:      8:             unknown_loc,delalloc
+/m/pages.db: 2 extents found
+";
+        let got = super::parse_filefrag(text).unwrap();
+        assert_eq!(
+            got,
+            vec![293768 * 512..293808 * 512, 300000 * 512..302048 * 512]
+        );
+        assert!(super::parse_filefrag("   0:        0..      39:     x..  y:  40:").is_err());
     }
 }
 

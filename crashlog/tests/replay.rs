@@ -66,6 +66,9 @@ fn main() -> std::process::ExitCode {
                 if report.states == 0 {
                     return Err(Failed::from("no crash state was replayed"));
                 }
+                if plan.fs != Fs::Btrfs && report.fine_bytes == 0 {
+                    return Err(Failed::from("no data block of the page file was found"));
+                }
                 if report.failures.is_empty() {
                     Ok(())
                 } else {
