@@ -15,7 +15,9 @@ struct Args {
     /// File systems, comma-separated: ext4, xfs, btrfs.
     #[arg(long, default_value = "ext4,xfs,btrfs")]
     fs: String,
-    /// Workloads, comma-separated, or `all`.
+    /// Workloads, comma-separated, or `all` (every one CI runs; the
+    /// experiments, which check the file system without pagewriter, run
+    /// by name only).
     #[arg(long, default_value = "all")]
     workloads: String,
     /// States to replay per workload and file system.
@@ -54,7 +56,11 @@ fn main() -> ExitCode {
             match workload::by_name(name) {
                 Some(w) => wls.push(w),
                 None => {
-                    let names: Vec<&str> = workload::ALL.iter().map(|w| w.name).collect();
+                    let names: Vec<&str> = workload::ALL
+                        .iter()
+                        .chain(&workload::EXPERIMENTS)
+                        .map(|w| w.name)
+                        .collect();
                     eprintln!("--workloads: {name:?} is not one of {}", names.join(", "));
                     return ExitCode::from(2);
                 }

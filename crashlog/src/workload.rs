@@ -236,7 +236,57 @@ pub const ALL: [Workload; 14] = [
 
 /// The workload named `name`.
 pub fn by_name(name: &str) -> Option<Workload> {
-    ALL.into_iter().find(|w| w.name == name)
+    ALL.into_iter().chain(EXPERIMENTS).find(|w| w.name == name)
+}
+
+/// Workloads that check the file system rather than pagewriter, run by
+/// name only (not by CI, not in `ALL`).
+pub const EXPERIMENTS: [Workload; 1] = [Workload {
+    name: "raw-fdatasync-threads",
+    about: "no pagewriter: 3 threads, each with its own descriptor, pwrite a page of their own and fdatasync, so fdatasyncs of one file run at once (what sync lanes do)",
+    config: base,
+    torn_ok: true,
+    body: raw_fdatasync_threads,
+}];
+
+/// Pages 0 to 39 written and synced with plain calls; then three threads,
+/// each with its own descriptor of the file, write a page of their own
+/// and `fdatasync` it, 40 times, acknowledging each.
+fn raw_fdatasync_threads(c: &Ctx) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&c.path)
+            .map_err(|e| format!("{}: {e}", c.path.display()))
+    };
+    let f = open()?;
+    let ps = c.ps();
+    for p in 0..40 {
+        c.tracker
+            .write(p, |b| f.write_all_at(b, p * ps))
+            .map_err(|e| format!("write page {p}: {e}"))?;
+    }
+    f.sync_all().map_err(|e| format!("fsync: {e}"))?;
+    let floors = c.tracker.all_floors();
+    c.tracker.flushed_all();
+    c.ack(floors)?;
+    on_threads(3, |t| {
+        let f = open()?;
+        for i in 0..40u64 {
+            let page = 1 + t * 13 + i % 13;
+            let v = c
+                .tracker
+                .write(page, |b| f.write_all_at(b, page * ps))
+                .map_err(|e| format!("write page {page}: {e}"))?;
+            f.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
+            c.ack(vec![(page, v)])?;
+        }
+        Ok(())
+    })
 }
 
 /// `threads` threads, `commits` commits each: a page of the thread's own
