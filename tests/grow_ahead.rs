@@ -328,12 +328,26 @@ fn a_set_len_inside_the_window_is_durable_after_sync() {
 /// the data's range.
 #[test]
 fn an_old_trailer_whose_zeroing_failed_is_never_read_and_is_zeroed_before_the_next_extension() {
-    for extend_again in [true, false] {
-        a_failed_zeroing(extend_again);
+    for case in [Then::ExtendAgain, Then::Close, Then::CloseAfterDiscard] {
+        a_failed_zeroing(case);
     }
 }
 
-fn a_failed_zeroing(extend_again: bool) {
+/// What follows the failed zeroing in [`a_failed_zeroing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// A third extension, then `close`.
+    ExtendAgain,
+    /// `close`, with nothing left to write (the failed commit's page
+    /// discarded).
+    Close,
+    /// The extension came from a `sync` of a length with no page to write
+    /// (the page past the window discarded), then `close`.
+    CloseAfterDiscard,
+}
+
+fn a_failed_zeroing(case: Then) {
+    let extend_again = case == Then::ExtendAgain;
     use pagewriter::testing::{FaultyBackend, WriteFault};
     use pagewriter::{FileBackend, FlushEngine};
     const P: u64 = 512;
@@ -354,9 +368,17 @@ fn a_failed_zeroing(extend_again: bool) {
     let old_slots = size(&path) - 2 * P;
     // The next commit reaches past the window: its extension's trailer
     // write passes, the zeroing of the old slots fails.
-    backend.schedule_writes([WriteFault::Pass, WriteFault::Errno(EIO)]);
     let at = old_slots + 4 * P;
-    let e = w.write_and_commit(at, &[2; P as usize]).unwrap_err();
+    let fail_the_zeroing = || backend.schedule_writes([WriteFault::Pass, WriteFault::Errno(EIO)]);
+    let e = if case == Then::CloseAfterDiscard {
+        f.write_page(at, &[2; P as usize]).unwrap();
+        f.discard(at, P).unwrap();
+        fail_the_zeroing();
+        f.sync().unwrap_err()
+    } else {
+        fail_the_zeroing();
+        w.write_and_commit(at, &[2; P as usize]).unwrap_err()
+    };
     assert!(e.to_string().contains("grow-ahead trailer"), "{e}");
     assert_eq!(f.stats().grow_extensions, 2, "the extension itself passed");
     let zeros = |what: &str| {
@@ -369,9 +391,12 @@ fn a_failed_zeroing(extend_again: bool) {
     };
     zeros("after the failed zeroing");
     let mut end = at + P;
-    if !extend_again {
+    if case == Then::Close {
         // Nothing left to write: `close` only cuts the window off.
         f.discard(at, P).unwrap();
+    } else if case == Then::CloseAfterDiscard {
+        // Nothing buffered, nothing to write: the close's commit may find
+        // nothing to do.
     } else {
         // Pages past the second window's end: a third extension.
         let far = size(&path) + 2 * P;
