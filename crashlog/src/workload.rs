@@ -243,46 +243,60 @@ pub fn by_name(name: &str) -> Option<Workload> {
 /// name only (not by CI, not in `ALL`).
 pub const EXPERIMENTS: [Workload; 1] = [Workload {
     name: "raw-fdatasync-threads",
-    about: "no pagewriter: 3 threads, each with its own descriptor, pwrite a page of their own and fdatasync, so fdatasyncs of one file run at once (what sync lanes do)",
+    about: "no pagewriter: 3 threads write pages of their own with O_DIRECT through one descriptor and fdatasync on one of three descriptors in turn, so fdatasyncs of one file run at once (what sync lanes do)",
     config: base,
     torn_ok: true,
     body: raw_fdatasync_threads,
 }];
 
-/// Pages 0 to 39 written and synced with plain calls; then three threads,
-/// each with its own descriptor of the file, write a page of their own
-/// and `fdatasync` it, 40 times, acknowledging each.
+/// Pages 0 to 39 written (`O_DIRECT`) and synced with plain calls; then
+/// three threads write a page of their own through that descriptor and
+/// `fdatasync` it on one of three descriptors (that one and two more, in
+/// turn), 40 times, acknowledging each: pagewriter's sync lanes, without
+/// pagewriter.
 fn raw_fdatasync_threads(c: &Ctx) -> Result<(), String> {
-    use std::os::unix::fs::FileExt;
-    let open = || {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let open = |flags: i32| {
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .custom_flags(flags)
             .open(&c.path)
             .map_err(|e| format!("{}: {e}", c.path.display()))
     };
-    let f = open()?;
+    // O_DIRECT writes from page-aligned memory, as pagewriter's.
+    let data = open(libc::O_DIRECT)?;
     let ps = c.ps();
+    // The page's bytes taken under the tracker's lock, written outside
+    // it: the threads' writes overlap, as pagewriter's do.
+    let write = |page: u64| -> std::io::Result<usize> {
+        let mut mem = vec![0u8; 2 * ps as usize];
+        let at = mem.as_ptr().align_offset(4096);
+        let buf = &mut mem[at..at + ps as usize];
+        let v = c.tracker.write(page, |b| {
+            buf.copy_from_slice(b);
+            Ok::<(), std::io::Error>(())
+        })?;
+        data.write_all_at(buf, page * ps)?;
+        Ok(v)
+    };
     for p in 0..40 {
-        c.tracker
-            .write(p, |b| f.write_all_at(b, p * ps))
-            .map_err(|e| format!("write page {p}: {e}"))?;
+        write(p).map_err(|e| format!("write page {p}: {e}"))?;
     }
-    f.sync_all().map_err(|e| format!("fsync: {e}"))?;
+    data.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
     let floors = c.tracker.all_floors();
     c.tracker.flushed_all();
     c.ack(floors)?;
+    // Three lanes, the first the writes' own descriptor, taken in turn.
+    let lanes = [&data, &open(0)?, &open(0)?];
     on_threads(3, |t| {
-        let f = open()?;
         for i in 0..40u64 {
             let page = 1 + t * 13 + i % 13;
-            let v = c
-                .tracker
-                .write(page, |b| f.write_all_at(b, page * ps))
-                .map_err(|e| format!("write page {page}: {e}"))?;
-            f.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
+            let v = write(page).map_err(|e| format!("write page {page}: {e}"))?;
+            let lane = lanes[((t + i) % 3) as usize];
+            lane.sync_data().map_err(|e| format!("fdatasync: {e}"))?;
             c.ack(vec![(page, v)])?;
         }
         Ok(())
