@@ -161,6 +161,63 @@ fn largest_file(dir: &Path) -> u64 {
 
 // ---- the cases, each on one file system ----
 
+/// A file backend opens its extra sync lanes (descriptions of its own, so
+/// `fdatasync`s run at once) on every file system but btrfs, where an
+/// `fdatasync` started beside another of the same file may return without
+/// making a completed write durable: there the file keeps one lane, opens
+/// none on demand, and scoped commits from several threads share it.
+fn sync_lanes_are_opened_except_on_btrfs(kind: FsKind) {
+    let Some(fs) = scratch(kind, 64) else { return };
+    let path = fs.path().join("lanes");
+    let btrfs = kind == FsKind::Btrfs;
+    let be = FileBackend::open(&path)
+        .unwrap()
+        .with_sync_lanes(4)
+        .unwrap();
+    let want = if cfg!(target_os = "linux") && !btrfs {
+        4
+    } else {
+        1
+    };
+    assert_eq!(be.sync_lanes(), want, "{}", kind.name());
+    let more = be.open_sync_lane().unwrap();
+    assert_eq!(more.is_some(), want > 1, "{}: {more:?}", kind.name());
+    drop(be);
+    let f = PagedCachedFile::open(&path, Config::default().sync_lanes(1)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let f = &f;
+            s.spawn(move || {
+                let mut w = f.writer();
+                for i in 0..25u64 {
+                    let p = t * 25 + i;
+                    w.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+                    w.commit().unwrap();
+                }
+            });
+        }
+    });
+    let opened = f.stats().sync_lanes_opened;
+    eprintln!(
+        "{}: {opened} sync lanes opened by 4 committers",
+        kind.name()
+    );
+    if btrfs {
+        assert_eq!(opened, 0, "btrfs: no lane opened on demand");
+    }
+    f.close().unwrap();
+    drop(f);
+    let bytes = std::fs::read(&path).unwrap();
+    for p in 0..100u64 {
+        assert_eq!(
+            tag_of(&bytes[p as usize * PS..]),
+            (p, 1),
+            "{}: page {p}",
+            kind.name()
+        );
+    }
+}
+
 fn o_direct_decision_and_alignment(kind: FsKind) {
     let Some(fs) = scratch(kind, 64) else { return };
     let path = fs.path().join("mode");
@@ -1080,7 +1137,11 @@ fn writes_through_on_a_full_disk(kind: FsKind) {
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 12] = [
+const CASES: [Case; 13] = [
+    (
+        "sync_lanes_are_opened_except_on_btrfs",
+        sync_lanes_are_opened_except_on_btrfs,
+    ),
     (
         "grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full",
         grow_ahead_gives_its_zeros_back_when_a_commit_finds_the_disk_full,

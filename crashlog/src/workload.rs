@@ -213,7 +213,7 @@ pub const ALL: [Workload; 14] = [
     },
     Workload {
         name: "scoped-eio",
-        about: "Writer::commit from 3 threads of their own written pages (claimed from the write buffer; one sync lane at first, more opened on demand) while the device fails a cache flush with EIO: no commit acknowledged after a failure was seen, the file poisoned; O_DIRECT",
+        about: "Writer::commit from 3 threads of their own written pages (claimed from the write buffer; one sync lane at first, more opened on demand except on btrfs) while the device fails a cache flush with EIO: no commit acknowledged after a failure was seen, the file poisoned; O_DIRECT",
         config: || base().direct(DirectIo::Auto).sync_lanes(1),
         torn_ok: true,
         body: scoped_eio,

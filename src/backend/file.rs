@@ -226,6 +226,8 @@ pub(crate) const MAX_LANES: usize = 64;
 /// valid.
 #[derive(Debug)]
 struct SyncLanes {
+    /// No lane past the first is opened ([`sys::syncs_one_at_a_time`]).
+    one_at_a_time: bool,
     files: Box<[OnceLock<File>]>,
     /// How many of `files` are open (they are `files[..opened]`).
     opened: AtomicUsize,
@@ -234,8 +236,9 @@ struct SyncLanes {
 }
 
 impl SyncLanes {
-    fn new() -> Self {
+    fn new(one_at_a_time: bool) -> Self {
         Self {
+            one_at_a_time,
             files: (1..MAX_LANES).map(|_| OnceLock::new()).collect(),
             opened: AtomicUsize::new(0),
             opening: std::sync::Mutex::new(()),
@@ -243,9 +246,13 @@ impl SyncLanes {
     }
 
     /// Opens another description of `file` as the next lane and returns
-    /// its number; `None` past [`MAX_LANES`] or where descriptions cannot
-    /// be reopened (not Linux).
+    /// its number; `None` past [`MAX_LANES`], where descriptions cannot
+    /// be reopened (not Linux), or where `fdatasync`s must run one at a
+    /// time (btrfs).
     fn open_one(&self, file: &File) -> io::Result<Option<usize>> {
+        if self.one_at_a_time {
+            return Ok(None);
+        }
         let _one = self.opening.lock().unwrap_or_else(PoisonError::into_inner);
         let n = self.opened.load(Ordering::Acquire);
         let Some(slot) = self.files.get(n) else {
@@ -312,11 +319,12 @@ impl FileBackend {
     /// Wraps an already opened file, which must be readable and writable.
     pub fn from_file(file: File) -> Self {
         let max_file_size = sys::max_file_size(&file);
+        let one_sync_at_a_time = sys::syncs_one_at_a_time(&file);
         Self {
             file,
             direct: None,
             atomic: None,
-            lanes: SyncLanes::new(),
+            lanes: SyncLanes::new(one_sync_at_a_time),
             read_only: false,
             max_file_size,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
@@ -338,14 +346,17 @@ impl FileBackend {
     /// writeback error on its own (see [`StorageBackend::sync_data_on`]).
     /// 0 is taken as 1. Linux only (reopened through `/proc/self/fd`);
     /// elsewhere the file keeps one lane, as [`sync_lanes`](StorageBackend::sync_lanes)
-    /// reports.
+    /// reports. On btrfs too the file keeps one lane, and none is opened
+    /// later: there an `fdatasync` started while another of the same file
+    /// is in flight was seen to return without making a completed
+    /// `O_DIRECT` write durable, so its `fdatasync`s run one at a time.
     ///
     /// Errors: the reopen's error (`ENOENT` where `/proc` is not mounted);
     /// use 1 lane there.
     /// More lanes may be opened later ([`StorageBackend::open_sync_lane`]),
     /// up to [`MAX_SYNC_LANES`](crate::MAX_SYNC_LANES) in all.
     pub fn with_sync_lanes(mut self, lanes: usize) -> io::Result<Self> {
-        self.lanes = SyncLanes::new();
+        self.lanes = SyncLanes::new(self.lanes.one_at_a_time);
         for _ in 1..lanes.clamp(1, MAX_LANES) {
             if self.lanes.open_one(&self.file)?.is_none() {
                 break;

@@ -92,7 +92,9 @@ pub struct Config {
     /// [`MAX_SYNC_LANES`] in all, kept until close, counted in
     /// [`Stats::sync_lanes_opened`](crate::Stats::sync_lanes_opened)), so a
     /// thread committing its own writes waits for an `fdatasync` only if
-    /// one begun after its writes is in flight. Default 4.
+    /// one begun after its writes is in flight. Default 4. A file on
+    /// btrfs keeps one lane whatever this says
+    /// ([`FileBackend::with_sync_lanes`](crate::FileBackend::with_sync_lanes)).
     pub sync_lanes: usize,
     /// A commit round that writes one run, with every earlier write already
     /// synced, writes it with `RWF_DSYNC`

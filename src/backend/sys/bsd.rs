@@ -142,6 +142,12 @@ pub(crate) fn reopen(_file: &File) -> io::Result<Option<File>> {
     Ok(None)
 }
 
+/// Whether `fdatasync`s of `file` must run one at a time: never asked
+/// here (a file has one sync lane).
+pub(crate) fn syncs_one_at_a_time(_file: &File) -> bool {
+    false
+}
+
 /// `i64::MAX`: the largest offset the positional calls take (`off_t` is
 /// signed). The file system's own limit is not probed here; a write past
 /// it fails when it is made.

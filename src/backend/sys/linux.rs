@@ -313,6 +313,30 @@ pub(crate) fn reopen(file: &File) -> io::Result<Option<File>> {
     o.open(format!("/proc/self/fd/{fd}")).map(Some)
 }
 
+/// `statfs`'s `f_type` of btrfs (`BTRFS_SUPER_MAGIC`).
+const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+
+/// Whether `fdatasync`s of `file` must run one at a time: on btrfs (found
+/// with `fstatfs`), an `fdatasync` that starts while another of the same
+/// file is in flight was seen to return at once without making a
+/// completed `O_DIRECT` write durable (kernel 6.18; `.project/crash-replay.md`
+/// in the repository). `false` where `fstatfs` fails.
+pub(crate) fn syncs_one_at_a_time(file: &File) -> bool {
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `fstatfs` writes one `statfs` into `st`, which has room for
+    // it, and reads only the descriptor, which `file` keeps open.
+    let r = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    if r != 0 {
+        return false;
+    }
+    // SAFETY: `fstatfs` returned 0, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    // `f_type`'s type differs by architecture (`i64` here).
+    #[allow(clippy::useless_conversion)]
+    let f_type = i64::from(st.f_type);
+    f_type == BTRFS_SUPER_MAGIC
+}
+
 /// The file system's largest file length (`s_maxbytes`) for `file`, found
 /// by binary search with `lseek(SEEK_SET)`, which Linux refuses with
 /// `EINVAL` past that length (`generic_file_llseek_size`); about 63 calls,

@@ -10,7 +10,7 @@
 //! | preallocate | `fallocate` | none | `posix_fallocate` | none |
 //! | atomic writes | `RWF_ATOMIC` | none | none | none |
 //! | range locks | OFD (`F_OFD_SETLK`) | OFD (`F_OFD_SETLK`) | process (`F_SETLK`) | handle (`LockFileEx`) |
-//! | sync lanes | `/proc/self/fd` reopen | one | one | one |
+//! | sync lanes | `/proc/self/fd` reopen (one on btrfs) | one | one | one |
 //!
 //! The durable sync is std's [`File::sync_data`](std::fs::File::sync_data),
 //! which calls each platform's own: on Apple targets `fsync` does not flush
