@@ -314,13 +314,13 @@ pub(crate) fn reopen(file: &File) -> io::Result<Option<File>> {
 }
 
 /// `statfs`'s `f_type` of btrfs (`BTRFS_SUPER_MAGIC`).
-const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+const BTRFS_SUPER_MAGIC: u32 = 0x9123_683e;
 
 /// Whether `fdatasync`s of `file` must run one at a time: on btrfs (found
 /// with `fstatfs`), an `fdatasync` that starts while another of the same
 /// file is in flight was seen to return at once without making a
-/// completed `O_DIRECT` write durable (kernel 6.18; `.project/crash-replay.md`
-/// in the repository). `false` where `fstatfs` fails.
+/// completed `O_DIRECT` write durable (Linux 6.18, under the crash
+/// replay). `false` where `fstatfs` fails.
 pub(crate) fn syncs_one_at_a_time(file: &File) -> bool {
     let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
     // SAFETY: `fstatfs` writes one `statfs` into `st`, which has room for
@@ -331,10 +331,9 @@ pub(crate) fn syncs_one_at_a_time(file: &File) -> bool {
     }
     // SAFETY: `fstatfs` returned 0, so it filled `st`.
     let st = unsafe { st.assume_init() };
-    // `f_type`'s type differs by architecture (`i64` here).
-    #[allow(clippy::useless_conversion)]
-    let f_type = i64::from(st.f_type);
-    f_type == BTRFS_SUPER_MAGIC
+    // `f_type`'s type differs by architecture (a signed 32-bit one holds
+    // the magic as a negative number): its low 32 bits are the magic.
+    st.f_type as u32 == BTRFS_SUPER_MAGIC
 }
 
 /// The file system's largest file length (`s_maxbytes`) for `file`, found
