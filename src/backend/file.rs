@@ -224,10 +224,19 @@ pub(crate) const MAX_LANES: usize = 64;
 /// (lane `n` is `files[n - 1]`), opened one at a time and closed with the
 /// backend. Lanes are only added, so a lane number once handed out stays
 /// valid.
+/// Whether a file's `fdatasync`s may run at once, each on a lane of its
+/// own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SyncRule {
+    /// Lanes are opened as asked.
+    Concurrent,
+    /// No lane past the first is opened ([`sys::syncs_one_at_a_time`]).
+    OneAtATime,
+}
+
 #[derive(Debug)]
 struct SyncLanes {
-    /// No lane past the first is opened ([`sys::syncs_one_at_a_time`]).
-    one_at_a_time: bool,
+    rule: SyncRule,
     files: Box<[OnceLock<File>]>,
     /// How many of `files` are open (they are `files[..opened]`).
     opened: AtomicUsize,
@@ -236,9 +245,9 @@ struct SyncLanes {
 }
 
 impl SyncLanes {
-    fn new(one_at_a_time: bool) -> Self {
+    fn new(rule: SyncRule) -> Self {
         Self {
-            one_at_a_time,
+            rule,
             files: (1..MAX_LANES).map(|_| OnceLock::new()).collect(),
             opened: AtomicUsize::new(0),
             opening: std::sync::Mutex::new(()),
@@ -250,7 +259,7 @@ impl SyncLanes {
     /// be reopened (not Linux), or where `fdatasync`s must run one at a
     /// time (btrfs).
     fn open_one(&self, file: &File) -> io::Result<Option<usize>> {
-        if self.one_at_a_time {
+        if self.rule == SyncRule::OneAtATime {
             return Ok(None);
         }
         let _one = self.opening.lock().unwrap_or_else(PoisonError::into_inner);
@@ -319,12 +328,16 @@ impl FileBackend {
     /// Wraps an already opened file, which must be readable and writable.
     pub fn from_file(file: File) -> Self {
         let max_file_size = sys::max_file_size(&file);
-        let one_sync_at_a_time = sys::syncs_one_at_a_time(&file);
+        let rule = if sys::syncs_one_at_a_time(&file) {
+            SyncRule::OneAtATime
+        } else {
+            SyncRule::Concurrent
+        };
         Self {
             file,
             direct: None,
             atomic: None,
-            lanes: SyncLanes::new(one_sync_at_a_time),
+            lanes: SyncLanes::new(rule),
             read_only: false,
             max_file_size,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
@@ -356,7 +369,7 @@ impl FileBackend {
     /// More lanes may be opened later ([`StorageBackend::open_sync_lane`]),
     /// up to [`MAX_SYNC_LANES`](crate::MAX_SYNC_LANES) in all.
     pub fn with_sync_lanes(mut self, lanes: usize) -> io::Result<Self> {
-        self.lanes = SyncLanes::new(self.lanes.one_at_a_time);
+        self.lanes = SyncLanes::new(self.lanes.rule);
         for _ in 1..lanes.clamp(1, MAX_LANES) {
             if self.lanes.open_one(&self.file)?.is_none() {
                 break;
