@@ -290,6 +290,12 @@ pub(crate) struct Window {
     /// first): every record of the window carries it, so recovery can zero
     /// it if a crash came before its zeroing was durable.
     prev: u64,
+    /// While the newest extension is not known durable (set when its
+    /// trailer is written; cleared when its `fdatasync` passes; one that
+    /// failed poisoned the file, so it stays): the bytes below which data
+    /// may still be written, the space the window had before it (or the
+    /// plain file's size).
+    unconfirmed: Option<u64>,
 }
 
 /// What an extension did: the old trailer's slots (to zero once the new
@@ -315,6 +321,7 @@ impl Window {
             max,
             stale: None,
             prev: NO_PREV,
+            unconfirmed: None,
         })
     }
 
@@ -425,6 +432,23 @@ impl Window {
         Ok(())
     }
 
+    /// The extension just written is not durable yet: no data goes past
+    /// `limit` bytes until [`confirm`](Self::confirm).
+    pub(crate) fn set_unconfirmed(&mut self, limit: u64) {
+        self.unconfirmed = Some(limit);
+    }
+
+    /// An `fdatasync` made the newest extension durable.
+    pub(crate) fn confirm(&mut self) {
+        self.unconfirmed = None;
+    }
+
+    /// While the newest extension is not durable: the bytes below which
+    /// data may be written (`None`: all of the window's space).
+    pub(crate) fn unconfirmed(&self) -> Option<u64> {
+        self.unconfirmed
+    }
+
     /// Where an old trailer that still waits to be zeroed is.
     pub(crate) fn stale(&self) -> Option<u64> {
         self.stale
@@ -465,6 +489,7 @@ impl Window {
         self.end = 0;
         self.stale = None;
         self.prev = NO_PREV;
+        self.unconfirmed = None;
     }
 }
 

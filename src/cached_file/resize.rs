@@ -29,7 +29,9 @@ impl FlushPipeline {
     ///
     /// Errors: `Error::Io` with op "grow-ahead trailer" (the extension or
     /// the record could not be written: an extending write is cut back)
-    /// or "fdatasync" (the file is poisoned).
+    /// or "fdatasync" (the file is poisoned); `Error::Poisoned` for room
+    /// past the space the window had before an extension whose
+    /// `fdatasync` failed.
     pub(super) fn make_room(
         &self,
         p: &Parts<'_>,
@@ -43,6 +45,16 @@ impl FlushPipeline {
             return Ok(());
         };
         let trailer = |e| Error::io("grow-ahead trailer", None, e);
+        if let Some(limit) = w.unconfirmed()
+            && need.max(len) > limit
+        {
+            // The last extension's `fdatasync` failed (the file is
+            // poisoned): its new end and trailer may not be durable, and
+            // data written below them could be, leaving a crash a file
+            // longer than the old window with the old trailer inside its
+            // data and none at its end. Nothing goes there.
+            return Err(Error::Poisoned);
+        }
         let grows = if w.active() {
             !w.covers(need.max(len))
         } else {
@@ -55,6 +67,7 @@ impl FlushPipeline {
             // crash after the extension could not find it again.
             Self::zero_stale(p, w).map_err(trailer)?;
             let old_end = w.end();
+            let old_space = if w.active() { w.usable() } else { os_len };
             let extended = match w.extend(p.backend, need, len) {
                 Ok(x) => x,
                 Err(e) => {
@@ -71,6 +84,7 @@ impl FlushPipeline {
                     return Err(trailer(e));
                 }
             };
+            w.set_unconfirmed(old_space);
             let (end, usable, slots_len) = (w.end(), w.usable(), w.slots_len());
             add(&p.counters.grow_extensions, 1);
             p.durability.step_unstaged();
@@ -92,6 +106,9 @@ impl FlushPipeline {
             // last successful sync made durable, which a crash must keep
             // (the new end may not be durable), until a write covers it.
             self.sync_file(p)?;
+            if let Some(w) = size.window() {
+                w.confirm();
+            }
             if let Some(filler) = &self.filler {
                 filler.set_limit(usable);
             }
