@@ -1326,6 +1326,35 @@ fn a_sync_covers_a_page_a_scoped_commit_claimed_from_the_buffer() {
     });
 }
 
+/// The same race with `commit_dsync` and group rounds: the `sync()` round
+/// may go out as one `RWF_DSYNC` write standing in for its `fdatasync`. That write
+/// covers only itself, not the scoped commit's write counted beside it
+/// (the scoped commit takes no drain lock): once the scoped commit says
+/// Ok, its page must be durable, whichever way the round went.
+#[test]
+fn a_durable_round_write_never_stands_in_for_a_scoped_commits_fdatasync() {
+    check(|| {
+        let config = config(8)
+            .commit_dsync(true)
+            .commit_strategy(CommitStrategy::Group)
+            .engine(pagewriter::FlushEngine::Vectored);
+        let (be, f) = file_with(config);
+        synced_pages(&f, 3);
+        let committer = {
+            let be = Arc::clone(&be);
+            commit_after_writing(&f, 1, 1, move |_, r| {
+                r.unwrap();
+                assert_page(&be.durable_image(), 1, 1, "after the scoped commit");
+            })
+        };
+        f.write_page(2 * PS as u64, &[tag(2, 1); PS]).unwrap();
+        f.sync().unwrap();
+        assert_page(&be.durable_image(), 2, 1, "after the sync");
+        committer.join().unwrap();
+        f.close().unwrap();
+    });
+}
+
 /// Two writers write the same page, one after the other, and commit at
 /// once: the first one's commit may claim the second one's version (the
 /// newest, buffered) and write it. The second commit must then wait for
