@@ -281,6 +281,383 @@ fn a_kept_trailer_reads_as_zeros() {
     }
 }
 
+/// Found by a long run of the model (150,000 cases; present at 8155999
+/// too): with a grow-ahead window, a window extension whose `fdatasync`
+/// failed (its trailer lost with the write-back) left the window's new
+/// end in memory, so a later flush wrote a page below it. A crash image
+/// could then keep that page and not the trailer: a file longer than the
+/// old window, the old trailer inside its data and none at its end. The
+/// reopen took it for a plain file, a later cut brought the old trailer
+/// back to the end, and a `sync` that succeeded was recovered short
+/// ("length 28160 B not durable after a successful sync (26624 B on
+/// disk)"). Now nothing is written past the old window's space until the
+/// extension's `fdatasync` passes (`Window::unconfirmed`). The failure
+/// depends on the schedule (one run in 10-130 before the fix); replayed
+/// 300 times (with the fix undone, 3 runs of 3 failed).
+#[test]
+fn an_extension_whose_sync_failed_leaves_no_trailer_inside_a_crash_image() {
+    let cfg = ModelConfig {
+        grow_ahead: Some(512),
+        engine: FlushEngine::IoUring { queue_depth: 4 },
+        page_size: 512,
+        buffer_pages: 12,
+        cache_pages: 4,
+        stripes: 64,
+        sync_lanes: 3,
+        commit_dsync: false,
+        rounds_in_flight: 3,
+        dir: None,
+        direct: false,
+        commit_strategy: CommitStrategy::Group,
+        torn_writes: TornWrites::Allow,
+    };
+    let ops = [
+        Op::Read { page: 16, pages: 2 },
+        Op::Scoped {
+            page: 21,
+            pages: 3,
+            ticket: true,
+        },
+        Op::Write { page: 32, pages: 3 },
+        Op::Guard {
+            page: 29,
+            byte: 10717,
+        },
+        Op::Read { page: 54, pages: 2 },
+        Op::Crash {
+            seed: 8189636058477820038,
+        },
+        Op::Flush,
+        Op::Flush,
+        Op::Scoped {
+            page: 42,
+            pages: 2,
+            ticket: true,
+        },
+        Op::Write { page: 12, pages: 3 },
+        Op::Flush,
+        Op::Read { page: 51, pages: 1 },
+        Op::Write { page: 12, pages: 3 },
+        Op::Sync,
+        Op::Write { page: 23, pages: 3 },
+        Op::Guard {
+            page: 36,
+            byte: 10823,
+        },
+        Op::WaitTicket,
+        Op::Read { page: 14, pages: 2 },
+        Op::SetLen { pages: 32 },
+        Op::Sync,
+        Op::Guard {
+            page: 49,
+            byte: 15530,
+        },
+        Op::Through { page: 5, pages: 3 },
+        Op::Write { page: 22, pages: 2 },
+        Op::Read { page: 63, pages: 2 },
+        Op::Scoped {
+            page: 3,
+            pages: 2,
+            ticket: false,
+        },
+        Op::Write { page: 53, pages: 2 },
+        Op::Write { page: 10, pages: 2 },
+        Op::Write { page: 37, pages: 1 },
+        Op::Read { page: 57, pages: 3 },
+        Op::Guard {
+            page: 8,
+            byte: 11415,
+        },
+        Op::Sync,
+        Op::Read { page: 23, pages: 2 },
+        Op::Read { page: 40, pages: 2 },
+        Op::SetLen { pages: 46 },
+        Op::Sync,
+        Op::Read { page: 14, pages: 3 },
+        Op::Write { page: 32, pages: 1 },
+        Op::Guard {
+            page: 59,
+            byte: 4041,
+        },
+        Op::Sync,
+        Op::SetLen { pages: 14 },
+        Op::Read { page: 50, pages: 1 },
+        Op::Sync,
+        Op::Read { page: 3, pages: 1 },
+        Op::Read { page: 33, pages: 1 },
+        Op::Through { page: 50, pages: 2 },
+        Op::Sync,
+        Op::Scoped {
+            page: 14,
+            pages: 3,
+            ticket: false,
+        },
+        Op::Read { page: 54, pages: 1 },
+        Op::Sync,
+        Op::Guard {
+            page: 11,
+            byte: 15115,
+        },
+        Op::Scoped {
+            page: 23,
+            pages: 2,
+            ticket: true,
+        },
+        Op::Sync,
+        Op::Sync,
+        Op::Read { page: 2, pages: 1 },
+        Op::Sync,
+        Op::Scoped {
+            page: 38,
+            pages: 1,
+            ticket: true,
+        },
+        Op::Write { page: 4, pages: 2 },
+        Op::Write { page: 28, pages: 2 },
+        Op::Write { page: 31, pages: 3 },
+        Op::FailNextSync,
+        Op::Through { page: 63, pages: 2 },
+        Op::Write { page: 18, pages: 3 },
+        Op::Write { page: 21, pages: 2 },
+        Op::Write { page: 20, pages: 1 },
+        Op::SyncAsync,
+        Op::Sync,
+        Op::Close,
+        Op::Write { page: 0, pages: 1 },
+        Op::Scoped {
+            page: 44,
+            pages: 1,
+            ticket: true,
+        },
+        Op::Read { page: 16, pages: 3 },
+        Op::Read { page: 5, pages: 3 },
+        Op::Write { page: 10, pages: 3 },
+        Op::Sync,
+        Op::Flush,
+        Op::Sync,
+        Op::Write { page: 52, pages: 1 },
+        Op::Write { page: 14, pages: 1 },
+        Op::Guard {
+            page: 28,
+            byte: 13475,
+        },
+        Op::Sync,
+        Op::Guard {
+            page: 32,
+            byte: 9786,
+        },
+        Op::Sync,
+        Op::Write { page: 55, pages: 2 },
+        Op::Write { page: 48, pages: 3 },
+        Op::WaitTicket,
+        Op::Write { page: 7, pages: 1 },
+        Op::Write { page: 61, pages: 2 },
+        Op::Write { page: 25, pages: 1 },
+        Op::Guard {
+            page: 46,
+            byte: 3375,
+        },
+        Op::Close,
+        Op::Scoped {
+            page: 19,
+            pages: 1,
+            ticket: false,
+        },
+        Op::Read { page: 6, pages: 1 },
+        Op::Write { page: 41, pages: 2 },
+        Op::Write { page: 50, pages: 3 },
+        Op::Sync,
+        Op::Flush,
+        Op::Write { page: 29, pages: 1 },
+        Op::Write { page: 32, pages: 1 },
+        Op::Write { page: 48, pages: 1 },
+        Op::SetLen { pages: 23 },
+        Op::Guard {
+            page: 49,
+            byte: 1234,
+        },
+        Op::Sync,
+        Op::Write { page: 4, pages: 3 },
+        Op::Read { page: 50, pages: 3 },
+        Op::Guard {
+            page: 30,
+            byte: 11898,
+        },
+        Op::Write { page: 50, pages: 1 },
+        Op::Through { page: 28, pages: 1 },
+        Op::Write { page: 41, pages: 1 },
+        Op::Scoped {
+            page: 34,
+            pages: 3,
+            ticket: true,
+        },
+        Op::SyncAsync,
+        Op::Write { page: 6, pages: 3 },
+        Op::Sync,
+        Op::Write { page: 9, pages: 3 },
+        Op::Sync,
+        Op::Read { page: 10, pages: 2 },
+        Op::Write { page: 30, pages: 1 },
+        Op::WaitTicket,
+        Op::Crash {
+            seed: 2041108370171525083,
+        },
+        Op::Read { page: 39, pages: 3 },
+        Op::WaitTicket,
+        Op::Through { page: 11, pages: 2 },
+        Op::WaitTicket,
+        Op::Write { page: 9, pages: 2 },
+        Op::Write { page: 24, pages: 1 },
+        Op::Sync,
+        Op::Scoped {
+            page: 28,
+            pages: 3,
+            ticket: true,
+        },
+        Op::SetLen { pages: 55 },
+        Op::Write { page: 53, pages: 1 },
+        Op::Write { page: 33, pages: 1 },
+        Op::SyncAsync,
+        Op::Sync,
+        Op::Read { page: 7, pages: 1 },
+        Op::Scoped {
+            page: 37,
+            pages: 3,
+            ticket: true,
+        },
+        Op::SyncAsync,
+        Op::SyncAsync,
+        Op::Sync,
+        Op::Close,
+        Op::Scoped {
+            page: 37,
+            pages: 2,
+            ticket: false,
+        },
+        Op::Read { page: 46, pages: 2 },
+        Op::Read { page: 14, pages: 3 },
+        Op::Write { page: 25, pages: 2 },
+        Op::Write { page: 22, pages: 3 },
+        Op::Crash {
+            seed: 14090607081871496474,
+        },
+        Op::Write { page: 25, pages: 1 },
+        Op::Flush,
+        Op::Close,
+        Op::Write { page: 11, pages: 3 },
+        Op::Scoped {
+            page: 13,
+            pages: 1,
+            ticket: true,
+        },
+        Op::Read { page: 29, pages: 1 },
+    ];
+    for _ in 0..300 {
+        check(&cfg, &ops).unwrap();
+    }
+}
+
+/// Found by a long run of the model (60,000 cases; present at 8155999
+/// too): a `sync()` round written as one `RWF_DSYNC` write (it stands in
+/// for the `fdatasync` when nothing else was written since the last one)
+/// took `write_seq` read after its write as what it made durable. A scoped
+/// commit writing its pages from the write buffer (no drain lock) could
+/// count its own write in between; it then found the watermark past its
+/// write, skipped its `fdatasync`, and returned `Ok` for a page that was
+/// not durable. Now the round's write counts as durable only if its own
+/// step follows the last `fdatasync` directly, and covers that step only.
+/// The failure depends on the schedule (one replay in 2-20 before the
+/// fix); replayed 300 times.
+#[test]
+fn a_durable_round_write_never_covers_a_scoped_commit_written_beside_it() {
+    let cfg = ModelConfig {
+        grow_ahead: None,
+        engine: FlushEngine::Vectored,
+        page_size: 4096,
+        buffer_pages: 7,
+        cache_pages: 4,
+        stripes: 4,
+        sync_lanes: 3,
+        commit_dsync: true,
+        rounds_in_flight: 3,
+        dir: None,
+        direct: false,
+        commit_strategy: CommitStrategy::Group,
+        torn_writes: TornWrites::Allow,
+    };
+    let ops = [
+        Op::Write { page: 8, pages: 3 },
+        Op::Write { page: 2, pages: 1 },
+        Op::WaitTicket,
+        Op::Guard {
+            page: 57,
+            byte: 9954,
+        },
+        Op::Read { page: 56, pages: 3 },
+        Op::Read { page: 55, pages: 2 },
+        Op::Read { page: 41, pages: 3 },
+        Op::FailNextWrite(WriteFault::Errno(28)),
+        Op::Write { page: 25, pages: 1 },
+        Op::Sync,
+        Op::FailNextWrite(WriteFault::TornThenEio(2048)),
+        Op::Crash {
+            seed: 3807743598306131839,
+        },
+        Op::Write { page: 31, pages: 3 },
+        Op::Read { page: 26, pages: 1 },
+        Op::Write { page: 1, pages: 2 },
+        Op::Read { page: 33, pages: 2 },
+        Op::Sync,
+        Op::FailNextSync,
+        Op::Sync,
+        Op::Guard {
+            page: 37,
+            byte: 5536,
+        },
+        Op::Sync,
+        Op::Scoped {
+            page: 15,
+            pages: 1,
+            ticket: true,
+        },
+        Op::Write { page: 0, pages: 3 },
+        Op::Read { page: 3, pages: 3 },
+        Op::SetLen { pages: 35 },
+        Op::Write { page: 53, pages: 1 },
+        Op::Write { page: 26, pages: 3 },
+        Op::Through { page: 53, pages: 3 },
+        Op::FailNextWrite(WriteFault::Errno(5)),
+        Op::Sync,
+        Op::Write { page: 61, pages: 1 },
+        Op::Crash {
+            seed: 12428826786213379194,
+        },
+        Op::Read { page: 40, pages: 3 },
+        Op::FailNextSync,
+        Op::Through { page: 59, pages: 2 },
+        Op::Flush,
+        Op::Read { page: 32, pages: 1 },
+        Op::SyncAsync,
+        Op::Sync,
+        Op::Through { page: 61, pages: 2 },
+        Op::Write { page: 49, pages: 2 },
+        Op::Sync,
+        Op::Scoped {
+            page: 60,
+            pages: 3,
+            ticket: true,
+        },
+        Op::Scoped {
+            page: 8,
+            pages: 2,
+            ticket: false,
+        },
+    ];
+    for _ in 0..300 {
+        check(&cfg, &ops).unwrap();
+    }
+}
+
 /// The checker itself must be able to fail: a file that loses a synced
 /// page after a crash is caught. (Drives `check` with a sequence whose
 /// crash drops everything unsynced; then compares a hand-made wrong model
