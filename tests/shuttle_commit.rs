@@ -677,8 +677,7 @@ fn doublewrite_recovery_never_ends_on_an_older_version() {
         let (seen, seen_area) = (Arc::clone(&be), Arc::clone(&area));
         hot_page_committers(&f, move |t, i, p, v| {
             let seed = t * 100 + i * 10;
-            let img = seen.crash_image(seed);
-            let area_img = seen_area.crash_image(seed + 1);
+            let (img, area_img) = seen.crash_images_with(&seen_area, seed, seed + 1);
             let recovered = Arc::new(CrashBackend::from_image(&img));
             let r = PagedCachedFile::with_doublewrite(
                 Arc::clone(&recovered),

@@ -418,6 +418,42 @@ struct CrashState {
     most_lanes: usize,
 }
 
+impl CrashState {
+    /// See [`CrashBackend::crash_image`].
+    fn crash_image(&self, seed: u64) -> Vec<u8> {
+        let mut image = self.durable.clone();
+        let mut rng = Rng::new(seed);
+        let mut atomic_kept: std::collections::HashMap<u64, bool> = Default::default();
+        for Logged {
+            offset,
+            bytes,
+            atomic,
+            ..
+        } in &self.log
+        {
+            if let Some(id) = atomic {
+                let keep = *atomic_kept.entry(*id).or_insert_with(|| rng.below(2) == 0);
+                if keep {
+                    apply(&mut image, *offset, bytes);
+                }
+                continue;
+            }
+            match rng.below(3) {
+                0 => apply(&mut image, *offset, bytes),
+                1 => {}
+                _ => {
+                    for (i, sector) in bytes.chunks(512).enumerate() {
+                        if rng.below(2) == 0 {
+                            apply(&mut image, offset + (i * 512) as u64, sector);
+                        }
+                    }
+                }
+            }
+        }
+        image
+    }
+}
+
 /// Sync lanes of a [`CrashBackend`] at first.
 const CRASH_LANES: usize = 8;
 
@@ -564,37 +600,25 @@ impl CrashBackend {
     /// ([`with_atomic_unit`](Self::with_atomic_unit)) is kept or dropped
     /// whole, never torn.
     pub fn crash_image(&self, seed: u64) -> Vec<u8> {
+        self.state.lock().crash_image(seed)
+    }
+
+    /// The images one power cut now could leave on this file and on
+    /// `other` (a page file and its doublewrite area), each as
+    /// [`crash_image`](Self::crash_image) makes it with its own seed. Both
+    /// are taken under both files' locks, so no write or sync of either
+    /// lands between them: a cut is one instant for every file, and a
+    /// committer still running must not sync one file and start the
+    /// other over in between.
+    pub fn crash_images_with(
+        &self,
+        other: &CrashBackend,
+        seed: u64,
+        other_seed: u64,
+    ) -> (Vec<u8>, Vec<u8>) {
         let st = self.state.lock();
-        let mut image = st.durable.clone();
-        let mut rng = Rng::new(seed);
-        let mut atomic_kept: std::collections::HashMap<u64, bool> = Default::default();
-        for Logged {
-            offset,
-            bytes,
-            atomic,
-            ..
-        } in &st.log
-        {
-            if let Some(id) = atomic {
-                let keep = *atomic_kept.entry(*id).or_insert_with(|| rng.below(2) == 0);
-                if keep {
-                    apply(&mut image, *offset, bytes);
-                }
-                continue;
-            }
-            match rng.below(3) {
-                0 => apply(&mut image, *offset, bytes),
-                1 => {}
-                _ => {
-                    for (i, sector) in bytes.chunks(512).enumerate() {
-                        if rng.below(2) == 0 {
-                            apply(&mut image, offset + (i * 512) as u64, sector);
-                        }
-                    }
-                }
-            }
-        }
-        image
+        let other_st = other.state.lock();
+        (st.crash_image(seed), other_st.crash_image(other_seed))
     }
 
     /// A new crash backend whose live and durable images are `image` (a
@@ -848,5 +872,61 @@ mod tests {
         }
         assert!(old_tail_kept && old_tail_lost);
         assert_eq!(&be.durable_image()[512..1024], &[2u8; 512][..]);
+    }
+
+    /// One thread writes and syncs a version to `a`, then to `b`, over and
+    /// over, so at every instant `a` is at least as new as `b`, in any
+    /// image a power cut could leave (`b`'s unsynced write of a version
+    /// comes after `a`'s sync of it). Images of both taken by
+    /// `crash_images_with` never show `b` ahead; two separate
+    /// `crash_image` calls can (the writer moves on between them).
+    #[test]
+    fn crash_images_with_is_one_instant_for_both_files() {
+        let (a, b) = (CrashBackend::new(), CrashBackend::new());
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let written = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut v = 0u8;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    v = v.wrapping_add(1).max(1);
+                    for f in [&a, &b] {
+                        f.write_all_at(0, &[v; 512]).unwrap();
+                        f.sync_data().unwrap();
+                    }
+                    written.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if v == u8::MAX {
+                        // Start over at 1 only once both are at 255, so
+                        // the order below holds across the wrap too.
+                        for f in [&a, &b] {
+                            f.write_all_at(0, &[0; 512]).unwrap();
+                            f.sync_data().unwrap();
+                        }
+                    }
+                }
+            });
+            // Images until the writer has gone round twice, however the
+            // threads are scheduled.
+            let mut seed = 0u64;
+            let mut ahead = None;
+            while ahead.is_none()
+                && (seed < 20_000 || written.load(std::sync::atomic::Ordering::Relaxed) < 600)
+            {
+                seed += 1;
+                let (ia, ib) = a.crash_images_with(&b, seed, seed + 1);
+                let (va, vb) = (ia.first().copied(), ib.first().copied());
+                let b_ahead = match (va, vb) {
+                    (None, Some(_)) => true,
+                    (Some(x), Some(y)) => y > x && !(x == 0 && y == u8::MAX),
+                    _ => false,
+                };
+                if b_ahead {
+                    ahead = Some((seed, va, vb));
+                }
+            }
+            // Stopped before the verdict, so a failure ends the writer.
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(ahead, None, "(seed, a, b) with b ahead of a");
+        });
     }
 }

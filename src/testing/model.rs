@@ -560,8 +560,10 @@ fn step(cfg: &ModelConfig, w: &mut World, m: &mut Model, op: &Op) -> Result<(), 
                     }
                 }
             }
-            let image = c.crash_image(seed);
-            let area_image = area.crash_image(seed ^ 0x5EED);
+            // One instant for both files: a committer still running may
+            // sync the file and start the area over between two separate
+            // images, which no power cut can do.
+            let (image, area_image) = c.crash_images_with(area, seed, seed ^ 0x5EED);
             let crash = crash_file(cfg, &image);
             let area = Arc::new(CrashBackend::from_image(&area_image));
             // The reopen runs the doublewrite recovery, which may rewrite
