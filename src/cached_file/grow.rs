@@ -290,12 +290,10 @@ pub(crate) struct Window {
     /// first): every record of the window carries it, so recovery can zero
     /// it if a crash came before its zeroing was durable.
     prev: u64,
-    /// While the newest extension is not known durable (set when its
-    /// trailer is written; cleared when its `fdatasync` passes; one that
-    /// failed poisoned the file, so it stays): the bytes below which data
-    /// may still be written, the space the window had before it (or the
-    /// plain file's size).
-    unconfirmed: Option<u64>,
+    /// The newest extension is not known durable: set when its trailer is
+    /// written, cleared when its `fdatasync` passes. One that failed
+    /// poisoned the file, so it stays, and nothing more is written.
+    unconfirmed: bool,
 }
 
 /// What an extension did: the old trailer's slots (to zero once the new
@@ -321,7 +319,7 @@ impl Window {
             max,
             stale: None,
             prev: NO_PREV,
-            unconfirmed: None,
+            unconfirmed: false,
         })
     }
 
@@ -432,20 +430,19 @@ impl Window {
         Ok(())
     }
 
-    /// The extension just written is not durable yet: no data goes past
-    /// `limit` bytes until [`confirm`](Self::confirm).
-    pub(crate) fn set_unconfirmed(&mut self, limit: u64) {
-        self.unconfirmed = Some(limit);
+    /// The extension just written is not durable yet: nothing is written
+    /// until [`confirm`](Self::confirm).
+    pub(crate) fn set_unconfirmed(&mut self) {
+        self.unconfirmed = true;
     }
 
     /// An `fdatasync` made the newest extension durable.
     pub(crate) fn confirm(&mut self) {
-        self.unconfirmed = None;
+        self.unconfirmed = false;
     }
 
-    /// While the newest extension is not durable: the bytes below which
-    /// data may be written (`None`: all of the window's space).
-    pub(crate) fn unconfirmed(&self) -> Option<u64> {
+    /// Whether the newest extension is not known durable.
+    pub(crate) fn unconfirmed(&self) -> bool {
         self.unconfirmed
     }
 
@@ -489,7 +486,7 @@ impl Window {
         self.end = 0;
         self.stale = None;
         self.prev = NO_PREV;
-        self.unconfirmed = None;
+        self.unconfirmed = false;
     }
 }
 

@@ -29,9 +29,8 @@ impl FlushPipeline {
     ///
     /// Errors: `Error::Io` with op "grow-ahead trailer" (the extension or
     /// the record could not be written: an extending write is cut back)
-    /// or "fdatasync" (the file is poisoned); `Error::Poisoned` for room
-    /// past the space the window had before an extension whose
-    /// `fdatasync` failed.
+    /// or "fdatasync" (the file is poisoned); `Error::Poisoned` after an
+    /// extension whose `fdatasync` failed.
     pub(super) fn make_room(
         &self,
         p: &Parts<'_>,
@@ -45,14 +44,16 @@ impl FlushPipeline {
             return Ok(());
         };
         let trailer = |e| Error::io("grow-ahead trailer", None, e);
-        if let Some(limit) = w.unconfirmed()
-            && need.max(len) > limit
-        {
-            // The last extension's `fdatasync` failed (the file is
-            // poisoned): its new end and trailer may not be durable, and
-            // data written below them could be, leaving a crash a file
-            // longer than the old window with the old trailer inside its
-            // data and none at its end. Nothing goes there.
+        if w.unconfirmed() {
+            // The last extension's `fdatasync` failed (the mark is set only
+            // across that sync, under this lock), so the file is poisoned
+            // and its new end and trailer may not be durable: a round
+            // already on its way writes nothing more. Data past the old
+            // space could leave a crash a file longer than the old window
+            // with the old trailer inside its data and none at its end; a
+            // length record in the new trailer could be the one a crash
+            // keeps, and it points back one window only, past an older
+            // trailer whose zeroing the failed sync lost.
             return Err(Error::Poisoned);
         }
         let grows = if w.active() {
@@ -67,7 +68,6 @@ impl FlushPipeline {
             // crash after the extension could not find it again.
             Self::zero_stale(p, w).map_err(trailer)?;
             let old_end = w.end();
-            let old_space = if w.active() { w.usable() } else { os_len };
             let extended = match w.extend(p.backend, need, len) {
                 Ok(x) => x,
                 Err(e) => {
@@ -84,7 +84,7 @@ impl FlushPipeline {
                     return Err(trailer(e));
                 }
             };
-            w.set_unconfirmed(old_space);
+            w.set_unconfirmed();
             let (end, usable, slots_len) = (w.end(), w.usable(), w.slots_len());
             add(&p.counters.grow_extensions, 1);
             p.durability.step_unstaged();
