@@ -68,7 +68,10 @@
 # Ratios per round, then the median of the rounds: commits/s against fio's
 # T streams and against the in-process streams; p99 and CPU µs per commit
 # against the streams'; a cell at fewer threads also against fio's streams
-# at the largest thread count (async at 1 thread against 8 streams).
+# at the largest thread count (async at 1 thread against 8 streams); fio's
+# own CPU µs per commit against the streams' (usr_cpu + sys_cpu of its
+# JSON over its writes). Every CPU figure also prints its user-space part
+# (the rest is the kernel's).
 # --commit-scale-args: more `pagewriter scale` flags for the commit suite's
 # runs, one string (e.g. "--commit-strategy group"); fio's job is unchanged.
 #
@@ -336,7 +339,7 @@ scale_layout() {
 # fio's commit job on the layout (the file laid out first for `written`):
 # psync with fdatasync after every write, `jobs` streams; or, with
 # engine io_uring, one job at iodepth `jobs` with fdatasync=1.
-fio_commit() { # layout jobs bs_bytes [io_uring] -> commits/s p99_us
+fio_commit() { # layout jobs bs_bytes [io_uring] -> commits/s p99_us cpu_us_per_commit user_us_per_commit
   local layout=$1 t=$2 b=$3 engine=${4:-psync} falloc=none region=1G inc=1G nj=$2 qd=1
   [ "$engine" = io_uring ] && nj=1 qd=$t
   rm -f "$file"
@@ -354,11 +357,15 @@ fio_commit() { # layout jobs bs_bytes [io_uring] -> commits/s p99_us
     python3 -c 'import json,sys
 j=json.load(sys.stdin)["jobs"][0]
 p=lambda d: d["percentile"]["99.000000"] / 1e3
-print("%.1f %.1f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"])))'
+# usr_cpu and sys_cpu are percent of job_runtime (ms, summed over the
+# jobs with group_reporting): CPU µs per commit = that time / writes.
+cpu = lambda pct: pct / 100 * j["job_runtime"] * 1e3 / max(j["write"]["total_ios"], 1)
+print("%.1f %.1f %.2f %.2f" % (j["write"]["iops"], p(j["write"]["clat_ns"]) + p(j["sync"]["lat_ns"]),
+      cpu(j["usr_cpu"] + j["sys_cpu"]), cpu(j["usr_cpu"])))'
   rm -f "$file"
 }
 # One scale cell: mode, commit kind, threads, layout, pages ->
-# commits/s p99_us cpu_us_per_commit syncs_per_commit writes_per_commit
+# commits/s p99_us cpu_us_per_commit syncs_per_commit writes_per_commit user_us_per_commit
 scale_commit() {
   local lay
   read -r -a lay < <(scale_layout "$4" "$3")
@@ -367,8 +374,8 @@ scale_commit() {
       --path "$scale_dir" --fill fixed "${lay[@]}" --queue-depth "$qd" "${commit_extra[@]}" --json |
     python3 -c 'import json,sys
 r=json.load(sys.stdin)["rows"][0]
-print("%.1f %.1f %.2f %.3f %.3f" % (r["commits_per_s"], r["p99_us"], r["cpu_us_per_commit"],
-      r["syncs_per_commit"], r["write_calls_per_commit"]))'
+print("%.1f %.1f %.2f %.3f %.3f %.2f" % (r["commits_per_s"], r["p99_us"], r["cpu_us_per_commit"],
+      r["syncs_per_commit"], r["write_calls_per_commit"], r["cpu_user_us_per_commit"]))'
 }
 ratio() { python3 -c "a, b = $1, $2; print('%.3f' % (a / b) if b > 0 else 'n/a')"; }
 read -r -a commit_extra <<< "$commit_scale_args"
@@ -386,13 +393,14 @@ for cbs in ${commit_bs//,/ }; do
     for r in $(seq 1 "$rounds"); do
       declare -A fio_c=() fio_p=() st_c=() st_p=() st_u=()
       for t in ${commit_threads//,/ }; do
-        read -r fio_c[$t] fio_p[$t] < <(fio_commit "$layout" "$t" "$cbs_b")
-        read -r st_c[$t] st_p[$t] st_u[$t] _ _ < <(scale_commit streams global "$t" "$layout" "$pages")
-        printf '%-28s round %d  fio %dx psync %8.0f commits/s p99 %7.1f us   streams %8.0f commits/s p99 %7.1f us CPU %6.1f us/commit\n' \
-          "$cbs-$layout-${t}thr" "$r" "$t" "${fio_c[$t]}" "${fio_p[$t]}" "${st_c[$t]}" "${st_p[$t]}" "${st_u[$t]}"
+        read -r fio_c[$t] fio_p[$t] fio_cpu fio_usr < <(fio_commit "$layout" "$t" "$cbs_b")
+        read -r st_c[$t] st_p[$t] st_u[$t] _ _ st_usr < <(scale_commit streams global "$t" "$layout" "$pages")
+        printf '%-28s round %d  fio %dx psync %8.0f commits/s p99 %7.1f us CPU %6.1f (user %5.1f) us/commit   streams %8.0f commits/s p99 %7.1f us CPU %6.1f (user %5.1f) us/commit\n' \
+          "$cbs-$layout-${t}thr" "$r" "$t" "${fio_c[$t]}" "${fio_p[$t]}" "$fio_cpu" "$fio_usr" "${st_c[$t]}" "${st_p[$t]}" "${st_u[$t]}" "$st_usr"
         R["streams-${t}thr vs fio"]+="$(ratio "${st_c[$t]}" "${fio_c[$t]}") "
+        R["fio-${t}x CPU vs streams"]+="$(ratio "$fio_cpu" "${st_u[$t]}") "
       done
-      read -r fio_u fio_up < <(fio_commit "$layout" "$max_t" "$cbs_b" io_uring)
+      read -r fio_u fio_up _ _ < <(fio_commit "$layout" "$max_t" "$cbs_b" io_uring)
       printf '%-28s round %d  fio io_uring iodepth %d fdatasync=1: %8.0f commits/s p99 %7.1f us\n' \
         "$cbs-$layout" "$r" "$max_t" "$fio_u" "$fio_up"
       R["fio-io_uring-qd$max_t vs fio ${max_t}x"]+="$(ratio "$fio_u" "${fio_c[$max_t]}") "
@@ -400,9 +408,9 @@ for cbs in ${commit_bs//,/ }; do
         for mode in ${commit_modes//,/ }; do
           for kind in ${commit_kinds//,/ }; do
             name="$mode-$kind-${t}thr"
-            read -r a ap au as aw < <(scale_commit "$mode" "$kind" "$t" "$layout" "$pages")
-            printf '%-28s round %d  %-30s %8.0f commits/s p99 %7.1f us CPU %6.1f us/commit  %.2f syncs %.2f writes/commit\n' \
-              "$cbs-$layout-${t}thr" "$r" "$mode $kind" "$a" "$ap" "$au" "$as" "$aw"
+            read -r a ap au as aw ausr < <(scale_commit "$mode" "$kind" "$t" "$layout" "$pages")
+            printf '%-28s round %d  %-30s %8.0f commits/s p99 %7.1f us CPU %6.1f (user %5.1f) us/commit  %.2f syncs %.2f writes/commit\n' \
+              "$cbs-$layout-${t}thr" "$r" "$mode $kind" "$a" "$ap" "$au" "$ausr" "$as" "$aw"
             R["$name vs fio ${t}x"]+="$(ratio "$a" "${fio_c[$t]}") "
             R["$name vs streams"]+="$(ratio "$a" "${st_c[$t]}") "
             R["$name p99 vs streams"]+="$(ratio "$ap" "${st_p[$t]}") "

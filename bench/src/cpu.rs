@@ -7,13 +7,44 @@ use std::time::Duration;
 /// User + system CPU time this process has used so far
 /// (`getrusage(RUSAGE_SELF)`); `None` where the call fails.
 pub fn process_time() -> Option<Duration> {
+    process_times().map(|t| t.user + t.system)
+}
+
+/// CPU time this process has used so far, split as the kernel accounts it
+/// (`getrusage(RUSAGE_SELF)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// In user space (the process's own code and libraries).
+    pub user: Duration,
+    /// In the kernel on the process's behalf (system calls, page faults,
+    /// and the I/O paths they run).
+    pub system: Duration,
+}
+
+/// This process's [`CpuTimes`] so far; `None` where the call fails.
+pub fn process_times() -> Option<CpuTimes> {
     use nix::sys::resource::{UsageWho, getrusage};
     let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
     let d = |t: nix::sys::time::TimeVal| {
         Duration::from_secs(t.tv_sec().max(0) as u64)
             + Duration::from_micros(t.tv_usec().max(0) as u64)
     };
-    Some(d(u.user_time()) + d(u.system_time()))
+    Some(CpuTimes {
+        user: d(u.user_time()),
+        system: d(u.system_time()),
+    })
+}
+
+/// User and system CPU seconds spent since `start` (from
+/// [`process_times`]); both 0 where either reading failed.
+pub fn split_since(start: Option<CpuTimes>) -> (f64, f64) {
+    match (start, process_times()) {
+        (Some(a), Some(b)) => (
+            b.user.saturating_sub(a.user).as_secs_f64(),
+            b.system.saturating_sub(a.system).as_secs_f64(),
+        ),
+        _ => (0.0, 0.0),
+    }
 }
 
 /// CPU seconds spent since `start` (from [`process_time`]); 0 where
@@ -38,5 +69,40 @@ mod tests {
         }
         let spent = super::seconds_since(start);
         assert!(spent > 0.0, "50 ms of spinning cost {spent} s");
+    }
+
+    /// Each loop runs until 100 ms of CPU time shows (the kernel splits
+    /// user and system time by sampling at its ticks, so it takes a few
+    /// ticks to tell); a busy loop's is mostly user time, a loop of reads
+    /// from `/dev/zero` mostly system time (the kernel clears the buffer).
+    #[test]
+    fn a_busy_loop_is_user_time_and_a_system_call_loop_is_system_time() {
+        let enough = 0.1;
+        let start = super::process_times();
+        assert!(start.is_some());
+        let mut x = 0u64;
+        let (user, system) = loop {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            let (u, s) = super::split_since(start);
+            if u + s >= enough {
+                break (u, s);
+            }
+        };
+        assert!(user > system, "spinning: {user} s user, {system} s system");
+        let start = super::process_times();
+        let f = std::fs::File::open("/dev/zero").unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let (user, system) = loop {
+            for _ in 0..100 {
+                std::io::Read::read_exact(&mut &f, &mut buf).unwrap();
+            }
+            let (u, s) = super::split_since(start);
+            if u + s >= enough {
+                break (u, s);
+            }
+        };
+        assert!(system > user, "reads: {user} s user, {system} s system");
     }
 }

@@ -31,6 +31,7 @@ Columns (one row per thread count and mode: the median of --repeats cells):
   KiB/commit       bytes written per commit, in place and to a doublewrite area (2^10 bytes)
   p50 us, p99 us   commit latency percentiles (the sync or flush call), microseconds
   CPU us/commit    user + system CPU of the whole process per commit, page fill included
+                   (--json also gives its user-space part: cpu_user_us_per_commit)
   rounds           mean group commit rounds in flight (writing or syncing) when a round
                    started, that one included: 1.00 = no overlap; 0 = no round (direct commits)
   vs per-page      pages/s over the per-page mode's at the same thread count

@@ -539,6 +539,8 @@ pub struct Cell {
     pub seconds: f64,
     /// CPU seconds (user + system, whole process) over `seconds`.
     pub cpu_s: f64,
+    /// The user-space part of `cpu_s` (the rest is the kernel's).
+    pub cpu_user_s: f64,
     /// Pages written by transactions (rewrites included).
     pub page_writes: u64,
     /// Transactions committed.
@@ -597,6 +599,10 @@ pub struct Row {
     pub cpu_s_per_gb: f64,
     /// Median CPU µs (user + system, whole process) per commit.
     pub cpu_us_per_commit: f64,
+    /// Median user-space CPU µs per commit (the part of
+    /// `cpu_us_per_commit` outside the kernel: page fill, the write
+    /// buffer, the commit's own bookkeeping).
+    pub cpu_user_us_per_commit: f64,
     /// Median of the mean commit rounds in flight (writing or syncing)
     /// when a round started, that round included
     /// ([`Stats::mean_rounds_in_flight`]); 1.0 = no overlap.
@@ -813,7 +819,7 @@ pub fn run_cell(
     let room_limited = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
-    let cpu = crate::cpu::process_time();
+    let cpu = crate::cpu::process_times();
     let results: Vec<Result<Tally>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -855,7 +861,8 @@ pub fn run_cell(
             .collect()
     });
     let seconds = start.elapsed().as_secs_f64();
-    let cpu_s = crate::cpu::seconds_since(cpu);
+    let (cpu_user_s, cpu_system_s) = crate::cpu::split_since(cpu);
+    let cpu_s = cpu_user_s + cpu_system_s;
     let mut latency = new_histogram();
     let (mut page_writes, mut commits, mut reads) = (0, 0, 0);
     let mut stats = files
@@ -892,6 +899,7 @@ pub fn run_cell(
         repeat,
         seconds,
         cpu_s,
+        cpu_user_s,
         page_writes,
         commits,
         reads,
@@ -1122,6 +1130,7 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                     c.cpu_s / (c.page_writes.max(1) as f64 * config.page_size as f64 / 1e9)
                 }),
                 cpu_us_per_commit: per(&|c| c.cpu_s * 1e6 / c.commits.max(1) as f64),
+                cpu_user_us_per_commit: per(&|c| c.cpu_user_s * 1e6 / c.commits.max(1) as f64),
                 rounds_in_flight: per(&|c| c.stats.mean_rounds_in_flight()),
                 p50_us: latency.value_at_quantile(0.50),
                 p99_us: latency.value_at_quantile(0.99),
