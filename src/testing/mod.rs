@@ -609,7 +609,8 @@ impl CrashBackend {
     /// are taken under both files' locks, so no write or sync of either
     /// lands between them: a cut is one instant for every file, and a
     /// committer still running must not sync one file and start the
-    /// other over in between.
+    /// other over in between. Locks `self`, then `other`: callers racing
+    /// on the same two files pass them in the same order.
     pub fn crash_images_with(
         &self,
         other: &CrashBackend,
