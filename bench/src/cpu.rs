@@ -23,8 +23,12 @@ pub struct CpuTimes {
 
 /// This process's [`CpuTimes`] so far; `None` where the call fails.
 pub fn process_times() -> Option<CpuTimes> {
-    use nix::sys::resource::{UsageWho, getrusage};
-    let u = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    times_of(nix::sys::resource::UsageWho::RUSAGE_SELF)
+}
+
+/// The [`CpuTimes`] `getrusage` gives for `who`.
+fn times_of(who: nix::sys::resource::UsageWho) -> Option<CpuTimes> {
+    let u = nix::sys::resource::getrusage(who).ok()?;
     let d = |t: nix::sys::time::TimeVal| {
         Duration::from_secs(t.tv_sec().max(0) as u64)
             + Duration::from_micros(t.tv_usec().max(0) as u64)
@@ -38,7 +42,12 @@ pub fn process_times() -> Option<CpuTimes> {
 /// User and system CPU seconds spent since `start` (from
 /// [`process_times`]); both 0 where either reading failed.
 pub fn split_since(start: Option<CpuTimes>) -> (f64, f64) {
-    match (start, process_times()) {
+    split_between(start, process_times())
+}
+
+/// User and system CPU seconds from `a` to `b`; both 0 without both.
+fn split_between(a: Option<CpuTimes>, b: Option<CpuTimes>) -> (f64, f64) {
+    match (a, b) {
         (Some(a), Some(b)) => (
             b.user.saturating_sub(a.user).as_secs_f64(),
             b.system.saturating_sub(a.system).as_secs_f64(),
@@ -71,34 +80,38 @@ mod tests {
         assert!(spent > 0.0, "50 ms of spinning cost {spent} s");
     }
 
-    /// Each loop runs until 100 ms of CPU time shows (the kernel splits
-    /// user and system time by sampling at its ticks, so it takes a few
-    /// ticks to tell); a busy loop's is mostly user time, a loop of reads
-    /// from `/dev/zero` mostly system time (the kernel clears the buffer).
+    /// Each loop runs until 100 ms of this thread's CPU time shows (the
+    /// kernel splits user and system time by sampling at its ticks, so it
+    /// takes a few ticks to tell; the thread's own, as other tests run in
+    /// this process meanwhile); a busy loop's is mostly user time, a loop
+    /// of reads from `/dev/zero` mostly system time (the kernel clears the
+    /// buffer).
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_busy_loop_is_user_time_and_a_system_call_loop_is_system_time() {
+        use nix::sys::resource::UsageWho::RUSAGE_THREAD;
         let enough = 0.1;
-        let start = super::process_times();
+        let start = super::times_of(RUSAGE_THREAD);
         assert!(start.is_some());
         let mut x = 0u64;
         let (user, system) = loop {
             for _ in 0..1_000_000 {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
-            let (u, s) = super::split_since(start);
+            let (u, s) = super::split_between(start, super::times_of(RUSAGE_THREAD));
             if u + s >= enough {
                 break (u, s);
             }
         };
         assert!(user > system, "spinning: {user} s user, {system} s system");
-        let start = super::process_times();
+        let start = super::times_of(RUSAGE_THREAD);
         let f = std::fs::File::open("/dev/zero").unwrap();
         let mut buf = vec![0u8; 1 << 16];
         let (user, system) = loop {
             for _ in 0..100 {
                 std::io::Read::read_exact(&mut &f, &mut buf).unwrap();
             }
-            let (u, s) = super::split_since(start);
+            let (u, s) = super::split_between(start, super::times_of(RUSAGE_THREAD));
             if u + s >= enough {
                 break (u, s);
             }
