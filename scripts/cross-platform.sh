@@ -80,6 +80,18 @@ cargo test -p pagewriter --target x86_64-pc-windows-gnu --locked --features shut
 read -r passed failed ignored < <(awk '/^test result/ { p += $4; f += $6; i += $8 }
   END { print p + 0, f + 0, i + 0 }' "$log")
 echo "windows (wine): $passed passed, $failed failed, $ignored ignored"
+# The filter above shows summaries only. For a binary that failed, or
+# died before its summary, print everything it and cargo printed, so the
+# log names the cause.
+if [ "$status" != 0 ] || [ "$failed" != 0 ]; then
+  echo "== what the failing Windows test binaries printed" >&2
+  awk '/^     Running / { if (sec != "" && !ok) printf "%s", sec; sec = ""; ok = 0; on = 1 }
+       /^test result: ok/ { ok = 1 }
+       on { sec = sec $0 "\n" }
+       END { if (sec != "" && !ok) printf "%s", sec }' "$log" | tail -n 300 >&2
+  echo "== the last lines cargo printed" >&2
+  tail -n 30 "$log" >&2
+fi
 if [ "$status" != 0 ] || [ "$failed" != 0 ] || [ "$passed" -lt "$MIN_PASSED" ]; then
   echo "cross-platform: the Windows tests failed, or fewer than $MIN_PASSED passed" >&2
   exit 1
