@@ -80,42 +80,44 @@ mod tests {
         assert!(spent > 0.0, "50 ms of spinning cost {spent} s");
     }
 
-    /// Each loop runs until 100 ms of this thread's CPU time shows (the
-    /// kernel splits user and system time by sampling at its ticks, so it
-    /// takes a few ticks to tell; the thread's own, as other tests run in
-    /// this process meanwhile); a busy loop's is mostly user time, a loop
-    /// of reads from `/dev/zero` mostly system time (the kernel clears the
-    /// buffer).
+    /// The user and system seconds this thread spends running `step`
+    /// over and over until together they reach `enough` (the kernel
+    /// splits the two by sampling at its ticks, so it takes a few ticks
+    /// to tell; the thread's own, as other tests run in this process
+    /// meanwhile).
+    #[cfg(target_os = "linux")]
+    fn thread_split_of(enough: f64, mut step: impl FnMut()) -> (f64, f64) {
+        use nix::sys::resource::UsageWho::RUSAGE_THREAD;
+        let start = super::times_of(RUSAGE_THREAD);
+        assert!(start.is_some());
+        loop {
+            step();
+            let (u, s) = super::split_between(start, super::times_of(RUSAGE_THREAD));
+            if u + s >= enough {
+                return (u, s);
+            }
+        }
+    }
+
+    /// 100 ms of a busy loop is mostly user time, of reads from
+    /// `/dev/zero` mostly system time (the kernel clears the buffer).
     #[cfg(target_os = "linux")]
     #[test]
     fn a_busy_loop_is_user_time_and_a_system_call_loop_is_system_time() {
-        use nix::sys::resource::UsageWho::RUSAGE_THREAD;
-        let enough = 0.1;
-        let start = super::times_of(RUSAGE_THREAD);
-        assert!(start.is_some());
         let mut x = 0u64;
-        let (user, system) = loop {
+        let (user, system) = thread_split_of(0.1, || {
             for _ in 0..1_000_000 {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
-            let (u, s) = super::split_between(start, super::times_of(RUSAGE_THREAD));
-            if u + s >= enough {
-                break (u, s);
-            }
-        };
+        });
         assert!(user > system, "spinning: {user} s user, {system} s system");
-        let start = super::times_of(RUSAGE_THREAD);
         let f = std::fs::File::open("/dev/zero").unwrap();
         let mut buf = vec![0u8; 1 << 16];
-        let (user, system) = loop {
+        let (user, system) = thread_split_of(0.1, || {
             for _ in 0..100 {
                 std::io::Read::read_exact(&mut &f, &mut buf).unwrap();
             }
-            let (u, s) = super::split_between(start, super::times_of(RUSAGE_THREAD));
-            if u + s >= enough {
-                break (u, s);
-            }
-        };
+        });
         assert!(system > user, "reads: {user} s user, {system} s system");
     }
 }
