@@ -98,7 +98,7 @@ if [ "$status" != 0 ] && [ -n "$died" ] && ! grep -qE '^test result: FAILED|^tes
     echo "== $name died under Wine before its summary; what it printed:" >&2
     awk -v n="$name" '/^     Running / { on = ($2 == n) } on' "$log" >&2
     echo "== $name once more" >&2
-    cargo test -p pagewriter --target x86_64-pc-windows-gnu --locked "${select[@]}" 2>&1 \
+    cargo test -p pagewriter --target x86_64-pc-windows-gnu --locked "${select[@]}" </dev/null 2>&1 \
       | tee -a "$log" | grep -E '^(test result|     Running|test .*FAILED)' || status=$?
   done <<<"$died"
 fi
