@@ -79,8 +79,8 @@ cargo test -p pagewriter --target x86_64-pc-windows-gnu --locked --features shut
   --test shuttle_commit 2>&1 | tee -a "$log" | grep -E '^(test result|test .*FAILED)' || status=$?
 
 # A test binary that died under Wine before its summary line, with no
-# test failed, is run once more (Wine itself has died at a binary's start
-# on a fresh machine, leaving no output to tell). What the first run
+# test failed, is run once more (one has ended so in CI, leaving no
+# output to tell why, and passed in every run since). What the first run
 # printed goes to the log, and the binary counts only if the second run
 # passes; a test that fails is never run again.
 died=$(awk '/^     Running / { if (name != "" && !done) print name; name = $2; done = 0 }
