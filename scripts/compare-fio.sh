@@ -72,6 +72,12 @@
 # own CPU µs per commit against the streams' (usr_cpu + sys_cpu of its
 # JSON over its writes). Every CPU figure also prints its user-space part
 # (the rest is the kernel's).
+# --commit-trace: also time fio's T streams and the in-process streams
+# whole, from each thread's write to the end of its fdatasync, with
+# bpftrace (scripts/commit-latency.bt; needs bpftrace and root), in one
+# extra traced run of each per round, and give fio's whole-commit p99
+# against the streams' (both traced, so the probes' cost falls on both):
+# whether fio itself reaches a p99 bar, which its JSON cannot say.
 # --commit-scale-args: more `pagewriter scale` flags for the commit suite's
 # runs, one string (e.g. "--commit-strategy group"); fio's job is unchanged.
 #
@@ -87,14 +93,15 @@
 #          [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored]
 #          [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB]
 #          [--commit-kinds global,scoped,through,async:8] [--commit-scale-args "FLAGS"]
+#          [--commit-trace]
 #   DIR must be on the file system to measure (default: the current one).
 set -euo pipefail
 
 size=1GiB rounds=5 dir=. qd=32 bs=1MiB suites=flush,write-file,io,commit plot_dir=""
 wf_size=8GiB wf_bs=4MiB wf_qd=4 io_size=4GiB io_runtime=10
 commit_seconds=3 commit_threads=1,8 commit_modes=io-uring,vectored commit_files=growing,preallocated,written
-commit_bs=64KiB,4KiB commit_scale_args="" commit_kinds=global,scoped,through,async:8
-usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-kinds global,scoped,through,async:8] [--commit-scale-args \"FLAGS\"]"
+commit_bs=64KiB,4KiB commit_scale_args="" commit_kinds=global,scoped,through,async:8 commit_trace=0
+usage="usage: $0 [--suites flush,write-file,io,commit] [--size 1GiB] [--wf-size 8GiB] [--wf-bs 4MiB] [--wf-qd 4] [--io-size 4GiB] [--io-runtime 10] [--rounds 5] [--dir DIR] [--qd 32] [--plot DIR] [--commit-seconds 3] [--commit-threads 1,8] [--commit-modes io-uring,vectored] [--commit-layouts growing,preallocated,written] [--commit-bs 64KiB,4KiB] [--commit-kinds global,scoped,through,async:8] [--commit-scale-args \"FLAGS\"] [--commit-trace]"
 while [ $# -gt 0 ]; do
   case "$1" in
     --suites) suites=$2; shift 2 ;;
@@ -115,6 +122,7 @@ while [ $# -gt 0 ]; do
     --commit-bs) commit_bs=$2; shift 2 ;;
     --commit-scale-args) commit_scale_args=$2; shift 2 ;;
     --commit-kinds) commit_kinds=$2; shift 2 ;;
+    --commit-trace) commit_trace=1; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done
@@ -125,6 +133,10 @@ for layout in ${commit_files//,/ }; do
   esac
 done
 has_suite() { [[ ",$suites," == *",$1,"* ]]; }
+if [ "$commit_trace" = 1 ] && has_suite commit; then
+  command -v bpftrace >/dev/null || { echo "--commit-trace: bpftrace is not installed (apt-get install bpftrace)" >&2; exit 2; }
+  [ "$(id -u)" = 0 ] || { echo "--commit-trace: bpftrace needs root" >&2; exit 2; }
+fi
 
 if ! command -v fio >/dev/null 2>&1; then
   echo "installing fio from Debian's packages" >&2
@@ -378,6 +390,42 @@ print("%.1f %.1f %.2f %.3f %.3f %.2f" % (r["commits_per_s"], r["p99_us"], r["cpu
       r["syncs_per_commit"], r["write_calls_per_commit"], r["cpu_user_us_per_commit"]))'
 }
 ratio() { python3 -c "a, b = $1, $2; print('%.3f' % (a / b) if b > 0 else 'n/a')"; }
+# traced COMM CMD...: runs CMD with scripts/commit-latency.bt timing the
+# commits of threads named COMM, and prints CMD's line followed by the
+# whole-commit p99 (µs, bucket's upper edge) and the number of commits
+# timed. bpftrace gets 3 s to attach first and is stopped when CMD ends.
+traced() {
+  local comm=$1 out pid line i state; shift
+  out=$(mktemp)
+  bpftrace scripts/commit-latency.bt "$comm" -o "$out" >/dev/null 2>&1 &
+  pid=$!
+  sleep 3
+  line=$("$@")
+  # A SIGINT that lands while bpftrace sets itself up can be lost: repeat.
+  for i in $(seq 20); do
+    kill -INT "$pid" 2>/dev/null || break
+    sleep 0.5
+    state=$(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    if [ -z "$state" ] || [ "$state" = Z ]; then break; fi
+  done
+  wait "$pid" || true
+  echo "$line $(python3 - "$out" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+buckets = [(int(m[2]), int(m[3])) for m in re.finditer(r"\[(\d+), (\d+)\)\s+(\d+)", text)]
+over = re.search(r"\[(\d+), \.\.\.\)\s+(\d+)", text)
+total = sum(c for _, c in buckets) + (int(over[2]) if over else 0)
+seen, p99 = 0, "n/a"
+for hi, c in buckets:
+    seen += c
+    if total and seen >= 0.99 * total:
+        p99 = hi
+        break
+print(p99, total)
+PY
+)"
+  rm -f "$out"
+}
 read -r -a commit_extra <<< "$commit_scale_args"
 [ -z "$commit_scale_args" ] || echo "scale flags added: $commit_scale_args"
 max_t=$(tr ',' '\n' <<<"$commit_threads" | sort -n | tail -1)
@@ -399,6 +447,20 @@ for cbs in ${commit_bs//,/ }; do
           "$cbs-$layout-${t}thr" "$r" "$t" "${fio_c[$t]}" "${fio_p[$t]}" "$fio_cpu" "$fio_usr" "${st_c[$t]}" "${st_p[$t]}" "${st_u[$t]}" "$st_usr"
         R["streams-${t}thr vs fio"]+="$(ratio "${st_c[$t]}" "${fio_c[$t]}") "
         R["fio-${t}x CPU vs streams"]+="$(ratio "$fio_cpu" "${st_u[$t]}") "
+        if [ "$commit_trace" = 1 ]; then
+          # fio's and the streams' commits timed whole by the same probes.
+          # A trace that timed fewer than 95% of the commits the run made
+          # (bpftrace attached late) gives no ratio.
+          read -r tf_c _ _ _ tf_p tf_n < <(traced fio fio_commit "$layout" "$t" "$cbs_b")
+          read -r ts_c _ _ _ _ _ ts_p ts_n < <(traced "$(basename "$pw")" scale_commit streams global "$t" "$layout" "$pages")
+          tr_ratio=n/a
+          if python3 -c "import sys; sys.exit(not ($tf_n >= 0.95 * $tf_c * $commit_seconds and $ts_n >= 0.95 * $ts_c * $commit_seconds and '$tf_p' != 'n/a' and '$ts_p' != 'n/a'))"; then
+            tr_ratio=$(ratio "$tf_p" "$ts_p")
+          fi
+          printf '%-28s round %d  traced whole commits: fio %dx p99 %s us (%s timed, %.0f commits/s)  streams p99 %s us (%s timed, %.0f commits/s)  ratio %s\n' \
+            "$cbs-$layout-${t}thr" "$r" "$t" "$tf_p" "$tf_n" "$tf_c" "$ts_p" "$ts_n" "$ts_c" "$tr_ratio"
+          R["fio-${t}x whole p99 vs streams (traced)"]+="$tr_ratio "
+        fi
       done
       read -r fio_u fio_up _ _ < <(fio_commit "$layout" "$max_t" "$cbs_b" io_uring)
       printf '%-28s round %d  fio io_uring iodepth %d fdatasync=1: %8.0f commits/s p99 %7.1f us\n' \
