@@ -521,7 +521,14 @@ impl BufferPool {
     /// not an abort.
     pub fn try_copy_of(&self, bytes: &[u8]) -> Option<UniqueBuf> {
         assert_eq!(bytes.len(), self.len, "BufferPool::copy_of length");
-        let popped = self.free.lock().pop();
+        let popped = {
+            // Refilled with a slab when empty, as `try_zeroed` does.
+            let mut free = self.free.lock();
+            if free.is_empty() {
+                self.refill(&mut free);
+            }
+            free.pop()
+        };
         let mut b = match popped {
             Some(b) => b,
             None => UniqueBuf::new(AlignedBuf::try_zeroed(self.len, self.align).ok()??),
@@ -887,6 +894,13 @@ mod tests {
             addrs
         );
         assert!(again.iter().all(|p| p.iter().all(|&b| b == 0)));
+        // Copies taken one at a time come from slabs the same way.
+        let fresh = BufferPool::new(4096, 4096, 64 << 20).unwrap();
+        let copies: Vec<UniqueBuf> = (0..8u8).map(|i| fresh.copy_of(&[i; 4096])).collect();
+        for (i, w) in copies.windows(2).enumerate() {
+            assert_eq!(w[0].as_ptr() as usize + 4096, w[1].as_ptr() as usize);
+            assert!(w[0].iter().all(|&b| b == i as u8));
+        }
         // A pool that may keep few idle buffers carves small slabs.
         let small = BufferPool::new(4096, 4096, 2 * 4096).unwrap();
         let _a = small.zeroed();
@@ -1025,6 +1039,9 @@ mod tests {
     fn pool_reuses_clears_and_bounds() {
         let pool = BufferPool::new(4096, 4096, 2 * 4096).unwrap();
         let a = pool.copy_of(&[7u8; 4096]);
+        // The rest of the slab `a` came from, taken so the free list is empty.
+        let _rest: Vec<UniqueBuf> = (0..pool.idle()).map(|_| pool.zeroed()).collect();
+        assert_eq!(pool.idle(), 0);
         let ptr = a.as_ptr();
         pool.put_all([a.share()]);
         assert_eq!(pool.idle(), 1);

@@ -430,11 +430,19 @@ impl PagedCachedFile {
             .buffer
             .check_not_own_guard(offset, data.len() as u64)?;
         self.wait_for_room()?;
+        let ps = self.core.config.page_size;
+        let mut page_no = self.core.buffer.page_no(offset);
+        if data.len() == ps {
+            // One page, a B-tree's usual write: no batch to set up and
+            // drop (its 64 slots were most of this call's own work).
+            let page = self.core.buffer.page_copy(data)?;
+            self.insert(page_no, page.share())?;
+            record(page_no);
+            return Ok(());
+        }
         // Up to 64 pages at a time taken from the pool together (adjacent
         // in memory where it can: see `WriteBuffer::page_copies`).
         const BATCH: usize = 64;
-        let ps = self.core.config.page_size;
-        let mut page_no = self.core.buffer.page_no(offset);
         // On the stack: a steady load allocates nothing per call.
         let mut pages: [Option<UniqueBuf>; BATCH] = [const { None }; BATCH];
         for chunk in data.chunks(BATCH * ps) {
