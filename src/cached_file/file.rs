@@ -434,7 +434,7 @@ impl PagedCachedFile {
         let mut page_no = self.core.buffer.page_no(offset);
         if data.len() == ps {
             // One page, a B-tree's usual write: no batch to set up and
-            // drop (its 64 slots were most of this call's own work).
+            // drop (its 64 slots were a third of this call's instructions).
             let page = self.core.buffer.page_copy(data)?;
             self.insert(page_no, page.share())?;
             record(page_no);
