@@ -452,6 +452,14 @@ pub struct BufferPool {
     free: Mutex<Vec<UniqueBuf>>,
 }
 
+/// A buffer [`BufferPool::take`] handed out: a reused one holds the bytes
+/// it held when it came back; a fresh one (a new slab's or a new
+/// allocation) is zeroed.
+enum Taken {
+    Reused(UniqueBuf),
+    Fresh(UniqueBuf),
+}
+
 impl BufferPool {
     /// A pool of `len`-byte buffers aligned to `align`, keeping at most
     /// `max_bytes` idle. `None` if `align` is not a power of two.
@@ -496,23 +504,33 @@ impl BufferPool {
     /// Like [`zeroed`](Self::zeroed), but memory the allocator refuses is
     /// `None`, not an abort.
     pub fn try_zeroed(&self) -> Option<UniqueBuf> {
+        match self.take()? {
+            Taken::Reused(mut b) => {
+                b.fill(0);
+                Some(b)
+            }
+            Taken::Fresh(b) => Some(b),
+        }
+    }
+
+    /// A buffer off the free list; where it is empty, one from a new slab
+    /// (at most as many as the pool may keep idle, plus this one; popped
+    /// from the end, they come out in address order), else one allocated
+    /// alone. `None` where the allocator refuses memory.
+    fn take(&self) -> Option<Taken> {
         let mut free = self.free.lock();
-        if let Some(mut b) = free.pop() {
-            drop(free);
-            b.fill(0);
-            return Some(b);
-        }
-        // At most as many as the pool may keep idle (plus the one returned);
-        // popped from the end, they come out in address order. Fresh
-        // mappings are zero already.
-        self.refill(&mut free);
         if let Some(b) = free.pop() {
-            return Some(b);
+            return Some(Taken::Reused(b));
         }
+        self.refill(&mut free);
+        let from_slab = free.pop();
         drop(free);
-        match AlignedBuf::try_zeroed(self.len, self.align) {
-            Ok(Some(b)) => Some(UniqueBuf::new(b)),
-            _ => None,
+        match from_slab {
+            Some(b) => Some(Taken::Fresh(b)),
+            None => match AlignedBuf::try_zeroed(self.len, self.align) {
+                Ok(Some(b)) => Some(Taken::Fresh(UniqueBuf::new(b))),
+                _ => None,
+            },
         }
     }
 
@@ -521,18 +539,7 @@ impl BufferPool {
     /// not an abort.
     pub fn try_copy_of(&self, bytes: &[u8]) -> Option<UniqueBuf> {
         assert_eq!(bytes.len(), self.len, "BufferPool::copy_of length");
-        let popped = {
-            // Refilled with a slab when empty, as `try_zeroed` does.
-            let mut free = self.free.lock();
-            if free.is_empty() {
-                self.refill(&mut free);
-            }
-            free.pop()
-        };
-        let mut b = match popped {
-            Some(b) => b,
-            None => UniqueBuf::new(AlignedBuf::try_zeroed(self.len, self.align).ok()??),
-        };
+        let (Taken::Reused(mut b) | Taken::Fresh(mut b)) = self.take()?;
         b.copy_from_slice(bytes);
         Some(b)
     }
