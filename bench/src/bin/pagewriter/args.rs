@@ -29,7 +29,7 @@ Columns (one row per thread count and mode: the median of --repeats cells):
   writes/commit    write system calls (pwrite, pwritev, io_uring_enter) per commit
   syncs/commit     fdatasync calls per commit (a doublewrite area's included)
   KiB/commit       bytes written per commit, in place and to a doublewrite area (2^10 bytes)
-  p50 us, p99 us   commit latency percentiles (the sync or flush call), microseconds
+  p50 us, p99 us   commit latency percentiles (a transaction's write_page calls with --fill fixed, then its commit call), microseconds
   CPU us/commit    user + system CPU of the whole process per commit, page fill included
                    (--json also gives its user-space part: cpu_user_us_per_commit)
   rounds           mean group commit rounds in flight (writing or syncing) when a round

@@ -4,7 +4,7 @@
 //! N tickets in flight and waits for the oldest when it has that many).
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use pagewriter::{CommitTicket, PagedCachedFile, WritablePage, Writer};
@@ -63,12 +63,16 @@ impl<'a> Sink<'a> {
     }
 
     /// Ends a transaction as the commit kind says; records the latency
-    /// of every commit that completed (µs) and returns how many did.
-    pub(super) fn commit(&mut self, latency: &mut Histogram<u64>) -> Result<u64> {
+    /// of every commit that completed (µs: `wrote`, the time its page
+    /// writes took, plus the commit's own) and returns how many did.
+    pub(super) fn commit(&mut self, wrote: Duration, latency: &mut Histogram<u64>) -> Result<u64> {
         let record = |latency: &mut Histogram<u64>, t0: Instant| {
             latency.saturating_record(t0.elapsed().as_micros().max(1) as u64);
         };
-        let t0 = Instant::now();
+        // Started `wrote` ago, as far as its latency goes.
+        let t0 = Instant::now()
+            .checked_sub(wrote)
+            .unwrap_or_else(Instant::now);
         match self {
             Sink::File { file, commit } => {
                 match commit {
@@ -113,6 +117,7 @@ impl<'a> Sink<'a> {
         &mut self,
         offset: u64,
         data: &[u8],
+        wrote: Duration,
         latency: &mut Histogram<u64>,
     ) -> Result<u64> {
         match self {
@@ -121,14 +126,17 @@ impl<'a> Sink<'a> {
                 in_flight: None,
                 ..
             } => {
-                let t0 = Instant::now();
+                let t0 = Instant::now()
+                    .checked_sub(wrote)
+                    .unwrap_or_else(Instant::now);
                 writer.write_and_commit(offset, data)?;
                 latency.saturating_record(t0.elapsed().as_micros().max(1) as u64);
                 Ok(1)
             }
             _ => {
+                let t0 = Instant::now();
                 self.write_page(offset, data)?;
-                self.commit(latency)
+                self.commit(wrote + t0.elapsed(), latency)
             }
         }
     }
