@@ -150,6 +150,7 @@ fn model_checker() -> Res<String> {
     for engine in engines {
         for _ in 0..50 {
             let cfg = ModelConfig {
+                write_through_pages: None,
                 grow_ahead: None,
                 engine,
                 page_size: 512 << rng.below(4),

@@ -1061,10 +1061,28 @@ fn every_page_once_space_returns(
 /// file is not poisoned. Every commit that says Ok has its pages on disk;
 /// once space returns, a `sync` writes the rest.
 fn writes_through_on_a_full_disk(kind: FsKind) {
+    writes_through_on_a_full_disk_by(kind, Through::WriteAndCommit);
+}
+
+/// As [`writes_through_on_a_full_disk`], each commit a `Writer::write_page`
+/// of its 64 KiB (written straight to disk at once where nothing else is
+/// syncing, into the buffer otherwise) and then `Writer::commit`.
+fn large_writes_on_a_full_disk(kind: FsKind) {
+    writes_through_on_a_full_disk_by(kind, Through::LargeWrite);
+}
+
+/// How [`writes_through_on_a_full_disk_by`] writes and commits a chunk.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Through {
+    WriteAndCommit,
+    LargeWrite,
+}
+
+fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
     let Some(fs) = scratch(kind, 64) else { return };
     let direct = direct_mode(fs.path());
     let path = fs.path().join("through-full");
-    let what = format!("{}: {direct:?}", kind.name());
+    let what = format!("{}: {direct:?}, {how:?}", kind.name());
     let chunk = 16u64; // pages per commit
     let per_thread = 16u64; // commits per thread
     let pages = 4 * per_thread * chunk;
@@ -1089,7 +1107,12 @@ fn writes_through_on_a_full_disk(kind: FsKind) {
                     for (i, p) in (first..first + chunk).enumerate() {
                         buf[i * PS..(i + 1) * PS].copy_from_slice(&page(PS, p, 2));
                     }
-                    match w.write_and_commit(first * PS as u64, &buf) {
+                    let at = first * PS as u64;
+                    let done = match how {
+                        Through::WriteAndCommit => w.write_and_commit(at, &buf),
+                        Through::LargeWrite => w.write_page(at, &buf).and_then(|()| w.commit()),
+                    };
+                    match done {
                         Ok(()) => {
                             let mut got = vec![0u8; PS];
                             for p in [first, first + chunk - 1] {
@@ -1116,10 +1139,11 @@ fn writes_through_on_a_full_disk(kind: FsKind) {
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     assert_eq!(ok + failed, 4 * per_thread, "{what}");
     eprintln!(
-        "{what}: {ok} commits Ok ({} written through), {failed} stopped by the full disk",
-        f.stats().through_commits
+        "{what}: {ok} commits Ok ({} written through, {} large writes through), {failed} stopped by the full disk",
+        f.stats().through_commits,
+        f.stats().through_writes,
     );
-    if failed == 0 {
+    if failed == 0 && how == Through::WriteAndCommit {
         assert_eq!(
             f.stats().through_commits,
             ok,
@@ -1137,7 +1161,7 @@ fn writes_through_on_a_full_disk(kind: FsKind) {
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 13] = [
+const CASES: [Case; 14] = [
     (
         "sync_lanes_are_opened_except_on_btrfs",
         sync_lanes_are_opened_except_on_btrfs,
@@ -1190,6 +1214,7 @@ const CASES: [Case; 13] = [
         "writes_through_on_a_full_disk",
         writes_through_on_a_full_disk,
     ),
+    ("large_writes_on_a_full_disk", large_writes_on_a_full_disk),
 ];
 
 /// Every case on every file system (a test named `<fs>::<case>`, ignored

@@ -53,6 +53,12 @@ enum Way {
     /// where no other version is buffered or being written, else the
     /// buffered way.
     Through,
+    /// Each thread's own `Writer::write_page` of the hot page and its own
+    /// page from page-aligned buffers, with `write_through_min_bytes` one
+    /// page: each write goes straight to disk where no other version is
+    /// buffered or being written and no `fdatasync` is in flight, else
+    /// into the buffer; then `Writer::commit`.
+    LargeWrite,
 }
 
 impl Way {
@@ -62,6 +68,7 @@ impl Way {
             Way::Scoped => "scoped".into(),
             Way::Async => "async:2".into(),
             Way::Through => "through".into(),
+            Way::LargeWrite => "large writes".into(),
         }
     }
 }
@@ -76,6 +83,7 @@ fn every_commit_rewrites_one_hot_page() {
         Way::Scoped,
         Way::Async,
         Way::Through,
+        Way::LargeWrite,
     ];
     for (engine, way) in file_engines()
         .into_iter()
@@ -87,6 +95,9 @@ fn every_commit_rewrites_one_hot_page() {
         let mut config = Config::default().engine(engine).direct(DirectIo::Auto);
         if let Way::Sync(strategy, rounds) = way {
             config = config.commit_strategy(strategy).rounds_in_flight(rounds);
+        }
+        if let Way::LargeWrite = way {
+            config = config.write_through_min_bytes(Some(PS));
         }
         let f = Arc::new(PagedCachedFile::open(&path, config).unwrap());
         let reader = std::fs::File::open(&path).unwrap();
@@ -150,16 +161,27 @@ fn every_commit_rewrites_one_hot_page() {
                             check(v, i);
                             continue;
                         }
+                        let large = matches!(way, Way::LargeWrite);
                         let v = {
                             let mut v = last.lock().unwrap();
                             *v += 1;
-                            w.write_page(0, &page(PS, 0, *v)).unwrap();
+                            let hot = page(PS, 0, *v);
+                            if large {
+                                w.write_page(0, &aligned(&hot)).unwrap();
+                            } else {
+                                w.write_page(0, &hot).unwrap();
+                            }
                             *v
                         };
-                        w.write_page(own * PS as u64, &page(PS, own, i)).unwrap();
+                        let mine = page(PS, own, i);
+                        if large {
+                            w.write_page(own * PS as u64, &aligned(&mine)).unwrap();
+                        } else {
+                            w.write_page(own * PS as u64, &mine).unwrap();
+                        }
                         match way {
                             Way::Sync(..) => f.sync().unwrap(),
-                            Way::Scoped => w.commit().unwrap(),
+                            Way::Scoped | Way::LargeWrite => w.commit().unwrap(),
                             Way::Through => unreachable!("committed above"),
                             Way::Async => {
                                 pending.push_back((w.commit_async().unwrap(), v, i));
@@ -205,7 +227,8 @@ fn every_commit_rewrites_one_hot_page() {
         }
         eprintln!(
             "hot page, {} ({}), 8 threads, {}: {n} commits, {:.0} commits/s, \
-             {:.2} commits per round, {:.2} rounds in flight, {} written through",
+             {:.2} commits per round, {:.2} rounds in flight, {} written through, \
+             {} large writes through",
             engine.name(),
             if f.io_mode().direct.is_some() {
                 "O_DIRECT"
@@ -217,6 +240,7 @@ fn every_commit_rewrites_one_hot_page() {
             stats.avg_commit_group(),
             stats.mean_rounds_in_flight(),
             stats.through_commits,
+            stats.through_writes,
         );
     }
 }

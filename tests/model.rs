@@ -79,6 +79,8 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
         ]),
         // Grow-ahead windows of 1 and 8 pages (with Allow only).
         prop::sample::select(vec![None, Some(1u64), Some(8)]),
+        // Scoped writes of two pages or more straight to disk, or none.
+        prop::sample::select(vec![None, Some(2usize)]),
     )
         .prop_map(
             |(
@@ -93,8 +95,10 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                 torn_writes,
                 commit_strategy,
                 grow_pages,
+                write_through_pages,
             )| {
                 ModelConfig {
+                    write_through_pages,
                     grow_ahead: grow_pages
                         .filter(|_| torn_writes == TornWrites::Allow)
                         .map(|n| n * page_size as u64),
@@ -191,6 +195,7 @@ fn real_file_matches_model() {
 #[test]
 fn a_failed_window_extension_keeps_what_the_last_commit_made_durable() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: Some(4096),
         engine: FlushEngine::PerPage,
         page_size: 512,
@@ -246,6 +251,7 @@ fn replay(cfg: &ModelConfig, ops: &[Op], times: usize) {
 #[test]
 fn a_kept_trailer_reads_as_zeros() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: Some(4096),
         engine: FlushEngine::PerPage,
         page_size: 512,
@@ -303,6 +309,7 @@ fn a_kept_trailer_reads_as_zeros() {
 #[test]
 fn an_extension_whose_sync_failed_leaves_no_trailer_inside_a_crash_image() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: Some(512),
         engine: FlushEngine::IoUring { queue_depth: 4 },
         page_size: 512,
@@ -575,6 +582,7 @@ fn an_extension_whose_sync_failed_leaves_no_trailer_inside_a_crash_image() {
 #[test]
 fn no_length_record_goes_into_a_window_whose_extension_failed_to_sync() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: Some(1024),
         engine: FlushEngine::PerPage,
         page_size: 1024,
@@ -697,6 +705,7 @@ fn no_length_record_goes_into_a_window_whose_extension_failed_to_sync() {
 #[test]
 fn a_durable_round_write_never_covers_a_scoped_commit_written_beside_it() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: None,
         engine: FlushEngine::Vectored,
         page_size: 4096,
@@ -789,6 +798,7 @@ fn a_durable_round_write_never_covers_a_scoped_commit_written_beside_it() {
 #[test]
 fn checker_reports_disagreements() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: None,
         engine: FlushEngine::Vectored,
         page_size: 4096,
@@ -896,6 +906,7 @@ fn torn_pages_only_where_allowed() {
             runner
                 .run(&strategy, |(page_size, buffer_pages, rounds, ops)| {
                     let cfg = ModelConfig {
+                        write_through_pages: None,
                         grow_ahead: None,
                         engine,
                         page_size,
@@ -951,6 +962,7 @@ fn torn_pages_only_where_allowed() {
 #[test]
 fn a_write_through_failing_as_the_file_is_poisoned_keeps_its_pages() {
     let cfg = ModelConfig {
+        write_through_pages: None,
         grow_ahead: None,
         engine: FlushEngine::PerPage,
         page_size: 4096,

@@ -1179,3 +1179,210 @@ fn commits_from_the_buffer_on_a_real_file_with_o_direct() {
     assert_eq!(tag_of(&f.read(0, PS).unwrap()), (0, last));
     f.close().unwrap();
 }
+
+// ---- large writes through a writer: written at once, synced at commit ----
+
+/// Pages of a large write: 16 pages (64 KiB), from `first`, version `v`.
+fn large(first: u64, v: u64) -> Vec<u8> {
+    (first..first + 16).flat_map(|p| page(PS, p, v)).collect()
+}
+
+/// A writer's write of 64 KiB of whole pages on a written file goes to
+/// disk at once (one write call, nothing buffered), is read back, is not
+/// durable until the commit, and the commit then adds one `fdatasync` and
+/// no write.
+#[test]
+fn a_large_write_through_a_writer_goes_to_disk_at_once_and_its_commit_only_syncs() {
+    let (be, f) = crash_file(Config::default());
+    f.write_page(0, &vec![0u8; 32 * PS]).unwrap();
+    f.sync().unwrap();
+    let s0 = f.stats();
+    let mut w = f.writer();
+    w.write_page(8 * PS as u64, &large(8, 1)).unwrap();
+    let s1 = f.stats();
+    assert_eq!(s1.through_writes, s0.through_writes + 1);
+    assert_eq!(s1.write_calls, s0.write_calls + 1, "one write call");
+    assert_eq!(s1.pages_dirtied, s0.pages_dirtied, "nothing buffered");
+    assert_eq!(s1.buffered_bytes, 0);
+    assert_eq!(image_page(&be.live_image(), 9), Some((9, 1)), "on disk");
+    assert_ne!(
+        image_page(&be.durable_image(), 9),
+        Some((9, 1)),
+        "not durable before the commit"
+    );
+    assert_eq!(tag_of(&f.read(9 * PS as u64, PS).unwrap()), (9, 1));
+    w.commit().unwrap();
+    let s2 = f.stats();
+    assert_eq!(s2.syncs, s1.syncs + 1, "one fdatasync");
+    assert_eq!(s2.write_calls, s1.write_calls, "no write");
+    assert_eq!(s2.commits, s1.commits + 1);
+    let img = be.durable_image();
+    for p in 8..24u64 {
+        assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
+    }
+    // Nothing written since: the next commit does nothing.
+    w.commit().unwrap();
+    assert_eq!(f.stats().syncs, s2.syncs);
+    f.close().unwrap();
+}
+
+/// A commit with pages both written through and buffered makes both
+/// durable; `write_all_at` writes large whole pages through as
+/// `write_page` does; a `sync()` covers pages written through before it
+/// (the writer has not committed them); `write_and_commit` after a write
+/// through covers it too.
+#[test]
+fn pages_written_through_are_covered_by_every_commit_after_them() {
+    let (be, f) = crash_file(Config::default());
+    f.write_page(0, &vec![0u8; 64 * PS]).unwrap();
+    f.sync().unwrap();
+    let mut w = f.writer();
+    w.write_all_at(16 * PS as u64, &large(16, 1)).unwrap();
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    assert_eq!(f.stats().through_writes, 1);
+    w.commit().unwrap();
+    let img = be.durable_image();
+    assert_eq!(image_page(&img, 0), Some((0, 1)));
+    assert_eq!(image_page(&img, 31), Some((31, 1)));
+
+    w.write_page(32 * PS as u64, &large(32, 1)).unwrap();
+    f.sync().unwrap();
+    assert_eq!(image_page(&be.durable_image(), 40), Some((40, 1)), "sync()");
+
+    w.write_page(48 * PS as u64, &large(48, 1)).unwrap();
+    assert_eq!(f.stats().through_writes, 3);
+    w.write_and_commit(PS as u64, &page(PS, 1, 1)).unwrap();
+    let img = be.durable_image();
+    assert_eq!(image_page(&img, 1), Some((1, 1)));
+    assert_eq!(image_page(&img, 63), Some((63, 1)), "write_and_commit");
+    f.close().unwrap();
+}
+
+/// Where a large write cannot go through, it goes into the buffer and the
+/// commit writes it: a version of its pages buffered, bytes that are not
+/// whole pages, pages past the file's end, `write_through_min_bytes(None)`,
+/// a write below the threshold, and any write after `commit_async` (until
+/// a blocking commit). Each commit is durable.
+#[test]
+fn a_large_write_goes_into_the_buffer_where_it_must() {
+    let (be, f) = crash_file(Config::default());
+    f.write_page(0, &vec![0u8; 64 * PS]).unwrap();
+    f.sync().unwrap();
+    let mut w = f.writer();
+    f.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
+    w.write_page(0, &large(0, 2)).unwrap();
+    w.write_all_at(16 * PS as u64 + 1, &large(16, 2)).unwrap();
+    w.write_page(64 * PS as u64, &large(64, 2)).unwrap();
+    w.write_page(40 * PS as u64, &large(40, 2)[..15 * PS])
+        .unwrap();
+    assert_eq!(f.stats().through_writes, 0);
+    w.commit().unwrap();
+    let img = be.durable_image();
+    for p in [0, 3, 15, 64, 79, 40, 54] {
+        assert_eq!(image_page(&img, p), Some((p, 2)), "page {p}");
+    }
+
+    w.commit_async().unwrap().wait().unwrap();
+    w.write_page(0, &large(0, 3)).unwrap();
+    assert_eq!(f.stats().through_writes, 0, "after commit_async");
+    w.commit().unwrap();
+    w.write_page(0, &large(0, 4)).unwrap();
+    assert_eq!(f.stats().through_writes, 1, "after a blocking commit");
+    w.commit().unwrap();
+    assert_eq!(image_page(&be.durable_image(), 15), Some((15, 4)));
+    f.close().unwrap();
+
+    let (be, f) = crash_file(Config::default().write_through_min_bytes(None));
+    f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
+    f.sync().unwrap();
+    let mut w = f.writer();
+    w.write_page(0, &large(0, 1)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(f.stats().through_writes, 0, "write_through_min_bytes(None)");
+    assert_eq!(image_page(&be.durable_image(), 15), Some((15, 1)));
+    f.close().unwrap();
+}
+
+/// A large write through that fails returns `Ok` with the bytes in the
+/// write buffer: reads see them, the file is not poisoned, and the
+/// commit writes them again and makes them durable.
+#[test]
+fn a_failed_large_write_through_goes_into_the_buffer_and_the_commit_writes_it() {
+    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
+    f.sync().unwrap();
+    let mut w = f.writer();
+    be.schedule_writes([pagewriter::testing::WriteFault::Errno(libc::EIO)]);
+    w.write_page(0, &large(0, 1)).unwrap();
+    assert_eq!(f.stats().through_writes, 0);
+    assert!(!f.is_poisoned());
+    assert_eq!(f.stats().buffered_bytes, 16 * PS as u64);
+    assert_eq!(tag_of(&f.read(5 * PS as u64, PS).unwrap()), (5, 1));
+    w.commit().unwrap();
+    let img = be.inner().durable_image();
+    for p in 0..16u64 {
+        assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
+    }
+    f.close().unwrap();
+}
+
+/// Eight writers on a real file (`O_DIRECT` where the file system takes
+/// it), each writing 64 KiB runs of its own from an aligned buffer and
+/// committing, beside a thread calling `sync()`: every page reads back
+/// after a reopen with its last committed version.
+#[test]
+fn large_writes_through_writers_on_a_real_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("large");
+    let direct = if pagewriter::testing::direct_available(dir.path()) {
+        pagewriter::DirectIo::On
+    } else {
+        eprintln!("O_DIRECT refused here: buffered I/O");
+        pagewriter::DirectIo::Off
+    };
+    let config = Config::default().direct(direct);
+    let f = PagedCachedFile::open(&path, config.clone()).unwrap();
+    f.write_page(0, &vec![0u8; 8 * 64 * PS]).unwrap();
+    f.sync().unwrap();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                f.sync().unwrap();
+            }
+        });
+        let writers: Vec<_> = (0..8u64)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || {
+                    let mut w = f.writer();
+                    let mut buf = pagewriter::buffer::AlignedBuf::zeroed(16 * PS, 4096).unwrap();
+                    for i in 0..12u64 {
+                        let first = t * 64 + (i % 4) * 16;
+                        buf.copy_from_slice(&large(first, i + 1));
+                        w.write_page(first * PS as u64, &buf).unwrap();
+                        w.commit().unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in writers {
+            h.join().unwrap();
+        }
+        done.store(true, Ordering::SeqCst);
+    });
+    let through = f.stats().through_writes;
+    f.close().unwrap();
+    eprintln!("{through} of 96 large writes went through");
+    let f = PagedCachedFile::open(&path, config).unwrap();
+    for t in 0..8u64 {
+        for i in 8..12u64 {
+            let first = t * 64 + (i % 4) * 16;
+            for p in [first, first + 15] {
+                assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, i + 1));
+            }
+        }
+    }
+    f.close().unwrap();
+}

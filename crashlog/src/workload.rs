@@ -116,7 +116,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 14] = [
+pub const ALL: [Workload; 15] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -148,6 +148,17 @@ pub const ALL: [Workload; 14] = [
         config: || base().direct(DirectIo::Auto).sync_lanes(1),
         torn_ok: true,
         body: scoped_through,
+    },
+    Workload {
+        name: "scoped-large",
+        about: "Writer::write_page of four-page runs written straight to disk at once (write_through_min_bytes two pages), a buffered page beside every other one, then Writer::commit (only an fdatasync for the run), or sync() every fourth round; O_DIRECT",
+        config: || {
+            base()
+                .direct(DirectIo::Auto)
+                .write_through_min_bytes(Some(2 * PS))
+        },
+        torn_ok: true,
+        body: scoped_large,
     },
     Workload {
         name: "scoped-claimed",
@@ -427,6 +438,58 @@ fn scoped_through(c: &Ctx) -> Result<(), String> {
         "scoped-through: {} sync lanes opened",
         stats.sync_lanes_opened
     );
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// Pages 0 to 39 written and synced; then one thread rewrites pages 0 to
+/// 35 in runs of four with `Writer::write_page` from a page-aligned buffer
+/// (written straight to disk at once: the run is two pages or more, lies
+/// in written space, and nothing else is syncing), in every other round
+/// writes one of pages 36 to 39 into the buffer beside it, and commits:
+/// what it wrote is acknowledged once the commit returns (a commit of a
+/// run alone is one `fdatasync`). Every fourth round it calls
+/// `sync()` instead, whose promise covers the pages written through
+/// before it (the writer has not committed them).
+fn scoped_large(c: &Ctx) -> Result<(), String> {
+    let f = c.open()?;
+    for p in 0..40 {
+        c.write(&f, p)?;
+    }
+    c.sync(&f)?;
+    let ps = c.ps() as usize;
+    let mut w = f.writer();
+    let mut buf = pagewriter::buffer::AlignedBuf::zeroed(4 * ps, 4096)
+        .ok_or_else(|| "no memory for a buffer".to_string())?;
+    for i in 0..20u64 {
+        let first = (i % 9) * 4;
+        let mut floors = Vec::new();
+        for k in 0..4 {
+            let page = first + k;
+            let at = k as usize * ps;
+            let v = c.tracker.write(page, |b| {
+                buf[at..at + ps].copy_from_slice(b);
+                Ok::<(), String>(())
+            })?;
+            floors.push((page, v));
+        }
+        w.write_page(first * c.ps(), &buf)
+            .map_err(|e| format!("write_page of a run: {e}"))?;
+        if i % 2 == 0 {
+            let single = 36 + i % 4;
+            floors.push((single, c.write_via(&mut w, single)?));
+        }
+        if i % 4 == 3 {
+            c.sync(&f)?;
+            w.commit().map_err(|e| format!("commit after sync: {e}"))?;
+        } else {
+            w.commit().map_err(|e| format!("commit: {e}"))?;
+            c.ack(floors)?;
+        }
+    }
+    let through = f.stats().through_writes;
+    if through != 20 {
+        return Err(format!("{through} of 20 runs were written through"));
+    }
     f.close().map_err(|e| format!("close: {e}"))
 }
 

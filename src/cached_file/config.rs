@@ -35,6 +35,9 @@ pub const DEFAULT_WRITE_THREADS: usize = 4;
 /// ([`Config::rounds_in_flight`]).
 pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
 
+/// Default of [`Config::write_through_min_bytes`]: 64 KiB.
+pub const DEFAULT_WRITE_THROUGH_MIN_BYTES: usize = 64 * 1024;
+
 /// Settings of a [`PagedCachedFile`](crate::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
 ///
@@ -106,6 +109,19 @@ pub struct Config {
     /// off: a durable write holds the drain lock through its device round
     /// trip, which costs more than it saves wherever commits overlap.
     pub commit_dsync: bool,
+    /// A [`Writer`](crate::Writer)'s `write_page` or `write_all_at` of
+    /// whole pages this many bytes long or longer goes straight to disk
+    /// where it can (one `pwrite` from the caller's bytes at once, no copy
+    /// into the write buffer; its commit then needs only an `fdatasync`,
+    /// see [`Writer::write_page`](crate::Writer::write_page)). `None`:
+    /// never; every write goes into the buffer. Default
+    /// `Some(`[`DEFAULT_WRITE_THROUGH_MIN_BYTES`]`)` (64 KiB): at that
+    /// size the copy into the buffer costs more CPU than writing at once.
+    /// A write of the same pages again before the commit writes them again,
+    /// so an engine that rewrites large ranges several times before
+    /// committing them sets `None` (or writes them through guards, which
+    /// stay in the buffer).
+    pub write_through_min_bytes: Option<usize>,
     /// Threads that write a flush's runs with the vectored engine (also
     /// where `Auto` falls back to it), 1..=[`MAX_WRITE_THREADS`], the
     /// flushing thread included: above 1, `write_threads - 1` helper
@@ -177,6 +193,7 @@ impl Default for Config {
             sync_lanes: 4,
             direct: DirectIo::Off,
             commit_dsync: false,
+            write_through_min_bytes: Some(DEFAULT_WRITE_THROUGH_MIN_BYTES),
             write_threads: DEFAULT_WRITE_THREADS,
             rounds_in_flight: 1,
             torn_writes: TornWrites::Allow,
@@ -243,6 +260,12 @@ impl Config {
     /// Sets [`commit_dsync`](Self::commit_dsync).
     pub fn commit_dsync(mut self, on: bool) -> Self {
         self.commit_dsync = on;
+        self
+    }
+
+    /// Sets [`write_through_min_bytes`](Self::write_through_min_bytes).
+    pub fn write_through_min_bytes(mut self, bytes: Option<usize>) -> Self {
+        self.write_through_min_bytes = bytes;
         self
     }
 

@@ -67,6 +67,9 @@ use crate::sync::{AtomicBool, AtomicU64, Mutex, park, thread_waker};
 pub(crate) struct Durability {
     write_seq: AtomicU64,
     fsynced: AtomicU64,
+    /// `fdatasync`s in flight (a hint for choosing a way of writing, read
+    /// without the sync state's lock; [`syncing`](Durability::syncing)).
+    syncing: AtomicU64,
     /// The `write_seq` of the latest change to the file that no durable
     /// doublewrite record holds (a `set_len`, an extension no staged record
     /// carries). A staged batch's step does not touch it. A commit round
@@ -166,6 +169,7 @@ impl Durability {
         Self {
             write_seq: AtomicU64::new(0),
             fsynced: AtomicU64::new(0),
+            syncing: AtomicU64::new(0),
             unstaged_at: Mutex::new(0),
             syncs: Mutex::new(Syncs {
                 free: (0..rounds).rev().collect(),
@@ -189,6 +193,13 @@ impl Durability {
     #[inline]
     pub(crate) fn write_seq(&self) -> u64 {
         self.write_seq.load(Ordering::Acquire)
+    }
+
+    /// Whether an `fdatasync` of the file is in flight now: other threads
+    /// are committing. A hint only (it may change at once after).
+    #[inline]
+    pub(crate) fn syncing(&self) -> bool {
+        self.syncing.load(Ordering::Relaxed) > 0
     }
 
     /// Counts a batch that reached the OS (its writes completed), or a
@@ -278,6 +289,7 @@ impl Durability {
             st.next_sync += 1;
             let id = st.next_sync;
             st.in_flight.push(InFlight { id, covers });
+            self.syncing.fetch_add(1, Ordering::Relaxed);
             (id, covers)
         };
         add(&self.counters.syncs, 1);
@@ -288,6 +300,7 @@ impl Durability {
         if let Some(i) = st.in_flight.iter().position(|s| s.id == id) {
             st.in_flight.swap_remove(i);
         }
+        self.syncing.fetch_sub(1, Ordering::Relaxed);
         for opener in st.openers.drain(..) {
             opener.wake();
         }

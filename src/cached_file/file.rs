@@ -23,7 +23,7 @@ use super::parts::Parts;
 use super::read;
 use super::stats::add;
 use super::stats::{Counters, Stats};
-use super::through::{self, Through};
+use super::through::{self, Through, Written};
 use super::ticket::{CommitTicket, Committer, Requests};
 use super::torn::TornProtection;
 use super::unwritten::{MAX_RANGES, Unwritten};
@@ -748,6 +748,58 @@ impl PagedCachedFile {
             pages,
             &room,
         )
+    }
+
+    /// A [`Writer`](crate::Writer)'s large write of `buf` at `offset`
+    /// written through now, its commit left for later (`Writer::write_page`):
+    /// [`Written::At`] the step its commit must see covered,
+    /// [`Written::Declined`] where it cannot be (the caller then writes the
+    /// buffered way, whose checks report what is wrong). A failed write's
+    /// pages go into `pages` (the writer's scope).
+    pub(crate) fn write_through(
+        &self,
+        offset: u64,
+        buf: &[u8],
+        pages: &mut Vec<u64>,
+    ) -> Result<Written> {
+        // With other threads committing at once, the buffered way makes
+        // more commits per second (`Writer::write_page`).
+        if !self.core.through || self.core.durability.syncing() {
+            return Ok(Written::Declined);
+        }
+        let Ok(_writer) = self.core.life.begin_write() else {
+            // Closed, poisoned or read-only: the buffered way says which.
+            return Ok(Written::Declined);
+        };
+        let room = || self.wait_for_room();
+        let written = through::write(
+            &self.parts(),
+            &self.core.flush.through,
+            offset,
+            buf,
+            pages,
+            &room,
+        )?;
+        if let Written::At(_) = written {
+            add(&self.core.counters.through_writes, 1);
+        }
+        Ok(written)
+    }
+
+    /// The commit of a [`Writer`](crate::Writer) whose pages were written
+    /// through up to `write_seq` step `step` and need only an `fdatasync`
+    /// covering it (`Writer::commit`). `counted`: the commit is already
+    /// counted in `commits` (its buffered pages were committed just now).
+    ///
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`]; an `fdatasync`
+    /// failure as `Writer::commit` reports it (the file is poisoned).
+    pub(crate) fn commit_written(&self, step: u64, counted: bool) -> Result<()> {
+        let _writer = self.core.life.begin_write()?;
+        self.core.durability.sync_to_own(step)?;
+        if !counted {
+            add(&self.core.counters.commits, 1);
+        }
+        Ok(())
     }
 
     /// Whether the scope's `pages` reach past the file's length on disk

@@ -127,8 +127,8 @@ mod writer_pool;
 
 pub use chooser::CommitStrategy;
 pub use config::{
-    Config, DEFAULT_WRITE_THREADS, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES,
-    MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
+    Config, DEFAULT_WRITE_THREADS, DEFAULT_WRITE_THROUGH_MIN_BYTES, MAX_PAGE_SIZE,
+    MAX_ROUNDS_IN_FLIGHT, MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS,
 };
 pub use doublewrite::Recovery;
 pub use file::PagedCachedFile;

@@ -13,7 +13,7 @@
 
 use super::file::PagedCachedFile;
 use super::guard::WritablePage;
-use super::through::{self, Through};
+use super::through::{self, Through, Written};
 use super::ticket::CommitTicket;
 use crate::error::Result;
 
@@ -43,6 +43,15 @@ pub struct Writer<'a> {
     /// Scratch of commits written from the write buffer (boxed on the
     /// first: a writer stays small and free to make).
     scratch: Option<Box<through::Scratch>>,
+    /// The `write_seq` step of this writer's latest write through since
+    /// its last commit (0: none): the commit needs an `fdatasync` covering
+    /// it.
+    written_through: u64,
+    /// Whether large writes go through: the writer's latest commit was a
+    /// blocking one (or it has made none). After
+    /// [`commit_async`](Writer::commit_async) they go into the buffer, so
+    /// the thread keeps writing while its commits run.
+    writes_through: bool,
 }
 
 impl PagedCachedFile {
@@ -55,6 +64,8 @@ impl PagedCachedFile {
             pages: Vec::new(),
             in_flight: Vec::new(),
             scratch: None,
+            written_through: 0,
+            writes_through: true,
         }
     }
 }
@@ -68,7 +79,32 @@ impl<'a> Writer<'a> {
     /// Writes whole pages at `offset`, as [`PagedCachedFile::write_page`]
     /// (same checks and errors), and adds them to this writer's commit.
     /// After an error the pages buffered before it are in the commit too.
+    ///
+    /// A large write (whole pages of at least
+    /// [`Config::write_through_min_bytes`](crate::Config::write_through_min_bytes),
+    /// 64 KiB by default) goes straight to disk where it can: one `pwrite`
+    /// from `data` now, no copy into the write buffer, and the commit then
+    /// needs only an `fdatasync` that began after that write (counted in
+    /// [`Stats::through_writes`](crate::Stats::through_writes)). It can
+    /// where [`write_and_commit`](Self::write_and_commit) could write
+    /// through (whole pages in written space inside the file's length on
+    /// disk, no other version of them buffered, in flight or under a
+    /// guard, no torn-page protection or grow-ahead window, `data` aligned
+    /// for `O_DIRECT`), while this writer's latest commit was a blocking
+    /// one (after [`commit_async`](Self::commit_async) its writes go into
+    /// the buffer, so the thread does not wait for them), and while no
+    /// `fdatasync` of the file is in flight (with other threads committing
+    /// at once, commits written from the buffer complete sooner). Where
+    /// the write through fails, `data` goes into the write buffer and the
+    /// call returns `Ok`: the commit writes the pages again and reports
+    /// what fails then (where the process has no memory for that copy, the
+    /// error, op "pwrite", is returned here and names the pages). Until
+    /// the commit, bytes written through are no more durable than buffered
+    /// ones; reads see them either way.
     pub fn write_page(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        if self.wrote_through(offset, data)? {
+            return Ok(());
+        }
         let pages = &mut self.pages;
         self.file
             .write_page_recorded(offset, data, &mut |p| pages.push(p))
@@ -77,11 +113,40 @@ impl<'a> Writer<'a> {
     /// Writes any bytes at `offset`, as [`PagedCachedFile::write_all_at`]
     /// (same checks and errors), and adds the pages they touch to this
     /// writer's commit. After an error the pages buffered before it are in
-    /// the commit too.
+    /// the commit too. Whole pages of
+    /// [`Config::write_through_min_bytes`](crate::Config::write_through_min_bytes)
+    /// or more go straight to disk where they can, as
+    /// [`write_page`](Self::write_page) says.
     pub fn write_all_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+        if self.wrote_through(offset, buf)? {
+            return Ok(());
+        }
         let pages = &mut self.pages;
         self.file
             .write_all_at_recorded(offset, buf, &mut |p| pages.push(p))
+    }
+
+    /// A large write through (see [`write_page`](Self::write_page)):
+    /// `true` where `buf` went to disk, or into the buffer after the
+    /// write failed; `false` where the buffered way should write it.
+    fn wrote_through(&mut self, offset: u64, buf: &[u8]) -> Result<bool> {
+        let large = self
+            .file
+            .config()
+            .write_through_min_bytes
+            .is_some_and(|min| buf.len() >= min);
+        if !self.writes_through || !large {
+            return Ok(false);
+        }
+        match self.file.write_through(offset, buf, &mut self.pages)? {
+            Written::At(step) => {
+                self.written_through = self.written_through.max(step);
+                Ok(true)
+            }
+            // The pages are buffered and in this writer's scope.
+            Written::Requeued(_) => Ok(true),
+            Written::Declined => Ok(false),
+        }
     }
 
     /// A guard over the newest bytes of `len` bytes at `offset`, as
@@ -111,7 +176,9 @@ impl<'a> Writer<'a> {
     /// writes them from there (one call per run of contiguous pages), and
     /// then needs an `fdatasync` that began after those writes completed:
     /// it returns at once if one has completed, waits for one in flight,
-    /// or issues its own. Where no other thread holds them (in a flush, or
+    /// or issues its own (pages a large write already sent to disk, see
+    /// [`write_page`](Self::write_page), need only that `fdatasync`).
+    /// Where no other thread holds them (in a flush, or
     /// under a guard) and the file has no torn-page protection and no
     /// grow-ahead window, the pages are claimed rather than drained: no
     /// lock the other committers share is taken (counted in
@@ -145,9 +212,18 @@ impl<'a> Writer<'a> {
     /// On an error the writer keeps its pages: a later commit tries them
     /// again.
     pub fn commit(&mut self) -> Result<()> {
+        let buffered = !self.pages.is_empty();
         self.file
             .commit_scope(&mut self.pages, &mut self.in_flight, &mut self.scratch)?;
         self.pages.clear();
+        if self.written_through > 0 {
+            // The buffered pages' `fdatasync` (if any) began after these
+            // writes (this thread made them first), so this returns at once
+            // then.
+            self.file.commit_written(self.written_through, buffered)?;
+            self.written_through = 0;
+        }
+        self.writes_through = true;
         Ok(())
     }
 
@@ -184,7 +260,13 @@ impl<'a> Writer<'a> {
     pub fn write_and_commit(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
         if self.pages.is_empty() {
             match self.file.commit_through(offset, buf, &mut self.pages)? {
-                Through::Done => return Ok(()),
+                Through::Done => {
+                    // Its `fdatasync` began after this writer's earlier
+                    // writes through too.
+                    self.written_through = 0;
+                    self.writes_through = true;
+                    return Ok(());
+                }
                 Through::Declined => {}
             }
         }
@@ -204,8 +286,12 @@ impl<'a> Writer<'a> {
     /// `fdatasync`; `Error::Io` with op "start the committer thread". The
     /// commit's errors are the ticket's.
     pub fn commit_async(&mut self) -> Result<CommitTicket> {
+        // The ticket covers every write made before it, these writer's
+        // writes through included.
         let ticket = self.file.commit_scope_async()?;
         self.pages.clear();
+        self.written_through = 0;
+        self.writes_through = false;
         Ok(ticket)
     }
 }

@@ -72,6 +72,13 @@ pub struct Stats {
     /// written through: one `pwrite` straight from the caller's bytes, no
     /// copy into the write buffer.
     pub through_commits: u64,
+    /// [`Writer::write_page`](crate::Writer::write_page)s and
+    /// `write_all_at`s of at least
+    /// [`Config::write_through_min_bytes`](crate::Config::write_through_min_bytes) written
+    /// straight to disk at once (one `pwrite` from the caller's bytes, no
+    /// copy into the write buffer), their commit left to the writer's
+    /// next `commit`.
+    pub through_writes: u64,
     /// Of `commits`, [`Writer::commit`](crate::Writer::commit)s (and
     /// `write_and_commit`s that could not write through) whose pages were
     /// written straight from the write buffer, without a drain: their
@@ -160,6 +167,7 @@ impl Stats {
             strategy_switches: self.strategy_switches + o.strategy_switches,
             allocating_scoped_commits: self.allocating_scoped_commits + o.allocating_scoped_commits,
             through_commits: self.through_commits + o.through_commits,
+            through_writes: self.through_writes + o.through_writes,
             claimed_commits: self.claimed_commits + o.claimed_commits,
             sync_lanes_opened: self.sync_lanes_opened + o.sync_lanes_opened,
             rounds_in_flight_sum: self.rounds_in_flight_sum + o.rounds_in_flight_sum,
@@ -196,6 +204,7 @@ pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub allocating_scoped_commits: AtomicU64,
     pub through_commits: AtomicU64,
+    pub through_writes: AtomicU64,
     pub claimed_commits: AtomicU64,
     pub sync_lanes_opened: AtomicU64,
     pub commit_rounds: AtomicU64,
@@ -234,6 +243,7 @@ impl Counters {
             strategy_switches: 0,
             allocating_scoped_commits: self.allocating_scoped_commits.load(Relaxed),
             through_commits: self.through_commits.load(Relaxed),
+            through_writes: self.through_writes.load(Relaxed),
             claimed_commits: self.claimed_commits.load(Relaxed),
             sync_lanes_opened: self.sync_lanes_opened.load(Relaxed),
             rounds_in_flight_sum: self.rounds_in_flight_sum.load(Relaxed),

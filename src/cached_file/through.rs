@@ -3,7 +3,9 @@
 //! caller's buffer, no copy into the write buffer, no drain), then needs
 //! an `fdatasync` that began after that write (`Durability::sync_to`), as
 //! any scoped commit does. `Writer::write_and_commit` takes this way when
-//! it can and the buffered way otherwise.
+//! it can and the buffered way otherwise. A `Writer`'s large writes take
+//! the write half alone ([`write`]) and leave the `fdatasync` to its next
+//! commit.
 //!
 //! `Writer::commit` writes its buffered pages the same way where it can
 //! ([`commit_buffered`]): it claims their dirty versions out of the write
@@ -164,31 +166,72 @@ pub(crate) fn commit(
     failed_pages: &mut Vec<u64>,
     room: &dyn Fn() -> Result<()>,
 ) -> Result<Through> {
+    let step = match write(p, gate, offset, buf, failed_pages, room)? {
+        Written::Declined => return Ok(Through::Declined),
+        Written::Requeued(e) => return Err(e),
+        Written::At(step) => step,
+    };
+    p.durability.sync_to_own(step)?;
+    add(&p.counters.commits, 1);
+    add(&p.counters.through_commits, 1);
+    Ok(Through::Done)
+}
+
+/// What the write half of a write through did.
+pub(crate) enum Written {
+    /// Written: durable once an `fdatasync` covers this `write_seq` step
+    /// (`Durability::sync_to_own`).
+    At(u64),
+    /// Not taken (a check failed, nothing changed): write the buffered
+    /// way.
+    Declined,
+    /// The write failed (the error, op "pwrite"), and the caller's bytes
+    /// went into the write buffer as the pages' dirty versions: a later
+    /// commit writes them again.
+    Requeued(Error),
+}
+
+/// The write half of [`commit`]: `buf` (whole pages) at `offset` written
+/// straight from the caller's buffer under the same checks, with no
+/// `fdatasync`. `Writer::write_page` takes it for large writes, and its
+/// commit then needs an `fdatasync` covering the step.
+///
+/// Errors: [`Error::PagesFailed`] with op "pwrite" where the write failed
+/// and there was no memory to keep the caller's bytes (the pages hold
+/// whatever the disk has; `failed_pages` names them).
+pub(crate) fn write(
+    p: &Parts<'_>,
+    gate: &ThroughGate,
+    offset: u64,
+    buf: &[u8],
+    failed_pages: &mut Vec<u64>,
+    room: &dyn Fn() -> Result<()>,
+) -> Result<Written> {
     let ps = p.config.page_size as u64;
     let len = buf.len() as u64;
     if len == 0 || !offset.is_multiple_of(ps) || !len.is_multiple_of(ps) {
-        return Ok(Through::Declined);
+        return Ok(Written::Declined);
     }
     if let Some(a) = p.backend.dio_align()
         && !(buf.as_ptr() as usize).is_multiple_of(a.memory.max(1) as usize)
     {
-        return Ok(Through::Declined);
+        return Ok(Written::Declined);
     }
     let Some(end) = offset.checked_add(len) else {
-        return Ok(Through::Declined);
+        return Ok(Written::Declined);
     };
     let Some(pass) = gate.enter() else {
-        return Ok(Through::Declined);
+        return Ok(Written::Declined);
     };
     // Inside the file's length on disk and in space holding data: only a
     // cut lowers these, and none runs while the pass is held.
     let inside = p.length.get().min(p.length.disk()).min(p.length.written());
     let pages: Range<u64> = offset / ps..end / ps;
     if end > inside || p.unwritten.touches_range(pages.clone()) {
-        return Ok(Through::Declined);
+        return Ok(Written::Declined);
     }
     if !p.buffer.claim_through(pages.clone(), p.cache) {
-        return Ok(Through::Declined);
+        return Ok(Written::Declined);
     }
     // Under the model check, others may run between the claim and the
     // write (a real write takes long enough for them to).
@@ -211,6 +254,7 @@ pub(crate) fn commit(
             .chunks_exact(ps as usize)
             .map(|chunk| p.buffer.page_copy_of(chunk))
             .collect::<Result<Vec<_>>>();
+        let kept = copies.is_ok();
         match copies {
             Ok(copies) => {
                 p.buffer
@@ -221,11 +265,16 @@ pub(crate) fn commit(
             Err(_) => p.buffer.release_through(pages.clone(), p.cache),
         }
         failed_pages.extend(pages);
-        return Err(Error::PagesFailed {
+        let e = Error::PagesFailed {
             failed: std::iter::once(offset..end).collect(),
             op: "pwrite",
             source: Arc::new(e),
-        });
+        };
+        return if kept {
+            Ok(Written::Requeued(e))
+        } else {
+            Err(e)
+        };
     }
     let step = p.durability.step();
     add(&p.counters.runs, 1);
@@ -233,10 +282,7 @@ pub(crate) fn commit(
     add(&p.counters.bytes_written, len);
     p.buffer.release_through(pages, p.cache);
     drop(pass);
-    p.durability.sync_to_own(step)?;
-    add(&p.counters.commits, 1);
-    add(&p.counters.through_commits, 1);
-    Ok(Through::Done)
+    Ok(Written::At(step))
 }
 
 /// What a writer keeps between its commits written from the write buffer

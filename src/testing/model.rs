@@ -163,6 +163,10 @@ pub struct ModelConfig {
     /// or one set since, never more: the window and its trailer never
     /// count as data.
     pub grow_ahead: Option<u64>,
+    /// [`Config::write_through_min_bytes`] in pages (`None`: off): with
+    /// `Some(2)`, a scoped transaction of two or three pages writes them
+    /// straight to disk where it can, and its commit only syncs.
+    pub write_through_pages: Option<usize>,
 }
 
 /// The atomic write unit of the model's in-memory file: 512 B to 8 KiB,
@@ -195,6 +199,7 @@ impl ModelConfig {
                 _ => GrowAhead::Off,
             })
             .max_run_pages(5)
+            .write_through_min_bytes(self.write_through_pages.map(|n| n * self.page_size))
     }
 }
 
