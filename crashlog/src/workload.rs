@@ -93,6 +93,22 @@ impl Ctx {
             .map_err(|e| format!("write page {page}: {e}"))
     }
 
+    /// The tracker's next version of each page of a run from `first`,
+    /// copied into `buf` (one page each, as many as it holds), with their
+    /// floors, for a write of the run from `buf`.
+    fn stage_run(&self, buf: &mut [u8], first: u64) -> Result<Vec<(u64, usize)>, String> {
+        let ps = self.ps() as usize;
+        let mut floors = Vec::new();
+        for (page, at) in (first..).zip((0..buf.len()).step_by(ps)) {
+            let v = self.tracker.write(page, |b| {
+                buf[at..at + ps].copy_from_slice(b);
+                Ok::<(), String>(())
+            })?;
+            floors.push((page, v));
+        }
+        Ok(floors)
+    }
+
     /// `sync`, acknowledged with the floors of every page written before it.
     fn sync(&self, f: &PagedCachedFile) -> Result<(), String> {
         let floors = self.tracker.all_floors();
@@ -411,16 +427,7 @@ fn scoped_through(c: &Ctx) -> Result<(), String> {
             let first = t * 10 + (i % 5) * 2;
             // The tracker numbers the versions; each thread's pages are
             // its own, so their order is this thread's.
-            let mut floors = Vec::new();
-            for k in 0..2 {
-                let page = first + k;
-                let at = k as usize * ps;
-                let v = c.tracker.write(page, |b| {
-                    buf[at..at + ps].copy_from_slice(b);
-                    Ok::<(), String>(())
-                })?;
-                floors.push((page, v));
-            }
+            let floors = c.stage_run(&mut buf, first)?;
             w.write_and_commit(first * c.ps(), &buf)
                 .map_err(|e| format!("write_and_commit: {e}"))?;
             c.ack(floors)?;
@@ -462,16 +469,7 @@ fn scoped_large(c: &Ctx) -> Result<(), String> {
         .ok_or_else(|| "no memory for a buffer".to_string())?;
     for i in 0..20u64 {
         let first = (i % 9) * 4;
-        let mut floors = Vec::new();
-        for k in 0..4 {
-            let page = first + k;
-            let at = k as usize * ps;
-            let v = c.tracker.write(page, |b| {
-                buf[at..at + ps].copy_from_slice(b);
-                Ok::<(), String>(())
-            })?;
-            floors.push((page, v));
-        }
+        let mut floors = c.stage_run(&mut buf, first)?;
         w.write_page(first * c.ps(), &buf)
             .map_err(|e| format!("write_page of a run: {e}"))?;
         if i % 2 == 0 {
