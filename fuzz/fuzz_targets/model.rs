@@ -12,6 +12,7 @@ use pagewriter::testing::model::{MAX_PAGES, ModelConfig, Op, check};
 fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
     Ok(ModelConfig {
         grow_ahead: None,
+        write_through_pages: if u.arbitrary()? { Some(2) } else { None },
         engine: match u.int_in_range(0..=3u8)? {
             0 => FlushEngine::PerPage,
             1 => FlushEngine::Concat,
