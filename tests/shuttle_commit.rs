@@ -403,6 +403,41 @@ fn a_write_racing_a_shrink_never_brings_back_cut_bytes() {
     });
 }
 
+/// A commit that read an aligned length and then drained a page a writer
+/// had just put past it (growing the length to mid-page) writes that
+/// page whole, past the length; a flush of a newer version of the page
+/// cuts the file back to the length, before or after the commit's
+/// generation retires (it waits for its `fdatasync`). Afterwards a
+/// partial write, which reads the page from disk, must not meet the
+/// file's end where the disk length still says the whole page is there,
+/// and every byte reads back as written.
+#[test]
+fn a_cut_tail_never_leaves_reads_past_the_end_of_the_file() {
+    check(|| {
+        let (_be, f) = file_with(config(8));
+        synced_pages(&f, 1);
+        let grower = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || f.write_all_at(PS as u64 + 10, &[1]).unwrap())
+        };
+        let committer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || f.sync().unwrap())
+        };
+        f.write_all_at(PS as u64 + 5, &[2]).unwrap();
+        f.flush().unwrap();
+        grower.join().unwrap();
+        committer.join().unwrap();
+        f.write_all_at(PS as u64 + 3, &[3]).unwrap();
+        f.flush().unwrap();
+        assert_eq!(f.len(), PS as u64 + 11);
+        let mut tail = vec![9u8; 11];
+        f.read_exact_at(PS as u64, &mut tail).unwrap();
+        assert_eq!(tail, [0, 0, 0, 3, 0, 2, 0, 0, 0, 0, 1]);
+        f.close().unwrap();
+    });
+}
+
 /// A `close` refused as `Busy` (a guard lives) while another thread
 /// writes: the writer never hears `Closed`, its page is buffered, and the
 /// file closes once the guard is gone.

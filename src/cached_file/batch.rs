@@ -247,10 +247,13 @@ impl Batch {
     /// stripes and the memory of released pages leaves the buffer bound.
     /// Every page is thus in the write buffer, or in the cache / on disk,
     /// before its in-flight entry goes.
+    /// `cap`: how far the disk length may grow at most (bytes), where the
+    /// file was cut after the batch wrote (`Generations::cut_under`).
     /// `depth`: the most generations in flight at once so far (how many
     /// spare maps and vectors are kept).
     pub(crate) fn retire(
         (batch, is_failed, kept): Settled,
+        cap: Option<u64>,
         p: &Parts<'_>,
         spare: &SpareBatches,
         depth: usize,
@@ -266,7 +269,9 @@ impl Batch {
         if let Some((off, page)) = written().next_back() {
             // Sorted: the last written page ends highest (but the file was
             // cut back to an unaligned logical length, if it ended past it).
-            let end = (off + page.len() as u64).min(batch.disk_cap);
+            let end = (off + page.len() as u64)
+                .min(batch.disk_cap)
+                .min(cap.unwrap_or(u64::MAX));
             p.length.grow_disk(end);
         }
         if p.cache.is_enabled() {

@@ -391,7 +391,7 @@ impl FlushPipeline {
                 p.length.grow_written(end);
             }
             if let Some(size) = held.as_mut() {
-                match size.cut_tail(p, &mut w.batch) {
+                match size.cut_tail(p, &mut w.batch, &self.gens) {
                     // The file's length changed after the durable write:
                     // only an fdatasync covers that.
                     Ok(true) => durable = false,

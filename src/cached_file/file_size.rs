@@ -15,9 +15,9 @@
 //! they precede; one that must see no write in flight (a cut) is made
 //! only when every older generation has written.
 
-use super::batch::Batch;
+use super::batch::{Batch, Settled};
 use super::flush_mode::Company;
-use super::generations::DrainHeld;
+use super::generations::{DrainHeld, Generations};
 use super::grow::Window;
 use super::parts::Parts;
 use super::slots::WriteSlot;
@@ -147,10 +147,24 @@ impl FileSize {
     /// A page straddling an unaligned logical length was written whole, so
     /// the file grew past the length: cut it back (the bytes past it are
     /// zeros in the page, but nothing past the end may be left on disk).
-    /// Returns whether it cut. With no other write in flight.
+    /// Returns whether it cut. With no other write in flight (every older
+    /// generation written).
+    ///
+    /// The cut is one readers see ([`Length::begin_cut`](super::length::Length::begin_cut)),
+    /// and the disk length follows it down: an older generation may have
+    /// written the same page whole after reading an aligned length (a
+    /// writer grew the length to mid-page during its drain), and its
+    /// retire grew the disk length past the cut, or will, capped by
+    /// `gens` ([`Generations::cut_under`]). A read of the page from disk
+    /// must not meet the file's end.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
-    pub(crate) fn cut_tail(&mut self, p: &Parts<'_>, batch: &mut Batch) -> Result<bool> {
+    pub(crate) fn cut_tail(
+        &mut self,
+        p: &Parts<'_>,
+        batch: &mut Batch,
+        gens: &Generations<Settled>,
+    ) -> Result<bool> {
         if self.in_window() {
             // The tail lies in the window, which the trailer's length
             // already leaves out.
@@ -164,9 +178,13 @@ impl FileSize {
             return Ok(false);
         }
         batch.disk_cap = len;
-        p.backend
-            .set_len(len)
-            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        p.length.begin_cut();
+        if let Err(e) = p.backend.set_len(len) {
+            p.length.end_cut();
+            return Err(Error::io("ftruncate", Some(len), e));
+        }
+        gens.cut_under(batch.id, len, || p.length.lower_disk(len));
+        p.length.end_cut();
         self.os_len = len;
         p.length.set_written(len);
         Ok(true)

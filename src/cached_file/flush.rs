@@ -373,8 +373,8 @@ impl FlushPipeline {
     pub(crate) fn settle(&self, p: &Parts<'_>, batch: Batch) {
         let id = batch.id;
         let settled = batch.into_settled(p);
-        self.gens.settle(id, settled, |s| {
-            Batch::retire(s, p, &self.spare, self.gens.peak())
+        self.gens.settle(id, settled, |s, cap| {
+            Batch::retire(s, cap, p, &self.spare, self.gens.peak())
         });
     }
 

@@ -77,6 +77,15 @@ struct Queue<T> {
     /// without them. Kept until no flush that could be in that range is
     /// still checking.
     requeues: Vec<(u64, u64)>,
+    /// The newest cut of the file's tail made while older generations had
+    /// written but not all retired: `(id, len)`, the cutting generation's
+    /// number and the length cut to. A generation numbered below `id`
+    /// retires with its growth of the disk length capped at `len`
+    /// ([`cut_under`](Generations::cut_under)). Lengths of later cuts are
+    /// never shorter (the logical length only grows between `set_len`
+    /// cuts, which wait for every generation to retire), so the newest
+    /// is the one to keep.
+    cut: Option<(u64, u64)>,
 }
 
 /// An in-flight generation; `written` once its writes completed
@@ -101,6 +110,7 @@ impl<T> Generations<T> {
                 drains: 0,
                 checking: Vec::new(),
                 requeues: Vec::new(),
+                cut: None,
             }),
             written: Condvar::new(),
             settled: Condvar::new(),
@@ -256,29 +266,51 @@ impl<T> Generations<T> {
     /// `retire` (under this lock) if it shares no page with an older
     /// generation in flight; then every settled generation at the front of
     /// the queue retires, oldest first. Wakes `set_len` when none is left.
-    pub(crate) fn settle(&self, id: u64, done: T, mut retire: impl FnMut(T)) {
+    ///
+    /// `retire` gets the generation and the cap on how far it may grow the
+    /// disk length (bytes; `None`: no cap), from a cut of the file made
+    /// after it wrote ([`cut_under`](Self::cut_under)).
+    pub(crate) fn settle(&self, id: u64, done: T, mut retire: impl FnMut(T, Option<u64>)) {
         let mut g = self.state.lock();
         let at = g
             .queue
             .iter()
             .position(|x| x.id == id)
             .expect("generation registered at drain");
+        let cap =
+            |g: &Queue<T>, id: u64| g.cut.filter(|&(below, _)| id < below).map(|(_, len)| len);
         let mut retired = false;
         if g.queue[at].alone && at > 0 {
             g.queue.remove(at);
-            retire(done);
+            retire(done, cap(&g, id));
             retired = true;
         } else {
             g.queue[at].done = Some(done);
         }
         while g.queue.front().is_some_and(|x| x.done.is_some()) {
-            let done = g.queue.pop_front().and_then(|x| x.done).expect("checked");
-            retire(done);
+            let x = g.queue.pop_front().expect("checked");
+            let done = x.done.expect("checked");
+            retire(done, cap(&g, x.id));
             retired = true;
         }
         if retired && g.queue.is_empty() {
             self.settled.notify_all();
         }
+    }
+
+    /// Generation `id`, holding the drain lock with every older generation
+    /// written, cut the file to `len` bytes: runs `lower` (which lowers
+    /// the disk length to `len`) with no generation retiring meanwhile, and
+    /// caps what the older ones not yet retired may grow the disk length
+    /// to at their retire. Such a generation may have written a page past
+    /// `len` (the page the length falls in, drained whole after its flush
+    /// read an aligned length); without the cap its retire would claim
+    /// bytes the cut removed, and a read of that page would meet the
+    /// file's end.
+    pub(crate) fn cut_under(&self, id: u64, len: u64, lower: impl FnOnce()) {
+        let mut g = self.state.lock();
+        g.cut = Some((id, len));
+        lower();
     }
 
     /// Waits until no generation is in flight (a round waiting for its

@@ -230,6 +230,16 @@ impl Length {
         debug_assert!(was & 1 == 1, "a cut ends once");
     }
 
+    /// Lowers the disk length to `len` (inside a cut: the file was cut
+    /// to `len` bytes and the logical length is at least `len`).
+    pub(crate) fn lower_disk(&self, len: u64) {
+        debug_assert!(
+            self.shrink_seq.load(Ordering::SeqCst) & 1 == 1,
+            "inside a cut"
+        );
+        self.disk.fetch_min(len, Ordering::AcqRel);
+    }
+
     /// Lowers the logical and disk lengths to `len` at the end of a cut
     /// (with every stripe lock held) and forgets kept trailers past it,
     /// then ends the cut.
