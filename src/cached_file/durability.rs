@@ -6,7 +6,9 @@
 //! Owns: `write_seq` (bumped after every batch that reached the OS, once
 //! its writes completed, and after every change of the file's length),
 //! `fsynced` (the `write_seq` the latest successful `fdatasync` of the
-//! file covered), `unstaged_at` (its own lock), and under one more lock
+//! file covered), `unstaged_at` (its own lock), `syncing` (how many
+//! `fdatasync`s are in flight: a hint that picks how a large write is
+//! made, never part of a promise), and under one more lock
 //! the state of the `fdatasync`s: the free sync lanes, the `write_seq`
 //! each one in flight covers, the threads waiting for one,
 //! and the first failure. Shared (`Arc`) by the file's components. Calls:

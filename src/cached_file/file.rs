@@ -661,23 +661,49 @@ impl PagedCachedFile {
         self.start_async()
     }
 
-    /// A [`Writer`](crate::Writer)'s commit of `pages` (its scope; sorted
-    /// by stripe here): see `Writer::commit`. `in_flight` is the writer's
-    /// scratch space.
+    /// A [`Writer`](crate::Writer)'s commit (see `Writer::commit`) of
+    /// `pages` (its buffered scope; sorted by stripe here) and of its
+    /// writes through up to `write_seq` step `written_through`, which need
+    /// only an `fdatasync` covering them. One commit counted. `in_flight`
+    /// and `scratch` are the writer's scratch space.
+    ///
+    /// Errors: as `Writer::commit`.
     pub(crate) fn commit_scope(
         &self,
         pages: &mut Vec<u64>,
         in_flight: &mut Vec<u64>,
         scratch: &mut Option<Box<through::Scratch>>,
+        written_through: Option<u64>,
     ) -> Result<()> {
         if self.core.life.is_read_only() && !self.core.life.is_closed() {
             // Nothing can have been written.
             return Ok(());
         }
         let _writer = self.core.life.begin_write()?;
-        if pages.is_empty() {
-            return Ok(());
+        let buffered = !pages.is_empty();
+        if buffered {
+            self.commit_pages(pages, in_flight, scratch)?;
         }
+        if let Some(step) = written_through {
+            // At once where the pages' `fdatasync` began after these
+            // writes; not where another flush had taken those pages and
+            // they needed an older one only.
+            self.core.durability.sync_to_own(step)?;
+            if !buffered {
+                add(&self.core.counters.commits, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffered half of [`commit_scope`](Self::commit_scope): `pages`
+    /// (not empty) made durable, the commit counted.
+    fn commit_pages(
+        &self,
+        pages: &mut Vec<u64>,
+        in_flight: &mut Vec<u64>,
+        scratch: &mut Option<Box<through::Scratch>>,
+    ) -> Result<()> {
         if self.scope_extends_the_file(pages) || self.core.unwritten.touches(pages) {
             // It allocates (grows the file, or writes space unwritten on
             // disk): its `fdatasync` commits the allocation in the file
@@ -784,22 +810,6 @@ impl PagedCachedFile {
             add(&self.core.counters.through_writes, 1);
         }
         Ok(written)
-    }
-
-    /// The commit of a [`Writer`](crate::Writer) whose pages were written
-    /// through up to `write_seq` step `step` and need only an `fdatasync`
-    /// covering it (`Writer::commit`). `counted`: the commit is already
-    /// counted in `commits` (its buffered pages were committed just now).
-    ///
-    /// Errors: [`Error::Closed`], [`Error::Poisoned`]; an `fdatasync`
-    /// failure as `Writer::commit` reports it (the file is poisoned).
-    pub(crate) fn commit_written(&self, step: u64, counted: bool) -> Result<()> {
-        let _writer = self.core.life.begin_write()?;
-        self.core.durability.sync_to_own(step)?;
-        if !counted {
-            add(&self.core.counters.commits, 1);
-        }
-        Ok(())
     }
 
     /// Whether the scope's `pages` reach past the file's length on disk

@@ -7,7 +7,10 @@
 //! completed, or issues one (`Durability::sync_to`).
 //!
 //! Owns: the page numbers written through the writer since its last
-//! commit, and scratch space for its commits. Calls: the file's write
+//! commit, the `write_seq` step of its latest large write through (its
+//! commit needs an `fdatasync` covering it), whether large writes go
+//! through (not after an asynchronous commit), and scratch space for its
+//! commits. Calls: the file's write
 //! entry points (recording the pages they buffer) and its scoped commits
 //! (`PagedCachedFile::commit_scope`, `commit_scope_async`).
 
@@ -212,17 +215,15 @@ impl<'a> Writer<'a> {
     /// On an error the writer keeps its pages: a later commit tries them
     /// again.
     pub fn commit(&mut self) -> Result<()> {
-        let buffered = !self.pages.is_empty();
-        self.file
-            .commit_scope(&mut self.pages, &mut self.in_flight, &mut self.scratch)?;
+        let written = (self.written_through > 0).then_some(self.written_through);
+        self.file.commit_scope(
+            &mut self.pages,
+            &mut self.in_flight,
+            &mut self.scratch,
+            written,
+        )?;
         self.pages.clear();
-        if self.written_through > 0 {
-            // The buffered pages' `fdatasync` (if any) began after these
-            // writes (this thread made them first), so this returns at once
-            // then.
-            self.file.commit_written(self.written_through, buffered)?;
-            self.written_through = 0;
-        }
+        self.written_through = 0;
         self.writes_through = true;
         Ok(())
     }
