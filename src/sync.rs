@@ -37,6 +37,20 @@ pub(crate) use std::thread::ThreadId;
 #[inline(always)]
 pub(crate) fn io_point() {}
 
+/// A spin-wait's pause: `std::thread::yield_now`; under shuttle its
+/// yield, which lets the schedulers run the threads the wait is for.
+#[cfg(not(feature = "shuttle"))]
+#[inline(always)]
+pub(crate) fn yield_now() {
+    std::thread::yield_now();
+}
+
+/// See the other `yield_now`.
+#[cfg(feature = "shuttle")]
+pub(crate) fn yield_now() {
+    shuttle::thread::yield_now();
+}
+
 /// See the other `io_point`.
 #[cfg(feature = "shuttle")]
 pub(crate) fn io_point() {

@@ -1249,6 +1249,102 @@ fn a_write_through_never_lands_past_a_cut() {
     });
 }
 
+/// A writer's large write through (two pages) racing with a shrinking
+/// `set_len` over its pages, then its commit: the write lands whole before
+/// the cut (which removes it), or is refused the way through and buffered,
+/// landing before or after the cut page by page. Either way the file's
+/// size on disk is its length, and the last page past the cut is the
+/// committed version. A write through landing after the `ftruncate` would
+/// leave the file longer than its length.
+#[test]
+fn a_large_write_through_never_lands_past_a_cut() {
+    check(|| {
+        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
+        synced_pages(&f, 4);
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
+                w.write_page(2 * PS as u64, &bytes).unwrap();
+                w.commit().unwrap();
+            })
+        };
+        f.set_len(2 * PS as u64).unwrap();
+        writer.join().unwrap();
+        f.sync().unwrap();
+        let img = be.durable_image();
+        assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
+        // The buffered way lands before or after the cut page by page (as
+        // `set_len` says); the last page past it grew the file again.
+        let pages = f.len() / PS as u64;
+        for p in 2..pages {
+            let bytes = &img[p as usize * PS..(p as usize + 1) * PS];
+            assert!(
+                bytes.iter().all(|&b| b == tag(p, 1)) || bytes.iter().all(|&b| b == 0),
+                "page {p} past the cut is neither the write nor zeros"
+            );
+        }
+        if pages > 2 {
+            assert_page(&img, pages - 1, 1, "a write after the cut");
+        }
+        THROUGH_BEFORE_CUT.fetch_add(
+            f.stats().through_writes,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        f.close().unwrap();
+    });
+    assert!(
+        THROUGH_BEFORE_CUT.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no schedule wrote through"
+    );
+}
+
+/// Large writes through in the check above, summed over its schedules.
+static THROUGH_BEFORE_CUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A writer's large write through racing with `close`: it either lands
+/// before the close (whose `fdatasync` covers it) or is refused with
+/// `Closed`; nothing reaches the file after `close` returns, so the
+/// durable image is the file as it is. A write through that did not
+/// count as a write in flight could land after the close's `fdatasync`.
+#[test]
+fn a_large_write_through_never_lands_after_close() {
+    check(|| {
+        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
+        synced_pages(&f, 2);
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                let bytes: Vec<u8> = (0..2u64).flat_map(|p| [tag(p, 1); PS]).collect();
+                match w.write_page(0, &bytes) {
+                    Ok(()) => {}
+                    Err(Error::Closed) => return false,
+                    Err(e) => panic!("a write racing close: {e}"),
+                }
+                match w.commit() {
+                    Ok(()) | Err(Error::Closed) => true,
+                    Err(e) => panic!("a commit racing close: {e}"),
+                }
+            })
+        };
+        f.close().unwrap();
+        let wrote = writer.join().unwrap();
+        let durable = be.durable_image();
+        assert_eq!(
+            durable,
+            be.live_image(),
+            "a write reached the file after close"
+        );
+        if wrote {
+            for p in 0..2 {
+                assert_page(&durable, p, 1, "a write accepted before close");
+            }
+        }
+    });
+}
+
 /// The version of page `page` in `img` (pages are filled with one tag),
 /// `None` if it is missing, torn or no tag of `versions`.
 fn version_in(img: &[u8], page: u64, versions: std::ops::RangeInclusive<u64>) -> Option<u64> {

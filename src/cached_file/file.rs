@@ -870,7 +870,7 @@ impl PagedCachedFile {
             if let Some(offset) = self.core.buffer.a_guarded_page() {
                 return Err(Error::Busy { offset });
             }
-            std::thread::yield_now();
+            crate::sync::yield_now();
         }
         if !self.core.life.is_read_only() {
             // The committer ends after its pass; this commit covers every

@@ -289,7 +289,7 @@ impl Length {
                 {
                     // The cut is under way or just done: read again once
                     // the disk length says where the file ends now.
-                    std::thread::yield_now();
+                    crate::sync::yield_now();
                 }
                 r => return r.map_err(|e| Error::io(op, Some(offset), e)),
             }
