@@ -1071,11 +1071,20 @@ fn large_writes_on_a_full_disk(kind: FsKind) {
     writes_through_on_a_full_disk_by(kind, Through::LargeWrite);
 }
 
+/// As [`large_writes_on_a_full_disk`], into the hole `set_len` left (space
+/// unwritten on disk, which a lone writer's large write goes through to,
+/// and which the full disk refuses to allocate).
+fn large_writes_into_a_hole_on_a_full_disk(kind: FsKind) {
+    writes_through_on_a_full_disk_by(kind, Through::LargeWriteIntoHole);
+}
+
 /// How [`writes_through_on_a_full_disk_by`] writes and commits a chunk.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Through {
     WriteAndCommit,
     LargeWrite,
+    /// `LargeWrite`, the file's pages a hole (`set_len`) at the start.
+    LargeWriteIntoHole,
 }
 
 fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
@@ -1087,8 +1096,12 @@ fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
     let per_thread = 16u64; // commits per thread
     let pages = 4 * per_thread * chunk;
     let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
-    for p in 0..pages {
-        f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+    if how == Through::LargeWriteIntoHole {
+        f.set_len(pages * PS as u64).unwrap();
+    } else {
+        for p in 0..pages {
+            f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
+        }
     }
     f.sync().unwrap();
     let filler = fs.path().join("filler");
@@ -1110,7 +1123,9 @@ fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
                     let at = first * PS as u64;
                     let done = match how {
                         Through::WriteAndCommit => w.write_and_commit(at, &buf),
-                        Through::LargeWrite => w.write_page(at, &buf).and_then(|()| w.commit()),
+                        Through::LargeWrite | Through::LargeWriteIntoHole => {
+                            w.write_page(at, &buf).and_then(|()| w.commit())
+                        }
                     };
                     match done {
                         Ok(()) => {
@@ -1161,7 +1176,7 @@ fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 14] = [
+const CASES: [Case; 15] = [
     (
         "sync_lanes_are_opened_except_on_btrfs",
         sync_lanes_are_opened_except_on_btrfs,
@@ -1215,6 +1230,10 @@ const CASES: [Case; 14] = [
         writes_through_on_a_full_disk,
     ),
     ("large_writes_on_a_full_disk", large_writes_on_a_full_disk),
+    (
+        "large_writes_into_a_hole_on_a_full_disk",
+        large_writes_into_a_hole_on_a_full_disk,
+    ),
 ];
 
 /// Every case on every file system (a test named `<fs>::<case>`, ignored

@@ -1386,3 +1386,121 @@ fn large_writes_through_writers_on_a_real_file() {
     }
     f.close().unwrap();
 }
+
+/// A crash-simulating backend whose next write, once armed, tells when it
+/// started and returns once released: a `sync()` held inside its flush,
+/// with no `fdatasync` in flight.
+#[derive(Debug)]
+struct HoldsAWrite {
+    inner: CrashBackend,
+    held: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+}
+
+impl HoldsAWrite {
+    /// Arms the hold: the receiver hears when the next write started; it
+    /// returns once the sender sends.
+    fn hold_next(&self) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        *self.held.lock().unwrap() = Some((started_tx, release_rx));
+        (started_rx, release_tx)
+    }
+}
+
+impl StorageBackend for HoldsAWrite {
+    fn len(&self) -> std::io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read_exact_at(offset, buf)
+    }
+    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        let hold = self.held.lock().unwrap().take();
+        if let Some((started, release)) = hold {
+            started.send(()).unwrap();
+            release.recv().unwrap();
+        }
+        self.inner.write_all_at(offset, buf)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+}
+
+/// `set_len` leaves a hole (space unwritten on disk). A lone writer's
+/// large write there goes to disk at once, and its commit adds one
+/// `fdatasync` (which commits the allocation with the data) rather than
+/// being grouped; its pages count as written from then on. While another
+/// thread's `sync()` is under way (held inside its write), a large write
+/// into the hole goes into the buffer, so its commit is grouped, while
+/// one into written space still goes through. Every commit is durable.
+#[test]
+fn a_lone_writer_s_large_write_into_unwritten_space_goes_through() {
+    let be = Arc::new(HoldsAWrite {
+        inner: CrashBackend::new(),
+        held: std::sync::Mutex::new(None),
+    });
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    let ps = PS as u64;
+    f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
+    f.sync().unwrap();
+    f.set_len(96 * ps).unwrap();
+    let mut w = f.writer();
+    let s0 = f.stats();
+    w.write_page(32 * ps, &large(32, 1)).unwrap();
+    let s1 = f.stats();
+    assert_eq!(s1.through_writes, s0.through_writes + 1, "written through");
+    assert_eq!(s1.pages_dirtied, s0.pages_dirtied, "nothing buffered");
+    w.commit().unwrap();
+    let s2 = f.stats();
+    assert_eq!(s2.syncs, s1.syncs + 1, "one fdatasync");
+    assert_eq!(s2.write_calls, s1.write_calls, "no write");
+    assert_eq!(
+        s2.allocating_scoped_commits, s1.allocating_scoped_commits,
+        "not grouped"
+    );
+    assert_eq!(image_page(&be.inner.durable_image(), 47), Some((47, 1)));
+    // Its pages count as written: a buffered commit of one is scoped.
+    w.write_page(40 * ps, &page(PS, 40, 2)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(
+        f.stats().allocating_scoped_commits,
+        s2.allocating_scoped_commits
+    );
+
+    // A sync() held inside its write: under way, no fdatasync in flight.
+    f.write_page(90 * ps, &page(PS, 90, 1)).unwrap();
+    let (started, release) = be.hold_next();
+    let (into_hole, into_written) = std::thread::scope(|s| {
+        let syncing = s.spawn(|| f.sync());
+        started.recv().unwrap();
+        let before = f.stats().through_writes;
+        let r1 = w.write_page(64 * ps, &large(64, 1));
+        let into_hole = f.stats().through_writes - before;
+        let r2 = w.write_page(0, &large(0, 1));
+        let into_written = f.stats().through_writes - before - into_hole;
+        // Released before anything can panic: the scope joins the sync.
+        release.send(()).unwrap();
+        syncing.join().unwrap().unwrap();
+        r1.unwrap();
+        r2.unwrap();
+        (into_hole, into_written)
+    });
+    assert_eq!(
+        into_hole, 0,
+        "into the hole beside a sync under way: buffered"
+    );
+    assert_eq!(into_written, 1, "into written space: through");
+    let grouped = f.stats().allocating_scoped_commits;
+    w.commit().unwrap();
+    assert_eq!(f.stats().allocating_scoped_commits, grouped + 1, "grouped");
+    let img = be.inner.durable_image();
+    for p in [0, 15, 64, 79, 90] {
+        assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
+    }
+    drop(w);
+    f.close().unwrap();
+}

@@ -1249,6 +1249,55 @@ fn a_write_through_never_lands_past_a_cut() {
     });
 }
 
+/// Two writers' large writes (two pages each) into the hole `set_len`
+/// left, each then committed, beside a thread rewriting page 0 and
+/// calling `sync()`: a write goes through where no `sync()` is under way
+/// (its commit then needs an `fdatasync` begun after it), into the buffer
+/// otherwise (grouped). Every crash image after a commit holds the
+/// writer's pages, and every one after a `sync()` the page it covered.
+#[test]
+fn large_writes_into_unwritten_space_lose_nothing() {
+    check(|| {
+        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
+        synced_pages(&f, 1);
+        f.set_len(6 * PS as u64).unwrap();
+        let writers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+                shuttle::thread::spawn(move || {
+                    let mut w = f.writer();
+                    let first = 2 + t * 2;
+                    let bytes: Vec<u8> = (first..first + 2).flat_map(|p| [tag(p, 1); PS]).collect();
+                    w.write_page(first * PS as u64, &bytes).unwrap();
+                    w.commit().unwrap();
+                    let img = be.crash_image(t);
+                    for p in first..first + 2 {
+                        assert_page(&img, p, 1, "crash image after a commit");
+                    }
+                })
+            })
+            .collect();
+        f.write_page(0, &[tag(0, 1); PS]).unwrap();
+        f.sync().unwrap();
+        assert_page(&be.crash_image(7), 0, 1, "crash image after sync()");
+        for w in writers {
+            w.join().unwrap();
+        }
+        UNWRITTEN_THROUGH.fetch_add(
+            f.stats().through_writes,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        f.close().unwrap();
+    });
+    assert!(
+        UNWRITTEN_THROUGH.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no schedule wrote through"
+    );
+}
+
+/// Large writes through in the check above, summed over its schedules.
+static UNWRITTEN_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A writer's large write through (two pages) racing with a shrinking
 /// `set_len` over its pages, then its commit: the write lands whole before
 /// the cut (which removes it), or is refused the way through and buffered,

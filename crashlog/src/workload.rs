@@ -132,7 +132,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 15] = [
+pub const ALL: [Workload; 16] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -175,6 +175,17 @@ pub const ALL: [Workload; 15] = [
         },
         torn_ok: true,
         body: scoped_large,
+    },
+    Workload {
+        name: "scoped-large-preallocated",
+        about: "Writer::write_page of four-page runs into space reserved with fallocate, written straight to disk (one writer, no other commit under way: its fdatasync commits the unwritten extents' conversion with the data), a buffered page there beside every other one, then Writer::commit; O_DIRECT",
+        config: || {
+            base()
+                .direct(DirectIo::Auto)
+                .write_through_min_bytes(Some(2 * PS))
+        },
+        torn_ok: true,
+        body: scoped_large_preallocated,
     },
     Workload {
         name: "scoped-claimed",
@@ -487,6 +498,44 @@ fn scoped_large(c: &Ctx) -> Result<(), String> {
     let through = f.stats().through_writes;
     if through != 20 {
         return Err(format!("{through} of 20 runs were written through"));
+    }
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// 48 pages reserved with `fallocate` (the file created by an open
+/// first, reopened after: the open reads the unwritten space); then one
+/// writer writes eleven four-page runs there, each straight to disk, a
+/// buffered page of the last four beside every other run (a commit that
+/// allocates, made as `sync()` makes them), and commits after each.
+/// Every run was written through.
+fn scoped_large_preallocated(c: &Ctx) -> Result<(), String> {
+    c.open()?.close().map_err(|e| format!("close: {e}"))?;
+    let reserve = || {
+        let be = FileBackend::open(&c.path)?;
+        be.allocate(0, 48 * c.ps())?;
+        be.sync_data()
+    };
+    reserve().map_err(|e| format!("fallocate: {e}"))?;
+    let f = c.open()?;
+    let ps = c.ps() as usize;
+    let mut w = f.writer();
+    let mut buf = pagewriter::buffer::AlignedBuf::zeroed(4 * ps, 4096)
+        .ok_or_else(|| "no memory for a buffer".to_string())?;
+    for i in 0..11u64 {
+        let first = i * 4;
+        let mut floors = c.stage_run(&mut buf, first)?;
+        w.write_page(first * c.ps(), &buf)
+            .map_err(|e| format!("write_page of a run: {e}"))?;
+        if i % 2 == 0 {
+            let single = 44 + i % 4;
+            floors.push((single, c.write_via(&mut w, single)?));
+        }
+        w.commit().map_err(|e| format!("commit: {e}"))?;
+        c.ack(floors)?;
+    }
+    let through = f.stats().through_writes;
+    if through != 11 {
+        return Err(format!("{through} of 11 runs were written through"));
     }
     f.close().map_err(|e| format!("close: {e}"))
 }

@@ -2,7 +2,9 @@
 //! round (`group.rs`) or a direct commit (`direct.rs`), and its latency
 //! goes back to the chooser (`chooser.rs`).
 //!
-//! Owns: the group commit machinery and the chooser. Calls: the flush
+//! Owns: the group commit machinery, the chooser, and how many commits
+//! are under way (a hint for large writes, never part of a promise:
+//! [`Commit::busy`]). Calls: the flush
 //! pipeline (through either way). Lock order: as `group.rs` (the commit
 //! lock is taken before any other and released around I/O); a direct
 //! commit takes no lock of its own; the chooser's lock is a leaf.
@@ -24,11 +26,23 @@ use super::group::GroupCommit;
 use super::parts::Parts;
 use super::stats::add;
 use crate::error::Result;
+use crate::sync::AtomicUsize;
 
 /// The commit component of one file (see the module docs).
 pub(crate) struct Commit {
     group: GroupCommit,
     chooser: Chooser,
+    /// Calls of [`sync`](Commit::sync) under way (relaxed: a hint).
+    under_way: AtomicUsize,
+}
+
+/// Counts a [`Commit::sync`] call as under way until dropped.
+struct UnderWay<'a>(&'a AtomicUsize);
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl Commit {
@@ -42,7 +56,17 @@ impl Commit {
         Self {
             group: GroupCommit::new(rounds_in_flight, commit_dsync),
             chooser: Chooser::new(strategy),
+            under_way: AtomicUsize::new(0),
         }
+    }
+
+    /// Whether a commit of this kind (`sync`, and the scoped commits that
+    /// allocate, which are grouped as `sync`'s are) is under way on some
+    /// thread: a writer's large write into unwritten space then goes into
+    /// the buffer, so its commit joins theirs rather than issuing its own
+    /// `fdatasync`. A hint only (relaxed).
+    pub(crate) fn busy(&self) -> bool {
+        self.under_way.load(std::sync::atomic::Ordering::Relaxed) > 0
     }
 
     /// A durable commit: returns once everything written before the call
@@ -50,6 +74,9 @@ impl Commit {
     ///
     /// Errors: as the way taken (`GroupCommit::join_round`, `direct::commit`).
     pub(crate) fn sync(&self, p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
+        self.under_way
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _under_way = UnderWay(&self.under_way);
         let way = self.chooser.way();
         let started = Instant::now();
         match way {

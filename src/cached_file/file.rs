@@ -805,6 +805,15 @@ impl PagedCachedFile {
             buf,
             pages,
             &room,
+            // Commits that allocate are grouped: with one under way, this
+            // write's commit joins it (measured: 8 threads on a
+            // preallocated file made 0.88x the commits/s writing there
+            // through).
+            if self.core.commit.busy() {
+                through::Allocating::Decline
+            } else {
+                through::Allocating::Write
+            },
         )?;
         if let Written::At(_) = written {
             add(&self.core.counters.through_writes, 1);

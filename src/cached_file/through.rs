@@ -36,11 +36,14 @@
 //!   claim is released no one reads or writes them: readers and writers
 //!   wait, so no read meets bytes the write is changing, and no newer
 //!   version can be written before this one;
-//! - the pages lie inside the file's length on disk and in space holding
-//!   data (not `Unwritten`): the write allocates nothing and changes no
+//! - the pages lie inside the file's length on disk: the write changes no
 //!   size, so the `fdatasync` after it makes them durable with the length
-//!   they need (a write that allocates is grouped instead, see
-//!   `Writer::commit`);
+//!   they need. `write_and_commit` also keeps out of space unwritten on
+//!   disk (`Unwritten`), whose commits are grouped (see `Writer::commit`);
+//!   a writer's large write goes there too ([`Allocating::Write`]), as a
+//!   lone writer's commit gains nothing from a group: that `fdatasync`
+//!   commits the allocation with the data, as any `fdatasync` begun after
+//!   the write does;
 //! - no cut runs meanwhile: a write through passes the [`ThroughGate`],
 //!   which a shrinking `set_len` closes and waits to empty before its
 //!   `ftruncate` (a write landing after the cut would grow the file
@@ -166,7 +169,15 @@ pub(crate) fn commit(
     failed_pages: &mut Vec<u64>,
     room: &dyn Fn() -> Result<()>,
 ) -> Result<Through> {
-    let step = match write(p, gate, offset, buf, failed_pages, room)? {
+    let step = match write(
+        p,
+        gate,
+        offset,
+        buf,
+        failed_pages,
+        room,
+        Allocating::Decline,
+    )? {
         Written::Declined => return Ok(Through::Declined),
         Written::Requeued(e) => return Err(e),
         Written::At(step) => step,
@@ -175,6 +186,17 @@ pub(crate) fn commit(
     add(&p.counters.commits, 1);
     add(&p.counters.through_commits, 1);
     Ok(Through::Done)
+}
+
+/// Whether a write through may go into space unwritten on disk
+/// ([`Unwritten`](super::unwritten::Unwritten): holes and unwritten
+/// extents), where its `fdatasync` also commits the allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Allocating {
+    /// Declined there: the commit is made the grouped way.
+    Decline,
+    /// Written there too; the pages count as written from then on.
+    Write,
 }
 
 /// What the write half of a write through did.
@@ -194,7 +216,9 @@ pub(crate) enum Written {
 /// The write half of [`commit`]: `buf` (whole pages) at `offset` written
 /// straight from the caller's buffer under the same checks, with no
 /// `fdatasync`. `Writer::write_page` takes it for large writes, and its
-/// commit then needs an `fdatasync` covering the step.
+/// commit then needs an `fdatasync` covering the step. `allocating`:
+/// whether it may write space unwritten on disk (those pages count as
+/// written once it did).
 ///
 /// Errors: [`Error::PagesFailed`] with op "pwrite" where the write failed
 /// and there was no memory to keep the caller's bytes (the pages hold
@@ -206,6 +230,7 @@ pub(crate) fn write(
     buf: &[u8],
     failed_pages: &mut Vec<u64>,
     room: &dyn Fn() -> Result<()>,
+    allocating: Allocating,
 ) -> Result<Written> {
     let ps = p.config.page_size as u64;
     let len = buf.len() as u64;
@@ -227,7 +252,11 @@ pub(crate) fn write(
     // cut lowers these, and none runs while the pass is held.
     let inside = p.length.get().min(p.length.disk()).min(p.length.written());
     let pages: Range<u64> = offset / ps..end / ps;
-    if end > inside || p.unwritten.touches_range(pages.clone()) {
+    if end > inside {
+        return Ok(Written::Declined);
+    }
+    let unwritten = p.unwritten.touches_range(pages.clone());
+    if unwritten && allocating == Allocating::Decline {
         return Ok(Written::Declined);
     }
     if !p.buffer.claim_through(pages.clone(), p.cache) {
@@ -280,6 +309,11 @@ pub(crate) fn write(
     add(&p.counters.runs, 1);
     add(&p.counters.pages_written, pages.end - pages.start);
     add(&p.counters.bytes_written, len);
+    if unwritten {
+        // A hint (see `Unwritten`): the commit's `fdatasync` makes the
+        // allocation durable with the data.
+        p.unwritten.written_range(pages.clone());
+    }
     p.buffer.release_through(pages, p.cache);
     drop(pass);
     Ok(Written::At(step))

@@ -107,11 +107,21 @@ impl Unwritten {
 
     /// `pages` were written and made durable: no longer unwritten.
     pub(crate) fn written(&self, pages: &[u64]) {
+        self.written_each(pages.iter().copied());
+    }
+
+    /// The pages of `pages` were written (their commit's `fdatasync`
+    /// makes the allocation durable): no longer unwritten.
+    pub(crate) fn written_range(&self, pages: Range<u64>) {
+        self.written_each(pages);
+    }
+
+    fn written_each(&self, pages: impl Iterator<Item = u64>) {
         if !self.any.load(Ordering::Acquire) {
             return;
         }
         let mut ranges = self.ranges.lock();
-        for &p in pages {
+        for p in pages {
             let Some(i) = find(&ranges, p) else { continue };
             let r = ranges[i].clone();
             match (r.start < p, p + 1 < r.end) {
