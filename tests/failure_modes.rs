@@ -1078,6 +1078,12 @@ fn large_writes_into_a_hole_on_a_full_disk(kind: FsKind) {
     writes_through_on_a_full_disk_by(kind, Through::LargeWriteIntoHole);
 }
 
+/// As [`large_writes_on_a_full_disk`], on an empty file: each write past
+/// the end grows it (a failed one that grew it partway is cut back).
+fn large_writes_past_the_end_on_a_full_disk(kind: FsKind) {
+    writes_through_on_a_full_disk_by(kind, Through::LargeWritePastTheEnd);
+}
+
 /// How [`writes_through_on_a_full_disk_by`] writes and commits a chunk.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Through {
@@ -1085,6 +1091,8 @@ enum Through {
     LargeWrite,
     /// `LargeWrite`, the file's pages a hole (`set_len`) at the start.
     LargeWriteIntoHole,
+    /// `LargeWrite`, the file empty at the start.
+    LargeWritePastTheEnd,
 }
 
 fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
@@ -1098,6 +1106,8 @@ fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
     let f = PagedCachedFile::open(&path, Config::default().direct(direct)).unwrap();
     if how == Through::LargeWriteIntoHole {
         f.set_len(pages * PS as u64).unwrap();
+    } else if how == Through::LargeWritePastTheEnd {
+        // Empty.
     } else {
         for p in 0..pages {
             f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
@@ -1123,7 +1133,9 @@ fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
                     let at = first * PS as u64;
                     let done = match how {
                         Through::WriteAndCommit => w.write_and_commit(at, &buf),
-                        Through::LargeWrite | Through::LargeWriteIntoHole => {
+                        Through::LargeWrite
+                        | Through::LargeWriteIntoHole
+                        | Through::LargeWritePastTheEnd => {
                             w.write_page(at, &buf).and_then(|()| w.commit())
                         }
                     };
@@ -1176,7 +1188,7 @@ fn writes_through_on_a_full_disk_by(kind: FsKind, how: Through) {
 type Case = (&'static str, fn(FsKind));
 
 /// The cases run on every file system.
-const CASES: [Case; 15] = [
+const CASES: [Case; 16] = [
     (
         "sync_lanes_are_opened_except_on_btrfs",
         sync_lanes_are_opened_except_on_btrfs,
@@ -1233,6 +1245,10 @@ const CASES: [Case; 15] = [
     (
         "large_writes_into_a_hole_on_a_full_disk",
         large_writes_into_a_hole_on_a_full_disk,
+    ),
+    (
+        "large_writes_past_the_end_on_a_full_disk",
+        large_writes_past_the_end_on_a_full_disk,
     ),
 ];
 

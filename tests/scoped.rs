@@ -1260,9 +1260,10 @@ fn pages_written_through_are_covered_by_every_commit_after_them() {
 
 /// Where a large write cannot go through, it goes into the buffer and the
 /// commit writes it: a version of its pages buffered, bytes that are not
-/// whole pages, pages past the file's end, `write_through_min_bytes(None)`,
-/// a write below the threshold, and any write after `commit_async` (until
-/// a blocking commit). Each commit is durable.
+/// whole pages, pages past the file's end while a `sync()` is under way
+/// (see the next test), `write_through_min_bytes(None)`, a write below
+/// the threshold, and any write after `commit_async` (until a blocking
+/// commit). Each commit is durable.
 #[test]
 fn a_large_write_goes_into_the_buffer_where_it_must() {
     let (be, f) = crash_file(Config::default());
@@ -1272,13 +1273,12 @@ fn a_large_write_goes_into_the_buffer_where_it_must() {
     f.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
     w.write_page(0, &large(0, 2)).unwrap();
     w.write_all_at(16 * PS as u64 + 1, &large(16, 2)).unwrap();
-    w.write_page(64 * PS as u64, &large(64, 2)).unwrap();
     w.write_page(40 * PS as u64, &large(40, 2)[..15 * PS])
         .unwrap();
     assert_eq!(f.stats().through_writes, 0);
     w.commit().unwrap();
     let img = be.durable_image();
-    for p in [0, 3, 15, 64, 79, 40, 54] {
+    for p in [0, 3, 15, 40, 54] {
         assert_eq!(image_page(&img, p), Some((p, 2)), "page {p}");
     }
 
@@ -1502,5 +1502,80 @@ fn a_lone_writer_s_large_write_into_unwritten_space_goes_through() {
         assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
     }
     drop(w);
+    f.close().unwrap();
+}
+
+/// A lone writer's large write past the file's end (a hole before it)
+/// goes to disk at once and grows every length: `len()` at once, the file
+/// on disk once written, durable with the data after the commit's one
+/// `fdatasync`. A flush after it keeps the size; a buffered page beyond
+/// the write, committed next, grows it again; beside a `sync()` under
+/// way, a write past the end goes into the buffer. The file reads back
+/// after a reopen.
+#[test]
+fn a_lone_writer_s_large_write_past_the_end_goes_through_and_grows_the_file() {
+    let be = Arc::new(HoldsAWrite {
+        inner: CrashBackend::new(),
+        held: std::sync::Mutex::new(None),
+    });
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    let ps = PS as u64;
+    f.write_page(0, &page(PS, 0, 1)).unwrap();
+    f.sync().unwrap();
+    let mut w = f.writer();
+    let s0 = f.stats();
+    w.write_page(32 * ps, &large(32, 1)).unwrap();
+    let s1 = f.stats();
+    assert_eq!(s1.through_writes, s0.through_writes + 1, "written through");
+    assert_eq!(s1.pages_dirtied, s0.pages_dirtied, "nothing buffered");
+    assert_eq!(f.len(), 48 * ps, "the length at once");
+    assert_eq!(be.inner.live_image().len() as u64, 48 * ps, "on disk");
+    assert_eq!(tag_of(&f.read(40 * ps, PS).unwrap()), (40, 1));
+    assert!(
+        f.read(8 * ps, PS).unwrap().iter().all(|&b| b == 0),
+        "the hole"
+    );
+    f.flush().unwrap();
+    assert_eq!(
+        be.inner.live_image().len() as u64,
+        48 * ps,
+        "a flush keeps it"
+    );
+    w.commit().unwrap();
+    let s2 = f.stats();
+    assert_eq!(s2.syncs, s1.syncs + 1, "one fdatasync");
+    assert_eq!(s2.write_calls, s1.write_calls, "no write");
+    let img = be.inner.durable_image();
+    assert_eq!(img.len() as u64, 48 * ps, "the length durable");
+    assert_eq!(image_page(&img, 47), Some((47, 1)));
+
+    w.write_page(60 * ps, &page(PS, 60, 1)).unwrap();
+    w.commit().unwrap();
+    assert_eq!(be.inner.durable_image().len() as u64, 61 * ps);
+
+    // A sync() held inside its write: under way.
+    f.write_page(ps, &page(PS, 1, 1)).unwrap();
+    let (started, release) = be.hold_next();
+    let past = std::thread::scope(|s| {
+        let syncing = s.spawn(|| f.sync());
+        started.recv().unwrap();
+        let before = f.stats().through_writes;
+        let r = w.write_page(64 * ps, &large(64, 1));
+        let past = f.stats().through_writes - before;
+        release.send(()).unwrap();
+        syncing.join().unwrap().unwrap();
+        r.unwrap();
+        past
+    });
+    assert_eq!(past, 0, "past the end beside a sync under way: buffered");
+    w.commit().unwrap();
+    assert_eq!(be.inner.durable_image().len() as u64, 80 * ps);
+    drop(w);
+    f.close().unwrap();
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    assert_eq!(f.len(), 80 * ps);
+    for (p, v) in [(0, 1), (1, 1), (32, 1), (47, 1), (60, 1), (64, 1), (79, 1)] {
+        assert_eq!(tag_of(&f.read(p * ps, PS).unwrap()), (p, v), "page {p}");
+    }
     f.close().unwrap();
 }

@@ -1298,6 +1298,102 @@ fn large_writes_into_unwritten_space_lose_nothing() {
 /// Large writes through in the check above, summed over its schedules.
 static UNWRITTEN_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// A writer's large write past the file's end (two pages), then its
+/// commit, beside a thread rewriting page 0 and calling `sync()` and a
+/// reader: the write goes through where no `sync()` is under way (it
+/// grows the file and every length), into the buffer otherwise. A reader
+/// that sees the new length reads the written pages, never zeros; every
+/// crash image after the commit holds them and the length they need.
+#[test]
+fn a_large_write_past_the_end_loses_nothing() {
+    check(|| {
+        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
+        synced_pages(&f, 2);
+        let writer = {
+            let (f, be) = (Arc::clone(&f), Arc::clone(&be));
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
+                w.write_page(2 * PS as u64, &bytes).unwrap();
+                w.commit().unwrap();
+                let img = be.crash_image(1);
+                assert_page(&img, 2, 1, "crash image after the commit");
+                assert_page(&img, 3, 1, "crash image after the commit");
+            })
+        };
+        let reader = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                if f.len() >= 4 * PS as u64 {
+                    let page = f.read(3 * PS as u64, PS).unwrap();
+                    assert!(
+                        page.iter().all(|&b| b == tag(3, 1)),
+                        "a read within the new length found no data"
+                    );
+                }
+            })
+        };
+        f.write_page(0, &[tag(0, 1); PS]).unwrap();
+        f.sync().unwrap();
+        assert_page(&be.crash_image(7), 0, 1, "crash image after sync()");
+        writer.join().unwrap();
+        reader.join().unwrap();
+        assert_eq!(f.len(), 4 * PS as u64);
+        PAST_END_THROUGH.fetch_add(
+            f.stats().through_writes,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        f.close().unwrap();
+        assert_eq!(be.durable_image().len(), 4 * PS, "the length at close");
+    });
+    assert!(
+        PAST_END_THROUGH.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no schedule wrote through"
+    );
+}
+
+/// Large writes through in the check above, summed over its schedules.
+static PAST_END_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A writer's large write past the file's end racing with a shrinking
+/// `set_len` (and then its commit): the write lands whole before the cut
+/// (which removes it), or after it, or goes into the buffer and lands
+/// before or after it page by page. The file's size on disk is its
+/// length, and the last page past the cut is the committed version.
+#[test]
+fn a_large_write_past_the_end_racing_a_cut_keeps_the_size_the_length() {
+    check(|| {
+        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
+        synced_pages(&f, 2);
+        let writer = {
+            let f = Arc::clone(&f);
+            shuttle::thread::spawn(move || {
+                let mut w = f.writer();
+                let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
+                w.write_page(2 * PS as u64, &bytes).unwrap();
+                w.commit().unwrap();
+            })
+        };
+        f.set_len(PS as u64).unwrap();
+        writer.join().unwrap();
+        f.sync().unwrap();
+        let img = be.durable_image();
+        assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
+        let pages = f.len() / PS as u64;
+        for p in 1..pages {
+            let bytes = &img[p as usize * PS..(p as usize + 1) * PS];
+            assert!(
+                bytes.iter().all(|&b| b == tag(p, 1)) || bytes.iter().all(|&b| b == 0),
+                "page {p} past the cut is neither the write nor zeros"
+            );
+        }
+        if pages > 1 {
+            assert_page(&img, pages - 1, 1, "a write after the cut");
+        }
+        f.close().unwrap();
+    });
+}
+
 /// A writer's large write through (two pages) racing with a shrinking
 /// `set_len` over its pages, then its commit: the write lands whole before
 /// the cut (which removes it), or is refused the way through and buffered,

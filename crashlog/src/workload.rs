@@ -132,7 +132,7 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 16] = [
+pub const ALL: [Workload; 17] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
@@ -186,6 +186,17 @@ pub const ALL: [Workload; 16] = [
         },
         torn_ok: true,
         body: scoped_large_preallocated,
+    },
+    Workload {
+        name: "scoped-large-growing",
+        about: "Writer::write_page of four-page runs appended to an empty file, written straight to disk (one writer: the write grows the file, its commit's fdatasync makes the new size durable with the data), a buffered page just past the run beside every other one, then Writer::commit; O_DIRECT",
+        config: || {
+            base()
+                .direct(DirectIo::Auto)
+                .write_through_min_bytes(Some(2 * PS))
+        },
+        torn_ok: true,
+        body: scoped_large_growing,
     },
     Workload {
         name: "scoped-claimed",
@@ -528,6 +539,35 @@ fn scoped_large_preallocated(c: &Ctx) -> Result<(), String> {
             .map_err(|e| format!("write_page of a run: {e}"))?;
         if i % 2 == 0 {
             let single = 44 + i % 4;
+            floors.push((single, c.write_via(&mut w, single)?));
+        }
+        w.commit().map_err(|e| format!("commit: {e}"))?;
+        c.ack(floors)?;
+    }
+    let through = f.stats().through_writes;
+    if through != 11 {
+        return Err(format!("{through} of 11 runs were written through"));
+    }
+    f.close().map_err(|e| format!("close: {e}"))
+}
+
+/// One writer on an empty file appends eleven four-page runs, each
+/// straight to disk (it grows the file), a buffered page just past the
+/// run beside every other one (the next run covers it), and commits after
+/// each. Every run was written through.
+fn scoped_large_growing(c: &Ctx) -> Result<(), String> {
+    let f = c.open()?;
+    let ps = c.ps() as usize;
+    let mut w = f.writer();
+    let mut buf = pagewriter::buffer::AlignedBuf::zeroed(4 * ps, 4096)
+        .ok_or_else(|| "no memory for a buffer".to_string())?;
+    for i in 0..11u64 {
+        let first = i * 4;
+        let mut floors = c.stage_run(&mut buf, first)?;
+        w.write_page(first * c.ps(), &buf)
+            .map_err(|e| format!("write_page of a run: {e}"))?;
+        if i % 2 == 0 {
+            let single = first + 4;
             floors.push((single, c.write_via(&mut w, single)?));
         }
         w.commit().map_err(|e| format!("commit: {e}"))?;

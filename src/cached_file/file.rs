@@ -805,20 +805,31 @@ impl PagedCachedFile {
             buf,
             pages,
             &room,
-            // Commits that allocate are grouped: with one under way, this
-            // write's commit joins it (measured: 8 threads on a
-            // preallocated file made 0.88x the commits/s writing there
-            // through).
-            if self.core.commit.busy() {
-                through::Allocating::Decline
-            } else {
-                through::Allocating::Write
-            },
+            self.allocating(offset, buf.len()),
         )?;
         if let Written::At(_) = written {
             add(&self.core.counters.through_writes, 1);
         }
         Ok(written)
+    }
+
+    /// How a writer's large write of `len` bytes at `offset` may
+    /// allocate. Commits that allocate are grouped: with one under way
+    /// (`sync`, or a scoped commit that allocates), the write goes into
+    /// the buffer and its commit joins theirs (measured: 8 threads on a
+    /// preallocated file made 0.88x the commits/s writing there through).
+    /// Past the file's length on disk it needs the drain lock, taken here
+    /// before the write's pass (`through::Allocating::Grow`).
+    fn allocating(&self, offset: u64, len: usize) -> through::Allocating<'_> {
+        if self.core.commit.busy() {
+            return through::Allocating::Decline;
+        }
+        let l = &self.core.length;
+        let inside = l.get().min(l.disk()).min(l.written());
+        if offset.saturating_add(len as u64) <= inside {
+            return through::Allocating::Write;
+        }
+        through::Allocating::Grow(self.core.flush.drain.lock(), &self.core.flush)
     }
 
     /// Whether the scope's `pages` reach past the file's length on disk

@@ -94,12 +94,13 @@ impl<'a> Writer<'a> {
     /// disk, no other version of them buffered, in flight or under a
     /// guard, no torn-page protection or grow-ahead window, `data` aligned
     /// for `O_DIRECT`), and also in space unwritten on disk (holes and
-    /// unwritten extents, as [`commit`](Self::commit) says) while no
-    /// [`PagedCachedFile::sync`] or commit that allocates is under way on
-    /// another thread (otherwise its commit joins theirs: they are
-    /// grouped); its commit's `fdatasync` then commits the allocation
-    /// with the data, and the pages count as written from then on. All
-    /// that while this writer's latest commit was a blocking
+    /// unwritten extents, as [`commit`](Self::commit) says) or past the
+    /// file's end (the write grows the file and its length at once) while
+    /// no [`PagedCachedFile::sync`] or commit that allocates is under way
+    /// on another thread (otherwise its commit joins theirs: they are
+    /// grouped); its commit's `fdatasync` then commits the allocation and
+    /// the new size with the data. All that while this writer's latest
+    /// commit was a blocking
     /// one (after [`commit_async`](Self::commit_async) its writes go into
     /// the buffer, so the thread does not wait for them), and while no
     /// `fdatasync` of the file is in flight (with other threads committing

@@ -36,14 +36,16 @@
 //!   claim is released no one reads or writes them: readers and writers
 //!   wait, so no read meets bytes the write is changing, and no newer
 //!   version can be written before this one;
-//! - the pages lie inside the file's length on disk: the write changes no
-//!   size, so the `fdatasync` after it makes them durable with the length
-//!   they need. `write_and_commit` also keeps out of space unwritten on
-//!   disk (`Unwritten`), whose commits are grouped (see `Writer::commit`);
-//!   a writer's large write goes there too ([`Allocating::Write`]), as a
-//!   lone writer's commit gains nothing from a group: that `fdatasync`
-//!   commits the allocation with the data, as any `fdatasync` begun after
-//!   the write does;
+//! - `write_and_commit`'s pages lie inside the file's length on disk, in
+//!   space holding data (not `Unwritten`): the write changes no size and
+//!   allocates nothing (a commit that allocates is grouped, see
+//!   `Writer::commit`). A writer's large write, where no such grouped
+//!   commit is under way, goes into unwritten space too
+//!   ([`Allocating::Write`]) and past the end ([`Allocating::Grow`], with
+//!   the drain lock held across it and the lengths grown once it
+//!   completed): a lone writer's commit gains nothing from a group, and
+//!   the `fdatasync` begun after the write commits the allocation and the
+//!   new size with the data;
 //! - no cut runs meanwhile: a write through passes the [`ThroughGate`],
 //!   which a shrinking `set_len` closes and waits to empty before its
 //!   `ftruncate` (a write landing after the cut would grow the file
@@ -62,6 +64,7 @@ use std::io::IoSlice;
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::file_size::FileSize;
 use super::flush::FlushPipeline;
 use super::gather::{GatherBuf, write_run};
 use super::pages::PageRef;
@@ -69,7 +72,7 @@ use super::parts::Parts;
 use super::stats::{add, add_elapsed};
 use crate::coalesce::{Run, RunLimits, coalesce};
 use crate::error::{Error, Result};
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{Condvar, Mutex, MutexGuard};
 
 /// Writes through in flight and whether a cut holds them off (see the
 /// module docs).
@@ -188,15 +191,23 @@ pub(crate) fn commit(
     Ok(Through::Done)
 }
 
-/// Whether a write through may go into space unwritten on disk
+/// Whether a write through may allocate: go into space unwritten on disk
 /// ([`Unwritten`](super::unwritten::Unwritten): holes and unwritten
-/// extents), where its `fdatasync` also commits the allocation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Allocating {
+/// extents) or past the file's length on disk, where its `fdatasync` also
+/// commits the allocation (and the new size).
+pub(crate) enum Allocating<'a> {
     /// Declined there: the commit is made the grouped way.
     Decline,
-    /// Written there too; the pages count as written from then on.
+    /// Written into unwritten space too (the pages count as written from
+    /// then on); declined past the length on disk.
     Write,
+    /// As `Write`, and past the length on disk too, with the flush
+    /// pipeline's drain lock (taken before the pass: a cut holds it while
+    /// it waits for passes). It is held across the write: the size the
+    /// flushes know (`FileSize::os_len`) follows the write before any
+    /// flush compares a length with it, and a failed write that grew the
+    /// file is cut back as a flush's is.
+    Grow(MutexGuard<'a, FileSize>, &'a FlushPipeline),
 }
 
 /// What the write half of a write through did.
@@ -230,7 +241,7 @@ pub(crate) fn write(
     buf: &[u8],
     failed_pages: &mut Vec<u64>,
     room: &dyn Fn() -> Result<()>,
-    allocating: Allocating,
+    allocating: Allocating<'_>,
 ) -> Result<Written> {
     let ps = p.config.page_size as u64;
     let len = buf.len() as u64;
@@ -252,11 +263,16 @@ pub(crate) fn write(
     // cut lowers these, and none runs while the pass is held.
     let inside = p.length.get().min(p.length.disk()).min(p.length.written());
     let pages: Range<u64> = offset / ps..end / ps;
-    if end > inside {
+    let (may_allocate, mut grow) = match allocating {
+        Allocating::Decline => (false, None),
+        Allocating::Write => (true, None),
+        Allocating::Grow(size, flush) => (true, Some((size, flush))),
+    };
+    if (end > inside && grow.is_none()) || p.length.check_max(offset, len).is_err() {
         return Ok(Written::Declined);
     }
     let unwritten = p.unwritten.touches_range(pages.clone());
-    if unwritten && allocating == Allocating::Decline {
+    if unwritten && !may_allocate {
         return Ok(Written::Declined);
     }
     if !p.buffer.claim_through(pages.clone(), p.cache) {
@@ -270,6 +286,17 @@ pub(crate) fn write(
     add_elapsed(&p.counters.write_ns, started);
     add(&p.counters.write_calls, 1);
     if let Err(e) = written {
+        if let Some((mut size, flush)) = grow.take() {
+            // A write past the end that failed partway may have grown
+            // the file: cut back to what completed writes left, as after
+            // a flush's failed write (now, or by the next holder of the
+            // drain lock once no write is in flight). The drain lock goes
+            // before making room, which may flush.
+            flush
+                .cut_pending
+                .store(true, std::sync::atomic::Ordering::Release);
+            flush.cut_back_if_idle(p, &mut size);
+        }
         // The disk holds some mix of old and new bytes: the caller's go
         // into the buffer before anyone can read the pages, within the
         // bound where backpressure can make room (it flushes other pages:
@@ -305,6 +332,15 @@ pub(crate) fn write(
             Err(e)
         };
     }
+    if let Some((size, _)) = grow.as_mut() {
+        // The file holds `end` bytes at least now; readers waiting for
+        // the claim find them on disk, and the length counts as written
+        // by the step below.
+        size.expect_end(end);
+        p.length.grow_written(end);
+        p.length.grow_disk(end);
+        p.length.grow(end);
+    }
     let step = p.durability.step();
     add(&p.counters.runs, 1);
     add(&p.counters.pages_written, pages.end - pages.start);
@@ -316,6 +352,7 @@ pub(crate) fn write(
     }
     p.buffer.release_through(pages, p.cache);
     drop(pass);
+    drop(grow);
     Ok(Written::At(step))
 }
 
