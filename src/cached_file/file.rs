@@ -819,7 +819,9 @@ impl PagedCachedFile {
     /// the buffer and its commit joins theirs (measured: 8 threads on a
     /// preallocated file made 0.88x the commits/s writing there through).
     /// Past the file's length on disk it needs the drain lock, taken here
-    /// before the write's pass (`through::Allocating::Grow`).
+    /// before the write's pass (`through::Allocating::Grow`), and only if
+    /// free: a flush holding it means other threads are writing, and
+    /// holding it across this write would stall their flushes.
     fn allocating(&self, offset: u64, len: usize) -> through::Allocating<'_> {
         if self.core.commit.busy() {
             return through::Allocating::Decline;
@@ -829,7 +831,10 @@ impl PagedCachedFile {
         if offset.saturating_add(len as u64) <= inside {
             return through::Allocating::Write;
         }
-        through::Allocating::Grow(self.core.flush.drain.lock(), &self.core.flush)
+        match self.core.flush.drain.try_lock() {
+            Some(size) => through::Allocating::Grow(size, &self.core.flush),
+            None => through::Allocating::Decline,
+        }
     }
 
     /// Whether the scope's `pages` reach past the file's length on disk
