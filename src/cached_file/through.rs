@@ -259,8 +259,10 @@ pub(crate) fn write(
     let Some(pass) = gate.enter() else {
         return Ok(Written::Declined);
     };
-    // Inside the file's length on disk and in space holding data: only a
-    // cut lowers these, and none runs while the pass is held.
+    // Inside the file's length on disk (else only with the drain lock,
+    // `Allocating::Grow`) and in space holding data (else only where it
+    // may allocate): only a cut lowers these lengths, and none runs while
+    // the pass is held.
     let inside = p.length.get().min(p.length.disk()).min(p.length.written());
     let pages: Range<u64> = offset / ps..end / ps;
     let (may_allocate, mut grow) = match allocating {
