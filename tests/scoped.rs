@@ -16,7 +16,9 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use common::{page, tag_of};
 use pagewriter::testing::{CrashBackend, FaultyBackend};
-use pagewriter::{CommitTicket, Config, Error, MemoryBackend, PagedCachedFile, StorageBackend};
+use pagewriter::{
+    CommitTicket, Config, Error, MemoryBackend, PagedCachedFile, Stats, StorageBackend,
+};
 
 const PS: usize = 4096;
 
@@ -802,12 +804,14 @@ fn write_and_commit_on_a_real_file_with_o_direct() {
 // ---- sync lanes opened on demand ----
 
 /// A crash-simulating backend with one sync lane at first whose next
-/// `fdatasync`, once armed, tells when it started and holds its lane
-/// until released; more lanes open on demand only if `opens`.
+/// `fdatasync` (or, with `writes`, next write), once armed, tells when it
+/// started and holds (a lane) until released; more lanes open on demand
+/// only if `opens`.
 #[derive(Debug)]
 struct HoldsASync {
     inner: CrashBackend,
     opens: bool,
+    writes: bool,
     held: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
 
@@ -816,7 +820,26 @@ impl HoldsASync {
         Self {
             inner: CrashBackend::with_sync_lanes(1),
             opens,
+            writes: false,
             held: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// One whose next write, once armed, is held instead: a `sync()`
+    /// held inside its flush, with no `fdatasync` in flight.
+    fn holding_a_write() -> Self {
+        Self {
+            writes: true,
+            ..Self::new(true)
+        }
+    }
+
+    /// Waits at the armed hold, if any, and disarms it.
+    fn wait_if_held(&self) {
+        let hold = self.held.lock().unwrap().take();
+        if let Some((started, release)) = hold {
+            started.send(()).unwrap();
+            release.recv().unwrap();
         }
     }
 
@@ -841,6 +864,9 @@ impl StorageBackend for HoldsASync {
         self.inner.read_exact_at(offset, buf)
     }
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        if self.writes {
+            self.wait_if_held();
+        }
         self.inner.write_all_at(offset, buf)
     }
     fn sync_data(&self) -> std::io::Result<()> {
@@ -850,10 +876,8 @@ impl StorageBackend for HoldsASync {
         self.inner.sync_lanes()
     }
     fn sync_data_on(&self, lane: usize) -> std::io::Result<()> {
-        let hold = self.held.lock().unwrap().take();
-        if let Some((started, release)) = hold {
-            started.send(()).unwrap();
-            release.recv().unwrap();
+        if !self.writes {
+            self.wait_if_held();
         }
         self.inner.sync_data_on(lane)
     }
@@ -1387,47 +1411,32 @@ fn large_writes_through_writers_on_a_real_file() {
     f.close().unwrap();
 }
 
-/// A crash-simulating backend whose next write, once armed, tells when it
-/// started and returns once released: a `sync()` held inside its flush,
-/// with no `fdatasync` in flight.
-#[derive(Debug)]
-struct HoldsAWrite {
-    inner: CrashBackend,
-    held: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
+/// A large write of pages `first..first + 16` through `w`, checked to
+/// have gone through (nothing buffered); the stats after it.
+fn write_large_through(f: &PagedCachedFile, w: &mut pagewriter::Writer<'_>, first: u64) -> Stats {
+    let before = f.stats();
+    w.write_page(first * PS as u64, &large(first, 1)).unwrap();
+    let after = f.stats();
+    assert_eq!(
+        after.through_writes,
+        before.through_writes + 1,
+        "written through"
+    );
+    assert_eq!(
+        after.pages_dirtied, before.pages_dirtied,
+        "nothing buffered"
+    );
+    after
 }
 
-impl HoldsAWrite {
-    /// Arms the hold: the receiver hears when the next write started; it
-    /// returns once the sender sends.
-    fn hold_next(&self) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
-        let (started_tx, started_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel();
-        *self.held.lock().unwrap() = Some((started_tx, release_rx));
-        (started_rx, release_tx)
-    }
-}
-
-impl StorageBackend for HoldsAWrite {
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_exact_at(offset, buf)
-    }
-    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        let hold = self.held.lock().unwrap().take();
-        if let Some((started, release)) = hold {
-            started.send(()).unwrap();
-            release.recv().unwrap();
-        }
-        self.inner.write_all_at(offset, buf)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.inner.sync_data()
-    }
+/// `w`'s commit, checked to add one `fdatasync` and no write to
+/// `before`; the stats after it.
+fn commit_only_syncs(w: &mut pagewriter::Writer<'_>, f: &PagedCachedFile, before: &Stats) -> Stats {
+    w.commit().unwrap();
+    let after = f.stats();
+    assert_eq!(after.syncs, before.syncs + 1, "one fdatasync");
+    assert_eq!(after.write_calls, before.write_calls, "no write");
+    after
 }
 
 /// `set_len` leaves a hole (space unwritten on disk). A lone writer's
@@ -1439,25 +1448,15 @@ impl StorageBackend for HoldsAWrite {
 /// one into written space still goes through. Every commit is durable.
 #[test]
 fn a_lone_writer_s_large_write_into_unwritten_space_goes_through() {
-    let be = Arc::new(HoldsAWrite {
-        inner: CrashBackend::new(),
-        held: std::sync::Mutex::new(None),
-    });
+    let be = Arc::new(HoldsASync::holding_a_write());
     let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
     let ps = PS as u64;
     f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
     f.sync().unwrap();
     f.set_len(96 * ps).unwrap();
     let mut w = f.writer();
-    let s0 = f.stats();
-    w.write_page(32 * ps, &large(32, 1)).unwrap();
-    let s1 = f.stats();
-    assert_eq!(s1.through_writes, s0.through_writes + 1, "written through");
-    assert_eq!(s1.pages_dirtied, s0.pages_dirtied, "nothing buffered");
-    w.commit().unwrap();
-    let s2 = f.stats();
-    assert_eq!(s2.syncs, s1.syncs + 1, "one fdatasync");
-    assert_eq!(s2.write_calls, s1.write_calls, "no write");
+    let s1 = write_large_through(&f, &mut w, 32);
+    let s2 = commit_only_syncs(&mut w, &f, &s1);
     assert_eq!(
         s2.allocating_scoped_commits, s1.allocating_scoped_commits,
         "not grouped"
@@ -1514,20 +1513,13 @@ fn a_lone_writer_s_large_write_into_unwritten_space_goes_through() {
 /// after a reopen.
 #[test]
 fn a_lone_writer_s_large_write_past_the_end_goes_through_and_grows_the_file() {
-    let be = Arc::new(HoldsAWrite {
-        inner: CrashBackend::new(),
-        held: std::sync::Mutex::new(None),
-    });
+    let be = Arc::new(HoldsASync::holding_a_write());
     let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
     let ps = PS as u64;
     f.write_page(0, &page(PS, 0, 1)).unwrap();
     f.sync().unwrap();
     let mut w = f.writer();
-    let s0 = f.stats();
-    w.write_page(32 * ps, &large(32, 1)).unwrap();
-    let s1 = f.stats();
-    assert_eq!(s1.through_writes, s0.through_writes + 1, "written through");
-    assert_eq!(s1.pages_dirtied, s0.pages_dirtied, "nothing buffered");
+    let s1 = write_large_through(&f, &mut w, 32);
     assert_eq!(f.len(), 48 * ps, "the length at once");
     assert_eq!(be.inner.live_image().len() as u64, 48 * ps, "on disk");
     assert_eq!(tag_of(&f.read(40 * ps, PS).unwrap()), (40, 1));
@@ -1541,10 +1533,7 @@ fn a_lone_writer_s_large_write_past_the_end_goes_through_and_grows_the_file() {
         48 * ps,
         "a flush keeps it"
     );
-    w.commit().unwrap();
-    let s2 = f.stats();
-    assert_eq!(s2.syncs, s1.syncs + 1, "one fdatasync");
-    assert_eq!(s2.write_calls, s1.write_calls, "no write");
+    let s2 = commit_only_syncs(&mut w, &f, &s1);
     let img = be.inner.durable_image();
     assert_eq!(img.len() as u64, 48 * ps, "the length durable");
     assert_eq!(image_page(&img, 47), Some((47, 1)));

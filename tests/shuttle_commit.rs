@@ -1363,34 +1363,7 @@ static PAST_END_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::Atomi
 #[test]
 fn a_large_write_past_the_end_racing_a_cut_keeps_the_size_the_length() {
     check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 2);
-        let writer = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
-                w.write_page(2 * PS as u64, &bytes).unwrap();
-                w.commit().unwrap();
-            })
-        };
-        f.set_len(PS as u64).unwrap();
-        writer.join().unwrap();
-        f.sync().unwrap();
-        let img = be.durable_image();
-        assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
-        let pages = f.len() / PS as u64;
-        for p in 1..pages {
-            let bytes = &img[p as usize * PS..(p as usize + 1) * PS];
-            assert!(
-                bytes.iter().all(|&b| b == tag(p, 1)) || bytes.iter().all(|&b| b == 0),
-                "page {p} past the cut is neither the write nor zeros"
-            );
-        }
-        if pages > 1 {
-            assert_page(&img, pages - 1, 1, "a write after the cut");
-        }
-        f.close().unwrap();
+        large_write_racing_a_cut(2, 1);
     });
 }
 
@@ -1404,45 +1377,52 @@ fn a_large_write_past_the_end_racing_a_cut_keeps_the_size_the_length() {
 #[test]
 fn a_large_write_through_never_lands_past_a_cut() {
     check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 4);
-        let writer = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
-                w.write_page(2 * PS as u64, &bytes).unwrap();
-                w.commit().unwrap();
-            })
-        };
-        f.set_len(2 * PS as u64).unwrap();
-        writer.join().unwrap();
-        f.sync().unwrap();
-        let img = be.durable_image();
-        assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
-        // The buffered way lands before or after the cut page by page (as
-        // `set_len` says); the last page past it grew the file again.
-        let pages = f.len() / PS as u64;
-        for p in 2..pages {
-            let bytes = &img[p as usize * PS..(p as usize + 1) * PS];
-            assert!(
-                bytes.iter().all(|&b| b == tag(p, 1)) || bytes.iter().all(|&b| b == 0),
-                "page {p} past the cut is neither the write nor zeros"
-            );
-        }
-        if pages > 2 {
-            assert_page(&img, pages - 1, 1, "a write after the cut");
-        }
-        THROUGH_BEFORE_CUT.fetch_add(
-            f.stats().through_writes,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        f.close().unwrap();
+        let through = large_write_racing_a_cut(4, 2);
+        THROUGH_BEFORE_CUT.fetch_add(through, std::sync::atomic::Ordering::Relaxed);
     });
     assert!(
         THROUGH_BEFORE_CUT.load(std::sync::atomic::Ordering::Relaxed) > 0,
         "no schedule wrote through"
     );
+}
+
+/// A file of `synced` pages, synced; a writer writes pages 2 and 3 with
+/// one large write (through where it can) and commits, racing a `set_len`
+/// to `cut` pages. Then: the file's size on disk is its length, every
+/// page past the cut is the write or zeros (the buffered way lands page
+/// by page), and the last page past it is the write. Returns the writes
+/// through.
+fn large_write_racing_a_cut(synced: u64, cut: u64) -> u64 {
+    let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
+    synced_pages(&f, synced);
+    let writer = {
+        let f = Arc::clone(&f);
+        shuttle::thread::spawn(move || {
+            let mut w = f.writer();
+            let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
+            w.write_page(2 * PS as u64, &bytes).unwrap();
+            w.commit().unwrap();
+        })
+    };
+    f.set_len(cut * PS as u64).unwrap();
+    writer.join().unwrap();
+    f.sync().unwrap();
+    let img = be.durable_image();
+    assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
+    let pages = f.len() / PS as u64;
+    for p in cut..pages {
+        let bytes = &img[p as usize * PS..(p as usize + 1) * PS];
+        assert!(
+            bytes.iter().all(|&b| b == tag(p, 1)) || bytes.iter().all(|&b| b == 0),
+            "page {p} past the cut is neither the write nor zeros"
+        );
+    }
+    if pages > cut {
+        assert_page(&img, pages - 1, 1, "a write after the cut");
+    }
+    let through = f.stats().through_writes;
+    f.close().unwrap();
+    through
 }
 
 /// Large writes through in the check above, summed over its schedules.

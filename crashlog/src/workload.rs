@@ -520,35 +520,8 @@ fn scoped_large(c: &Ctx) -> Result<(), String> {
 /// allocates, made as `sync()` makes them), and commits after each.
 /// Every run was written through.
 fn scoped_large_preallocated(c: &Ctx) -> Result<(), String> {
-    c.open()?.close().map_err(|e| format!("close: {e}"))?;
-    let reserve = || {
-        let be = FileBackend::open(&c.path)?;
-        be.allocate(0, 48 * c.ps())?;
-        be.sync_data()
-    };
-    reserve().map_err(|e| format!("fallocate: {e}"))?;
-    let f = c.open()?;
-    let ps = c.ps() as usize;
-    let mut w = f.writer();
-    let mut buf = pagewriter::buffer::AlignedBuf::zeroed(4 * ps, 4096)
-        .ok_or_else(|| "no memory for a buffer".to_string())?;
-    for i in 0..11u64 {
-        let first = i * 4;
-        let mut floors = c.stage_run(&mut buf, first)?;
-        w.write_page(first * c.ps(), &buf)
-            .map_err(|e| format!("write_page of a run: {e}"))?;
-        if i % 2 == 0 {
-            let single = 44 + i % 4;
-            floors.push((single, c.write_via(&mut w, single)?));
-        }
-        w.commit().map_err(|e| format!("commit: {e}"))?;
-        c.ack(floors)?;
-    }
-    let through = f.stats().through_writes;
-    if through != 11 {
-        return Err(format!("{through} of 11 runs were written through"));
-    }
-    f.close().map_err(|e| format!("close: {e}"))
+    reserve(c, 48)?;
+    large_runs(c, |i| 44 + i % 4)
 }
 
 /// One writer on an empty file appends eleven four-page runs, each
@@ -556,6 +529,27 @@ fn scoped_large_preallocated(c: &Ctx) -> Result<(), String> {
 /// run beside every other one (the next run covers it), and commits after
 /// each. Every run was written through.
 fn scoped_large_growing(c: &Ctx) -> Result<(), String> {
+    large_runs(c, |i| i * 4 + 4)
+}
+
+/// The file created (and its directory entry synced) by an open, then
+/// `pages` pages reserved with `fallocate` and made durable: unwritten
+/// extents the next open finds.
+fn reserve(c: &Ctx, pages: u64) -> Result<(), String> {
+    c.open()?.close().map_err(|e| format!("close: {e}"))?;
+    let reserve = || {
+        let be = FileBackend::open(&c.path)?;
+        be.allocate(0, pages * c.ps())?;
+        be.sync_data()
+    };
+    reserve().map_err(|e| format!("fallocate: {e}"))
+}
+
+/// One writer, on the file as it is: eleven four-page runs from page 0,
+/// each written from an aligned buffer with `write_page`, the buffered
+/// page `single(i)` beside every other run, a commit after each run
+/// (acknowledged). Every run must have been written through.
+fn large_runs(c: &Ctx, single: impl Fn(u64) -> u64) -> Result<(), String> {
     let f = c.open()?;
     let ps = c.ps() as usize;
     let mut w = f.writer();
@@ -567,8 +561,8 @@ fn scoped_large_growing(c: &Ctx) -> Result<(), String> {
         w.write_page(first * c.ps(), &buf)
             .map_err(|e| format!("write_page of a run: {e}"))?;
         if i % 2 == 0 {
-            let single = first + 4;
-            floors.push((single, c.write_via(&mut w, single)?));
+            let page = single(i);
+            floors.push((page, c.write_via(&mut w, page)?));
         }
         w.commit().map_err(|e| format!("commit: {e}"))?;
         c.ack(floors)?;
@@ -633,13 +627,7 @@ fn scoped_growing(c: &Ctx) -> Result<(), String> {
 /// (scoped commits), the others' lie in unwritten extents (each commit
 /// made as `sync()` makes its commits).
 fn scoped_preallocated(c: &Ctx) -> Result<(), String> {
-    c.open()?.close().map_err(|e| format!("close: {e}"))?;
-    let reserve = || {
-        let be = FileBackend::open(&c.path)?;
-        be.allocate(0, 48 * c.ps())?;
-        be.sync_data()
-    };
-    reserve().map_err(|e| format!("fallocate: {e}"))?;
+    reserve(c, 48)?;
     let f = c.open()?;
     for p in 0..11 {
         c.write(&f, p)?;
