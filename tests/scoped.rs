@@ -1533,7 +1533,7 @@ fn a_lone_writer_s_large_write_past_the_end_goes_through_and_grows_the_file() {
         48 * ps,
         "a flush keeps it"
     );
-    let s2 = commit_only_syncs(&mut w, &f, &s1);
+    commit_only_syncs(&mut w, &f, &s1);
     let img = be.inner.durable_image();
     assert_eq!(img.len() as u64, 48 * ps, "the length durable");
     assert_eq!(image_page(&img, 47), Some((47, 1)));
