@@ -229,7 +229,8 @@ pub(crate) enum Written {
 /// `fdatasync`. `Writer::write_page` takes it for large writes, and its
 /// commit then needs an `fdatasync` covering the step. `allocating`:
 /// whether it may write space unwritten on disk (those pages count as
-/// written once it did).
+/// written once it did) and past the file's length on disk
+/// ([`Allocating`]).
 ///
 /// Errors: [`Error::PagesFailed`] with op "pwrite" where the write failed
 /// and there was no memory to keep the caller's bytes (the pages hold
@@ -299,40 +300,7 @@ pub(crate) fn write(
                 .store(true, std::sync::atomic::Ordering::Release);
             flush.cut_back_if_idle(p, &mut size);
         }
-        // The disk holds some mix of old and new bytes: the caller's go
-        // into the buffer before anyone can read the pages, within the
-        // bound where backpressure can make room (it flushes other pages:
-        // these are claimed, not dirty), past it where it cannot. The pass
-        // goes first: making room may flush, which takes the drain lock,
-        // under which a cut waits for passes (a cut from here on orders
-        // with these pages as with any write after it).
-        drop(pass);
-        let _ = room();
-        let copies = buf
-            .chunks_exact(ps as usize)
-            .map(|chunk| p.buffer.page_copy_of(chunk))
-            .collect::<Result<Vec<_>>>();
-        let kept = copies.is_ok();
-        match copies {
-            Ok(copies) => {
-                p.buffer
-                    .requeue_through(pages.start, copies, p.cache, p.length, p.counters)
-            }
-            // No memory for them: the pages are released as the disk
-            // holds them, and the error says they failed.
-            Err(_) => p.buffer.release_through(pages.clone(), p.cache),
-        }
-        failed_pages.extend(pages);
-        let e = Error::PagesFailed {
-            failed: std::iter::once(offset..end).collect(),
-            op: "pwrite",
-            source: Arc::new(e),
-        };
-        return if kept {
-            Ok(Written::Requeued(e))
-        } else {
-            Err(e)
-        };
+        return keep_failed(p, pass, buf, pages, failed_pages, room, e);
     }
     if let Some((size, _)) = grow.as_mut() {
         // The file holds `end` bytes at least now; readers waiting for
@@ -356,6 +324,57 @@ pub(crate) fn write(
     drop(pass);
     drop(grow);
     Ok(Written::At(step))
+}
+
+/// After a failed write through of `buf` (pages `pages`, claimed, passed
+/// by `pass`): the caller's bytes go into the write buffer and the pages
+/// into `failed_pages`; [`Written::Requeued`] with the error, or the
+/// error itself where there was no memory to keep the bytes.
+fn keep_failed(
+    p: &Parts<'_>,
+    pass: ThroughPass<'_>,
+    buf: &[u8],
+    pages: Range<u64>,
+    failed_pages: &mut Vec<u64>,
+    room: &dyn Fn() -> Result<()>,
+    e: std::io::Error,
+) -> Result<Written> {
+    let ps = p.config.page_size as u64;
+    let offset = pages.start * ps;
+    let end = pages.end * ps;
+    // The disk holds some mix of old and new bytes: the caller's go
+    // into the buffer before anyone can read the pages, within the
+    // bound where backpressure can make room (it flushes other pages:
+    // these are claimed, not dirty), past it where it cannot. The pass
+    // goes first: making room may flush, which takes the drain lock,
+    // under which a cut waits for passes (a cut from here on orders
+    // with these pages as with any write after it).
+    drop(pass);
+    let _ = room();
+    let copies = buf
+        .chunks_exact(ps as usize)
+        .map(|chunk| p.buffer.page_copy_of(chunk))
+        .collect::<Result<Vec<_>>>();
+    let kept = copies.is_ok();
+    match copies {
+        Ok(copies) => p
+            .buffer
+            .requeue_through(pages.start, copies, p.cache, p.length, p.counters),
+        // No memory for them: the pages are released as the disk
+        // holds them, and the error says they failed.
+        Err(_) => p.buffer.release_through(pages.clone(), p.cache),
+    }
+    failed_pages.extend(pages);
+    let e = Error::PagesFailed {
+        failed: std::iter::once(offset..end).collect(),
+        op: "pwrite",
+        source: Arc::new(e),
+    };
+    if kept {
+        Ok(Written::Requeued(e))
+    } else {
+        Err(e)
+    }
 }
 
 /// What a writer keeps between its commits written from the write buffer
