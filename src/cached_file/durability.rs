@@ -215,10 +215,13 @@ impl Durability {
     /// Counts a change no durable doublewrite record holds (a `set_len`,
     /// an extension without a record): the next commit round must
     /// `fdatasync` the file. The step and the mark are made under one
-    /// lock (see the module docs).
-    pub(crate) fn step_unstaged(&self) {
+    /// lock (see the module docs). Returns the step: an `fdatasync` that
+    /// covers it ([`fsynced`](Self::fsynced) at or past it) made the
+    /// change durable.
+    pub(crate) fn step_unstaged(&self) -> u64 {
         let mut u = self.unstaged_at.lock();
         *u = self.write_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        *u
     }
 
     /// `write_seq` and `unstaged_at`, read together.

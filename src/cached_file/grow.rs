@@ -32,7 +32,11 @@
 //! crash the file's size is the old or the new end (an extending write
 //! moves it only once its bytes are written), and the slots at that end
 //! are valid; a stale old trailer left unzeroed is found through the new
-//! record's `prev` and zeroed at the next open.
+//! record's `prev` and zeroed at the next open. That `prev` reaches back
+//! one trailer only, so an extension first makes the previous zeroing
+//! durable (an `fdatasync`, where no commit has since): else a crash
+//! could keep the new trailer and lose the zeroing of the one before the
+//! old, leaving it inside the data.
 //!
 //! **At rest the file is plain:** `close` cuts the window off (the size is
 //! the length again, made durable), and every open first looks for a
@@ -294,6 +298,11 @@ pub(crate) struct Window {
     /// written, cleared when its `fdatasync` passes. One that failed
     /// poisoned the file, so it stays, and nothing more is written.
     unconfirmed: bool,
+    /// The `write_seq` step that counted the latest zeroing of an old
+    /// trailer (0: none): an `fdatasync` covering it must pass before the
+    /// next extension's trailer is written, which points back to this
+    /// window's trailer only.
+    zeroed_at: u64,
 }
 
 /// What an extension did: the old trailer's slots (to zero once the new
@@ -320,6 +329,7 @@ impl Window {
             stale: None,
             prev: NO_PREV,
             unconfirmed: false,
+            zeroed_at: 0,
         })
     }
 
@@ -449,6 +459,18 @@ impl Window {
     /// Where an old trailer that still waits to be zeroed is.
     pub(crate) fn stale(&self) -> Option<u64> {
         self.stale
+    }
+
+    /// An old trailer's zeroing was counted at `write_seq` step `step`.
+    pub(crate) fn zeroed(&mut self, step: u64) {
+        self.zeroed_at = step;
+    }
+
+    /// Whether the latest zeroing of an old trailer is not known durable
+    /// when the latest successful `fdatasync` covered `write_seq` up to
+    /// `fsynced`.
+    pub(crate) fn zeroing_unsynced(&self, fsynced: u64) -> bool {
+        self.zeroed_at > fsynced
     }
 
     /// Writes `len` into the next slot if the newest record holds another

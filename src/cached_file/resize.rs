@@ -67,6 +67,13 @@ impl FlushPipeline {
             // trailer's records point back to this window's only, so a
             // crash after the extension could not find it again.
             Self::zero_stale(p, w).map_err(trailer)?;
+            // The old trailer zeroed since the last `fdatasync` (this
+            // window's predecessor's) durable first, for the same reason:
+            // a crash could keep the new trailer and lose that zeroing,
+            // and recovery zeros only the trailer the new one names.
+            if w.zeroing_unsynced(p.durability.fsynced()) {
+                self.sync_file(p)?;
+            }
             let old_end = w.end();
             let extended = match w.extend(p.backend, need, len) {
                 Ok(x) => x,
@@ -119,7 +126,7 @@ impl FlushPipeline {
                 // (`zero_stale`).
                 w.zero_old(p.backend, Some(old.start)).map_err(trailer)?;
                 p.length.trailer_zeroed(&old);
-                p.durability.step_unstaged();
+                w.zeroed(p.durability.step_unstaged());
             }
             return Ok(());
         }
@@ -142,7 +149,7 @@ impl FlushPipeline {
         };
         w.zero_old(p.backend, None)?;
         p.length.trailer_zeroed(&(at..at + w.slots_len()));
-        p.durability.step_unstaged();
+        w.zeroed(p.durability.step_unstaged());
         Ok(())
     }
 
