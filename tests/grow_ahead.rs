@@ -439,63 +439,6 @@ fn a_failed_zeroing(case: Then) {
     }
 }
 
-/// A file over a [`CrashBackend`](pagewriter::testing::CrashBackend) that,
-/// at every `fdatasync` (before it runs), takes the images a power cut at
-/// that instant could leave, reopens each (recovery), and keeps the
-/// recovered bytes: the instant an extension's trailer is written and not
-/// yet durable is one of them.
-#[derive(Debug)]
-struct CrashAtEverySync {
-    inner: Arc<pagewriter::testing::CrashBackend>,
-    seeds: u64,
-    recovered: std::sync::Mutex<Vec<Vec<u8>>>,
-}
-
-impl CrashAtEverySync {
-    fn power_cuts(&self) {
-        for seed in 0..self.seeds {
-            let image = self.inner.crash_image(seed);
-            let crashed = Arc::new(pagewriter::testing::CrashBackend::from_image(&image));
-            // Recovery runs at every open, whatever the configuration.
-            let f = PagedCachedFile::new(Arc::clone(&crashed), Config::default().page_size(512))
-                .unwrap();
-            let len = f.len() as usize;
-            drop(f);
-            let mut bytes = crashed.live_image();
-            bytes.truncate(len);
-            self.recovered.lock().unwrap().push(bytes);
-        }
-    }
-}
-
-impl pagewriter::StorageBackend for CrashAtEverySync {
-    fn len(&self) -> std::io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> std::io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read_exact_at(offset, buf)
-    }
-    fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        self.inner.write_all_at(offset, buf)
-    }
-    fn sync_data(&self) -> std::io::Result<()> {
-        self.sync_data_on(0)
-    }
-    fn sync_lanes(&self) -> usize {
-        self.inner.sync_lanes()
-    }
-    fn open_sync_lane(&self) -> std::io::Result<Option<usize>> {
-        self.inner.open_sync_lane()
-    }
-    fn sync_data_on(&self, lane: usize) -> std::io::Result<()> {
-        self.power_cuts();
-        self.inner.sync_data_on(lane)
-    }
-}
-
 /// Extensions back to back, with no commit between them (a flush that
 /// grows the file past its window twice): the old trailer zeroed after
 /// one extension's `fdatasync` must be durably zeroed before the next
@@ -505,12 +448,10 @@ impl pagewriter::StorageBackend for CrashAtEverySync {
 #[test]
 fn no_power_cut_leaves_an_old_trailer_inside_the_data() {
     use pagewriter::FlushEngine;
+    use pagewriter::testing::CrashBackend;
     const P: u64 = 512;
-    let backend = Arc::new(CrashAtEverySync {
-        inner: Arc::new(pagewriter::testing::CrashBackend::new()),
-        seeds: 16,
-        recovered: Default::default(),
-    });
+    const SEEDS: u64 = 16;
+    let backend = Arc::new(CrashBackend::new().images_at_every_sync(SEEDS));
     let cfg = window(P)
         .page_size(P as usize)
         .engine(FlushEngine::PerPage)
@@ -524,15 +465,17 @@ fn no_power_cut_leaves_an_old_trailer_inside_the_data() {
     }
     f.sync().unwrap();
     f.close().unwrap();
-    let recovered = backend.recovered.lock().unwrap();
-    assert!(recovered.len() >= 12 * 16, "{} images", recovered.len());
-    for (i, bytes) in recovered.iter().enumerate() {
-        let at = bytes.windows(8).position(|x| x == b"PWGROW01");
-        assert_eq!(
-            at,
-            None,
-            "image {i} ({} B): a trailer inside the data",
-            bytes.len()
-        );
+    let images = backend.take_images();
+    assert!(images.len() as u64 >= 12 * SEEDS, "{} images", images.len());
+    for (i, image) in images.iter().enumerate() {
+        let crashed = Arc::new(CrashBackend::from_image(image));
+        // Recovery runs at every open, whatever the configuration.
+        let f =
+            PagedCachedFile::new(Arc::clone(&crashed), Config::default().page_size(512)).unwrap();
+        let len = f.len() as usize;
+        drop(f);
+        let bytes = crashed.live_image();
+        let at = bytes[..len].windows(8).position(|x| x == b"PWGROW01");
+        assert_eq!(at, None, "image {i} ({len} B): a trailer inside the data");
     }
 }

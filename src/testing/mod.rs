@@ -416,6 +416,10 @@ struct CrashState {
     syncing: Vec<bool>,
     /// Most lanes (`most_sync_lanes`; 0: `CRASH_MAX_LANES`).
     most_lanes: usize,
+    /// Crash images to take at the start of every sync
+    /// (`images_at_every_sync`), and those taken.
+    images_per_sync: u64,
+    images: Vec<Vec<u8>>,
 }
 
 impl CrashState {
@@ -576,6 +580,24 @@ impl CrashBackend {
     /// the bytes there read as they are.
     pub fn report_unwritten(&self, ranges: Vec<std::ops::Range<u64>>) {
         self.state.lock().unwritten = Some(ranges);
+    }
+
+    /// Takes `seeds` crash images ([`crash_image`](Self::crash_image)
+    /// with seeds `0..seeds`) at the start of every sync from now on,
+    /// before its effect: the power cuts that land while an `fdatasync`
+    /// is in flight, such as the one that makes a just-written grow-ahead
+    /// trailer durable. [`take_images`](Self::take_images) hands them
+    /// over.
+    pub fn images_at_every_sync(self, seeds: u64) -> Self {
+        self.state.lock().images_per_sync = seeds;
+        self
+    }
+
+    /// The images taken so far at syncs
+    /// ([`images_at_every_sync`](Self::images_at_every_sync)), oldest
+    /// first; takes them away.
+    pub fn take_images(&self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.state.lock().images)
     }
 
     /// The bytes a crash now would leave.
@@ -825,6 +847,10 @@ impl CrashBackend {
     /// The effect of a sync on `lane` (see [`StorageBackend::sync_data_on`]).
     fn sync_now(&self, lane: usize) -> io::Result<()> {
         let mut st = self.state.lock();
+        for seed in 0..st.images_per_sync {
+            let image = st.crash_image(seed);
+            st.images.push(image);
+        }
         let log = std::mem::take(&mut st.log);
         if st.sync_faults.pop_front().unwrap_or(false) {
             st.errors += 1;
