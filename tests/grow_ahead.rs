@@ -470,8 +470,11 @@ fn no_power_cut_leaves_an_old_trailer_inside_the_data() {
     for (i, image) in images.iter().enumerate() {
         let crashed = Arc::new(CrashBackend::from_image(image));
         // Recovery runs at every open, whatever the configuration.
-        let f =
-            PagedCachedFile::new(Arc::clone(&crashed), Config::default().page_size(512)).unwrap();
+        let f = PagedCachedFile::new(
+            Arc::clone(&crashed),
+            Config::default().page_size(P as usize),
+        )
+        .unwrap();
         let len = f.len() as usize;
         drop(f);
         let bytes = crashed.live_image();

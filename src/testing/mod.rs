@@ -583,11 +583,13 @@ impl CrashBackend {
     }
 
     /// Takes `seeds` crash images ([`crash_image`](Self::crash_image)
-    /// with seeds `0..seeds`) at the start of every sync from now on,
-    /// before its effect: the power cuts that land while an `fdatasync`
-    /// is in flight, such as the one that makes a just-written grow-ahead
-    /// trailer durable. [`take_images`](Self::take_images) hands them
-    /// over.
+    /// with seeds `0..seeds`) at the start of every `sync_data` and
+    /// `sync_data_on` from now on, before its effect (a failing one
+    /// included; not at a durable write,
+    /// [`write_vectored_all_at_dsync`](StorageBackend::write_vectored_all_at_dsync)):
+    /// the power cuts that land while an `fdatasync` is in flight, such
+    /// as the one that makes a just-written grow-ahead trailer durable.
+    /// [`take_images`](Self::take_images) hands them over.
     pub fn images_at_every_sync(self, seeds: u64) -> Self {
         self.state.lock().images_per_sync = seeds;
         self
