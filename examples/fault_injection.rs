@@ -150,24 +150,15 @@ fn model_checker() -> Res<String> {
     for engine in engines {
         for _ in 0..50 {
             let cfg = ModelConfig {
-                write_through_pages: None,
                 grow_ahead: None,
                 engine,
                 page_size: 512 << rng.below(4),
                 buffer_pages: 1 + rng.below(16) as usize,
                 cache_pages: [0, 4, 64][rng.below(3) as usize],
                 stripes: 1 << rng.below(4),
-                sync_lanes: 1 + rng.below(3) as usize,
-                commit_dsync: rng.below(2) == 0,
-                rounds_in_flight: 1 + rng.below(3) as usize,
                 dir: None,
                 direct: false,
                 torn_writes: pagewriter::TornWrites::Allow,
-                commit_strategy: [
-                    pagewriter::CommitStrategy::Auto,
-                    pagewriter::CommitStrategy::Group,
-                    pagewriter::CommitStrategy::Direct,
-                ][rng.below(3) as usize],
             };
             let ops: Vec<Op> = (0..40).map(|_| random_op(&mut rng)).collect();
             model::check(&cfg, &ops).map_err(|e| format!("{cfg:?}: {e}"))?;

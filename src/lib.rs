@@ -90,10 +90,8 @@ pub mod testing;
 
 pub use backend::{DirectIo, FileBackend, FlushEngine, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
-    CommitStrategy, CommitTicket, Config, DEFAULT_WRITE_THREADS, DEFAULT_WRITE_THROUGH_MIN_BYTES,
-    GrowAhead, IoMode, MAX_DIRECT_WRITERS, MAX_GROW_WINDOW, MAX_PAGE_SIZE, MAX_ROUNDS_IN_FLIGHT,
-    MAX_STRIPES, MAX_SYNC_LANES, MAX_WRITE_BYTES, MAX_WRITE_THREADS, PageRef, PagedCachedFile,
-    Recovery, Stats, TornWrites, WritablePage, Writer,
+    CommitTicket, Config, GrowAhead, IoMode, MAX_GROW_WINDOW, MAX_PAGE_SIZE, PageRef,
+    PagedCachedFile, Recovery, Stats, TornWrites, WritablePage, Writer,
 };
 pub use error::{Error, Result};
 

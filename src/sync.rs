@@ -8,7 +8,7 @@
 //! only inside `shuttle::check_*`.
 
 #[cfg(not(feature = "shuttle"))]
-pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(feature = "shuttle"))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(not(feature = "shuttle"))]
@@ -121,7 +121,7 @@ impl std::task::Wake for ShuttleWake {
 }
 
 #[cfg(feature = "shuttle")]
-pub(crate) use self::model::{Condvar, Mutex, MutexGuard, RwLock};
+pub(crate) use self::model::{Condvar, Mutex, MutexGuard};
 #[cfg(feature = "shuttle")]
 pub(crate) use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(feature = "shuttle")]
@@ -137,9 +137,8 @@ mod model {
     pub(crate) struct Mutex<T>(shuttle::sync::Mutex<T>);
 
     /// A guard that can be given up and taken again in place
-    /// ([`MutexGuard::unlocked`], [`Condvar::wait`]).
+    /// ([`Condvar::wait`]).
     pub(crate) struct MutexGuard<'a, T> {
-        mutex: &'a Mutex<T>,
         guard: Option<shuttle::sync::MutexGuard<'a, T>>,
     }
 
@@ -150,7 +149,6 @@ mod model {
 
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             MutexGuard {
-                mutex: self,
                 guard: Some(self.0.lock().unwrap_or_else(|p| p.into_inner())),
             }
         }
@@ -161,20 +159,7 @@ mod model {
                 Err(shuttle::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(shuttle::sync::TryLockError::WouldBlock) => return None,
             };
-            Some(MutexGuard {
-                mutex: self,
-                guard: Some(guard),
-            })
-        }
-    }
-
-    impl<T> MutexGuard<'_, T> {
-        /// Runs `f` with the lock released, then takes it again.
-        pub(crate) fn unlocked<U>(this: &mut Self, f: impl FnOnce() -> U) -> U {
-            this.guard = None;
-            let out = f();
-            this.guard = Some(this.mutex.0.lock().unwrap_or_else(|p| p.into_inner()));
-            out
+            Some(MutexGuard { guard: Some(guard) })
         }
     }
 
@@ -188,24 +173,6 @@ mod model {
     impl<T> DerefMut for MutexGuard<'_, T> {
         fn deref_mut(&mut self) -> &mut T {
             self.guard.as_deref_mut().expect("guard held")
-        }
-    }
-
-    /// parking_lot's `RwLock` surface over shuttle's (poison ignored).
-    #[derive(Debug, Default)]
-    pub(crate) struct RwLock<T>(shuttle::sync::RwLock<T>);
-
-    impl<T> RwLock<T> {
-        pub(crate) fn new(value: T) -> Self {
-            Self(shuttle::sync::RwLock::new(value))
-        }
-
-        pub(crate) fn read(&self) -> shuttle::sync::RwLockReadGuard<'_, T> {
-            self.0.read().unwrap_or_else(|p| p.into_inner())
-        }
-
-        pub(crate) fn write(&self) -> shuttle::sync::RwLockWriteGuard<'_, T> {
-            self.0.write().unwrap_or_else(|p| p.into_inner())
         }
     }
 

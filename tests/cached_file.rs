@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use common::{ENGINES, page, tag_of};
 use pagewriter::testing::{CrashBackend, FaultyBackend, WriteFault};
-use pagewriter::{
-    CommitStrategy, Config, Error, FlushEngine, MemoryBackend, PagedCachedFile, StorageBackend,
-};
+use pagewriter::{Config, Error, FlushEngine, MemoryBackend, PagedCachedFile, StorageBackend};
 
 const PS: usize = 4096;
 
@@ -365,15 +363,12 @@ impl StorageBackend for HeldSync {
     }
 }
 
-/// Eight committers share rounds, and each is durable when its `sync`
-/// returns. Every `fdatasync` is held until all eight have called `sync`
-/// once, so whatever the schedule, some round covers two callers or more:
-/// before the release at most four rounds hold the sync lanes and a fifth
-/// the write stage, each covering at least one caller, and the callers
-/// left (three at least, if those covered one each) all wait for the next
-/// round, which covers them together.
+/// Eight committers share `fdatasync`s, and each is durable when its
+/// `sync` returns. Every `fdatasync` is held until all eight have called
+/// `sync` once, so whatever the schedule, callers that wrote while one
+/// was held all wait for it and share the next.
 #[test]
-fn group_commit_shares_rounds_and_each_caller_is_durable() {
+fn concurrent_syncs_share_fdatasyncs_and_each_caller_is_durable() {
     const THREADS: u64 = 8;
     const TXNS: u64 = 20;
     let entered = Arc::new(AtomicU64::new(0));
@@ -381,7 +376,7 @@ fn group_commit_shares_rounds_and_each_caller_is_durable() {
     let (be, sh) = shared(HeldSync::new(move |_| {
         seen.load(Ordering::SeqCst) < THREADS
     }));
-    let config = Config::default().commit_strategy(CommitStrategy::Group);
+    let config = Config::default();
     let f = PagedCachedFile::new(sh, config).unwrap();
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -409,10 +404,12 @@ fn group_commit_shares_rounds_and_each_caller_is_durable() {
         "more syncs at once than sync_lanes"
     );
     assert_eq!(s.commits, THREADS * TXNS);
-    assert!(s.commit_rounds < THREADS * TXNS, "no sharing: {s:?}");
-    assert!(s.max_commit_group >= 2, "{s:?}");
-    // A round that finds nothing new since the last fdatasync skips it.
-    assert!(s.syncs <= s.commit_rounds && s.syncs >= 1, "{s:?}");
+    // The first fdatasync is held until every thread waits: at least
+    // those share the next.
+    assert!(
+        s.syncs < THREADS * TXNS && s.syncs >= 1,
+        "no sharing: {s:?}"
+    );
 }
 
 /// Rounds pipeline: while one round is in its `fdatasync`, the next drains,
@@ -422,7 +419,7 @@ fn group_commit_shares_rounds_and_each_caller_is_durable() {
 #[test]
 fn a_round_syncs_while_the_next_one_writes_and_syncs() {
     let (be, sh) = shared(HeldSync::new(|b| b.started.load(Ordering::SeqCst) < 2));
-    let config = Config::default().commit_strategy(CommitStrategy::Group);
+    let config = Config::default();
     let f = Arc::new(PagedCachedFile::new(sh, config).unwrap());
     let committer = |p: u64| {
         let f = Arc::clone(&f);
@@ -672,11 +669,7 @@ fn bad_input_is_a_typed_error_and_loses_nothing() {
         Config::default().max_run_pages(1025),
         Config::default().stripes(3),
         Config::default().stripes(0),
-        Config::default().page_align(12),
         Config::default().max_write_bytes(0),
-        Config::default().sync_lanes(0),
-        Config::default().write_threads(0),
-        Config::default().write_threads(pagewriter::MAX_WRITE_THREADS + 1),
     ] {
         assert!(matches!(
             PagedCachedFile::new(MemoryBackend::new(), bad),
@@ -857,7 +850,7 @@ fn a_failed_fdatasync_among_concurrent_rounds_fails_everything_after_it() {
         for fail_at in [1usize, 3, 7] {
             let (be, sh) = shared(SlowSync::default());
             be.0.schedule_syncs((0..fail_at).map(|i| i + 1 == fail_at));
-            let f = PagedCachedFile::new(sh, Config::default().sync_lanes(lanes)).unwrap();
+            let f = PagedCachedFile::new(sh, Config::default()).unwrap();
             let results: Vec<Vec<(u64, bool)>> = std::thread::scope(|s| {
                 let hs: Vec<_> = (0..THREADS)
                     .map(|t| {
@@ -934,55 +927,30 @@ fn crash_backend_reports_a_writeback_error_once_per_lane() {
     assert_eq!(img[PS..2 * PS], page(PS, 1, 1)[..]);
 }
 
-/// A lane opened after a failed writeback misses the error, as a file
-/// description opened on Linux after another one saw the error does (the
-/// open samples the file's error state): the cached file must not let
-/// such a lane vouch for pages lost before it opened.
-#[test]
-fn crash_backend_lanes_opened_after_a_failure_do_not_report_it() {
-    let be = CrashBackend::with_sync_lanes(1);
-    assert_eq!(be.sync_lanes(), 1);
-    be.write_all_at(0, &page(PS, 0, 1)).unwrap();
-    be.schedule_syncs([true]);
-    assert!(be.sync_data_on(0).is_err(), "the failing sync");
-    assert_eq!(be.open_sync_lane().unwrap(), Some(1));
-    assert_eq!(be.sync_lanes(), 2);
-    assert!(
-        be.sync_data_on(1).is_ok(),
-        "opened after the error was seen"
-    );
-    assert!(be.sync_data_on(2).is_err(), "no lane 2 yet");
-    let img = be.durable_image();
-    assert!(img.iter().all(|&b| b == 0), "the lost write came back");
-}
-
-/// A file backend opens sync lanes on demand (one more open file
-/// description each, numbered in order) up to `MAX_SYNC_LANES`, then
-/// gives none; every lane syncs the file. Elsewhere than Linux a file
-/// has one lane and opens none.
+/// A file backend opens the sync lanes asked for (one more open file
+/// description each) up to `MAX_SYNC_LANES`; every lane syncs the file.
+/// Elsewhere than Linux a file has one lane.
 #[test]
 fn file_backend_opens_sync_lanes_up_to_the_most() {
+    use pagewriter::backend::MAX_SYNC_LANES;
     let dir = tempfile::tempdir().unwrap();
     let be = pagewriter::FileBackend::open(dir.path().join("f"))
         .unwrap()
-        .with_sync_lanes(4)
-        .unwrap();
+        .with_sync_lanes(4);
     if !cfg!(target_os = "linux") {
         assert_eq!(be.sync_lanes(), 1);
-        assert_eq!(be.open_sync_lane().unwrap(), None);
         return;
     }
     assert_eq!(be.sync_lanes(), 4);
     be.write_all_at(0, &page(PS, 0, 1)).unwrap();
-    for lane in 4..pagewriter::MAX_SYNC_LANES {
-        assert_eq!(be.open_sync_lane().unwrap(), Some(lane));
+    for lane in 0..4 {
         be.sync_data_on(lane).unwrap();
     }
-    assert_eq!(be.sync_lanes(), pagewriter::MAX_SYNC_LANES);
-    assert_eq!(be.open_sync_lane().unwrap(), None, "past the most");
-    let err = be.sync_data_on(pagewriter::MAX_SYNC_LANES).unwrap_err();
+    let err = be.sync_data_on(4).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
-    assert_eq!(be.syscalls().syncs, (pagewriter::MAX_SYNC_LANES - 4) as u64);
+    assert_eq!(be.syscalls().syncs, 4);
+    let be = be.with_sync_lanes(MAX_SYNC_LANES + 10);
+    assert_eq!(be.sync_lanes(), MAX_SYNC_LANES, "at most MAX_SYNC_LANES");
 }
 
 /// A backend whose next write at `offset` panics (once).
@@ -1017,38 +985,30 @@ impl StorageBackend for PanicsOnce {
     }
 }
 
-/// Writer threads: every run of a flush is written, a backend that panics
-/// in one of them fails that run (its pages stay dirty) instead of leaving
-/// the flush waiting, and the next sync writes it.
+/// Every run of a flush is written; a backend that panics in one of them
+/// fails that run (its pages stay dirty) instead of leaving the flush
+/// waiting, and the next sync writes it.
 #[test]
-fn writer_threads_write_all_runs_and_survive_a_panicking_write() {
-    for threads in [2, 4] {
+fn a_panicking_write_fails_its_run_and_the_next_sync_writes_it() {
+    {
         let (be, sh) = shared(PanicsOnce {
             inner: MemoryBackend::new(),
             offset: 10 * PS as u64,
             armed: AtomicBool::new(true),
         });
-        let f =
-            PagedCachedFile::new(sh, cfg(FlushEngine::Vectored).write_threads(threads)).unwrap();
+        let f = PagedCachedFile::new(sh, cfg(FlushEngine::Vectored)).unwrap();
         // Ten runs of one page each, every other page.
         for p in (0..20u64).step_by(2) {
             f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
         }
-        assert!(
-            matches!(f.sync(), Err(Error::PagesFailed { .. })),
-            "{threads} threads"
-        );
+        assert!(matches!(f.sync(), Err(Error::PagesFailed { .. })));
         assert!(!be.armed.load(Ordering::SeqCst));
         f.sync().unwrap();
         for p in (0..20u64).step_by(2) {
-            assert_eq!(
-                disk_page(&be.inner, p),
-                page(PS, p, 1),
-                "{threads} threads, page {p}"
-            );
+            assert_eq!(disk_page(&be.inner, p), page(PS, p, 1), "page {p}");
         }
         let s = f.stats();
         // Nine runs written, then the failed one; eleven write calls.
-        assert_eq!((s.runs, s.write_calls), (10, 11), "{threads} threads");
+        assert_eq!((s.runs, s.write_calls), (10, 11));
     }
 }

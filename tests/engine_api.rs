@@ -613,10 +613,7 @@ fn refresh_follows_another_handles_writes_and_length() {
     for direct in [DirectIo::Off, DirectIo::Auto] {
         let d = dir();
         let path = d.path().join("shared");
-        let cfg = Config::default()
-            .read_cache_bytes(1 << 20)
-            .direct(direct)
-            .sync_lanes(1);
+        let cfg = Config::default().read_cache_bytes(1 << 20).direct(direct);
         let opts = OpenOptions::new().lock(false);
         let a = PagedCachedFile::open_with(&path, &opts, cfg.clone()).unwrap();
         let b = PagedCachedFile::open_with(&path, &opts, cfg).unwrap();

@@ -44,13 +44,7 @@ fn eight_threads_drive_the_engine_api_against_a_per_byte_model() {
                 .max_write_buffer_bytes(24 << 12);
             configs.push(base.clone());
             if matches!(engine, FlushEngine::Vectored | FlushEngine::IoUring { .. }) {
-                configs.push(base.clone().commit_dsync(true).read_cache_bytes(64 << 12));
-                // Rounds that overlap, with the write latch under the
-                // stress's discards, shrinks and guards.
-                configs.push(base.clone().rounds_in_flight(3));
-            }
-            if engine == FlushEngine::Vectored {
-                configs.push(base.write_threads(3));
+                configs.push(base.read_cache_bytes(64 << 12));
             }
         }
     }
@@ -60,13 +54,10 @@ fn eight_threads_drive_the_engine_api_against_a_per_byte_model() {
         let path = dir.path().join(format!("stress-{i}"));
         let r = stress::run(&path, cfg, &plan);
         let what = format!(
-            "{} {:?} dsync {} cache {} threads {} rounds {}",
+            "{} {:?} cache {}",
             cfg.engine.name(),
             cfg.direct,
-            cfg.commit_dsync,
-            cfg.read_cache_bytes,
-            cfg.write_threads,
-            cfg.rounds_in_flight
+            cfg.read_cache_bytes
         );
         eprintln!(
             "{what}: {} ops, {} refusals, {} out-of-bounds, {} cuts, {} reopens, {} bytes checked, {} lost, {} unexpected, {:.1} s",

@@ -449,82 +449,6 @@ fn direct_io_misfits_are_errors_or_reported_fallbacks() {
     );
 }
 
-/// `commit_dsync`: a one-run commit round with nothing unsynced before it
-/// is one `RWF_DSYNC` write and no `fdatasync`; a round after an unsynced
-/// flush, or of several runs, still ends in `fdatasync`; the bytes are
-/// all there after reopening. Off, every round syncs.
-#[test]
-fn commit_dsync_replaces_fdatasync_only_where_it_covers_the_round() {
-    let dir = test_dir();
-    for direct in modes(dir.path()) {
-        for engine in file_engines() {
-            for on in [true, false] {
-                let path = dir
-                    .path()
-                    .join(format!("dsync-{}-{direct:?}-{on}", engine.name()));
-                let config = Config::default()
-                    .engine(engine)
-                    .direct(direct)
-                    .commit_dsync(on);
-                let f = PagedCachedFile::open(&path, config.clone()).unwrap();
-                let can =
-                    on && matches!(engine, FlushEngine::Vectored | FlushEngine::IoUring { .. });
-                let write = |pages: std::ops::Range<u64>, v: u64| {
-                    for p in pages {
-                        f.write_page(p * PS as u64, &page(PS, p, v)).unwrap();
-                    }
-                };
-                for txn in 0..5u64 {
-                    write(txn * 16..txn * 16 + 16, 1);
-                    f.sync().unwrap();
-                }
-                let s = f.stats();
-                let (dsync, syncs) = if can { (5, 0) } else { (0, 5) };
-                assert_eq!(
-                    (s.dsync_writes, s.syncs),
-                    (dsync, syncs),
-                    "{engine:?} {direct:?} {on}"
-                );
-                // An unsynced flush before the round: the round syncs.
-                write(80..84, 1);
-                f.flush().unwrap();
-                write(84..88, 1);
-                f.sync().unwrap();
-                // Two runs in one round: it syncs.
-                write(100..101, 1);
-                write(120..121, 1);
-                f.sync().unwrap();
-                // Clean again: one run goes out durable.
-                write(0..2, 2);
-                f.sync().unwrap();
-                let s = f.stats();
-                let (dsync, syncs) = if can { (6, 2) } else { (0, 8) };
-                assert_eq!(
-                    (s.dsync_writes, s.syncs),
-                    (dsync, syncs),
-                    "{engine:?} {direct:?} {on}"
-                );
-                drop(f);
-                let f = PagedCachedFile::open(&path, config).unwrap();
-                for p in (2..88).chain([100, 120]) {
-                    assert_eq!(
-                        tag_of(&f.read(p * PS as u64, PS).unwrap()),
-                        (p, 1),
-                        "{engine:?} {p}"
-                    );
-                }
-                for p in 0..2 {
-                    assert_eq!(
-                        tag_of(&f.read(p * PS as u64, PS).unwrap()),
-                        (p, 2),
-                        "{engine:?} {p}"
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// Under `O_DIRECT` the pwritev engine writes a run whose pages lie
 /// scattered in memory from one copy (one `pwrite` of the whole run), and
 /// a run in one piece of memory zero-copy (`pwritev`); buffered, every run
@@ -539,13 +463,12 @@ fn scattered_runs_are_copied_under_direct_io() {
         .filter(|e| matches!(e, FlushEngine::Vectored | FlushEngine::IoUring { .. }));
     for (engine, direct) in engines.flat_map(|e| modes(dir.path()).into_iter().map(move |d| (e, d)))
     {
-        for dsync in [false, true] {
-            let path = dir.path().join(format!(
-                "gather-{}-{engine:?} {direct:?}-{dsync}",
-                engine.name()
-            ));
+        {
+            let path = dir
+                .path()
+                .join(format!("gather-{}-{engine:?} {direct:?}", engine.name()));
             let (be, sh) = faulty_file(&path, direct);
-            let cfg = Config::default().engine(engine).commit_dsync(dsync);
+            let cfg = Config::default().engine(engine);
             let f = PagedCachedFile::new(sh, cfg.clone()).unwrap();
             // Fresh pages (`overwrite`) taken in file order come out of one
             // slab in address order: one piece of memory.
@@ -577,25 +500,17 @@ fn scattered_runs_are_copied_under_direct_io() {
                 1,
                 "{engine:?} {direct:?}: one run, one call"
             );
-            let copied = u64::from(direct == DirectIo::On && !dsync);
+            let copied = u64::from(direct == DirectIo::On);
             assert_eq!(
                 be.buffer_write_calls() - buffers,
                 copied,
-                "{engine:?} {direct:?} dsync {dsync}: scattered pages copied only under O_DIRECT"
+                "{engine:?} {direct:?}: scattered pages copied only under O_DIRECT"
             );
-            if dsync {
-                // Both runs were the durable write of their round.
-                assert_eq!(f.stats().dsync_writes, 2, "{engine:?} {direct:?}");
-            }
             f.close().unwrap();
             let f = PagedCachedFile::open(&path, cfg.direct(direct)).unwrap();
             for p in 0..32u64 {
                 let v = if p < 16 { 1 } else { 2 };
-                assert_eq!(
-                    disk(&path, p),
-                    (p, v),
-                    "{engine:?} {direct:?} {dsync}: page {p}"
-                );
+                assert_eq!(disk(&path, p), (p, v), "{engine:?} {direct:?}: page {p}");
                 assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, v));
             }
         }
@@ -612,9 +527,7 @@ fn writer_threads_copy_scattered_runs_under_direct_io() {
     for direct in modes(dir.path()) {
         let path = dir.path().join(format!("pool-gather-{direct:?}"));
         let (be, sh) = faulty_file(&path, direct);
-        let cfg = Config::default()
-            .engine(FlushEngine::Vectored)
-            .write_threads(4);
+        let cfg = Config::default().engine(FlushEngine::Vectored);
         let f = PagedCachedFile::new(sh, cfg.clone()).unwrap();
         // Runs of 4 pages at pages 0, 8, 16 and 24, each written back to
         // front: 4 pieces of memory per run.

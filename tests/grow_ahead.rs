@@ -356,11 +356,9 @@ fn a_failed_zeroing(case: Then) {
     let backend = Arc::new(FaultyBackend::new(FileBackend::open(&path).unwrap()));
     let cfg = window(8 * P)
         .page_size(P as usize)
-        .page_align(P as usize)
         .engine(FlushEngine::PerPage)
         .max_write_buffer_bytes(2 * P as usize)
-        .stripes(1)
-        .sync_lanes(1);
+        .stripes(1);
     let f = PagedCachedFile::new(Arc::clone(&backend), cfg).unwrap();
     let mut w = f.writer();
     w.write_and_commit(11 * P, &[1; 2 * P as usize]).unwrap();
@@ -455,8 +453,7 @@ fn no_power_cut_leaves_an_old_trailer_inside_the_data() {
     let cfg = window(P)
         .page_size(P as usize)
         .engine(FlushEngine::PerPage)
-        .stripes(1)
-        .sync_lanes(1);
+        .stripes(1);
     let f = PagedCachedFile::new(Arc::clone(&backend), cfg).unwrap();
     for i in 0..12u64 {
         // Two windows further out each time: each flush extends.

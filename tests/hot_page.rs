@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{file_engines, page, tag_of};
-use pagewriter::{CommitStrategy, Config, DirectIo, PagedCachedFile};
+use pagewriter::{Config, DirectIo, PagedCachedFile};
 
 const PS: usize = 4096;
 const THREADS: u64 = 8;
@@ -42,29 +42,24 @@ fn on_disk(file: &std::fs::File, page_no: u64) -> (u64, u64) {
 /// How each thread commits.
 #[derive(Debug, Clone, Copy)]
 enum Way {
-    /// `sync()` with this strategy and rounds in flight.
-    Sync(CommitStrategy, usize),
+    /// `sync()`.
+    Sync,
     /// Each thread's own `Writer::commit`.
     Scoped,
     /// Each thread's own `Writer::commit_async`, two tickets in flight.
     Async,
     /// Each thread's own `Writer::write_and_commit` from page-aligned
-    /// buffers, the hot page and its own page in turn: written through
-    /// where no other version is buffered or being written, else the
-    /// buffered way.
+    /// buffers, the hot page and its own page in turn.
     Through,
     /// Each thread's own `Writer::write_page` of the hot page and its own
-    /// page from page-aligned buffers, with `write_through_min_bytes` one
-    /// page: each write goes straight to disk where no other version is
-    /// buffered or being written and no `fdatasync` is in flight, else
-    /// into the buffer; then `Writer::commit`.
+    /// page from page-aligned buffers, then `Writer::commit`.
     LargeWrite,
 }
 
 impl Way {
     fn name(self) -> String {
         match self {
-            Way::Sync(s, r) => format!("sync {} rounds_in_flight {r}", s.name()),
+            Way::Sync => "sync".into(),
             Way::Scoped => "scoped".into(),
             Way::Async => "async:2".into(),
             Way::Through => "through".into(),
@@ -77,9 +72,7 @@ impl Way {
 fn every_commit_rewrites_one_hot_page() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let ways = [
-        Way::Sync(CommitStrategy::Group, 1),
-        Way::Sync(CommitStrategy::Group, 4),
-        Way::Sync(CommitStrategy::Direct, 1),
+        Way::Sync,
         Way::Scoped,
         Way::Async,
         Way::Through,
@@ -92,13 +85,7 @@ fn every_commit_rewrites_one_hot_page() {
         let path = dir
             .path()
             .join(format!("hot-{}-{}", engine.name(), way.name()));
-        let mut config = Config::default().engine(engine).direct(DirectIo::Auto);
-        if let Way::Sync(strategy, rounds) = way {
-            config = config.commit_strategy(strategy).rounds_in_flight(rounds);
-        }
-        if let Way::LargeWrite = way {
-            config = config.write_through_min_bytes(Some(PS));
-        }
+        let config = Config::default().engine(engine).direct(DirectIo::Auto);
         let f = Arc::new(PagedCachedFile::open(&path, config).unwrap());
         let reader = std::fs::File::open(&path).unwrap();
         // Hot-page versions in write order: a thread takes the next one and
@@ -138,13 +125,7 @@ fn every_commit_rewrites_one_hot_page() {
                         b.copy_from_slice(bytes);
                         b
                     };
-                    // Writes through: past the deadline too until one
-                    // wrote through (a loaded machine may give a thread a
-                    // single commit, which allocates and so goes grouped).
-                    let through_pending = |i: u64| {
-                        matches!(way, Way::Through) && f.stats().through_commits == 0 && i < 1000
-                    };
-                    while i == 0 || Instant::now() < deadline || through_pending(i) {
+                    while i == 0 || Instant::now() < deadline {
                         i += 1;
                         if let Way::Through = way {
                             // The hot page under the version lock, so the
@@ -180,7 +161,7 @@ fn every_commit_rewrites_one_hot_page() {
                             w.write_page(own * PS as u64, &mine).unwrap();
                         }
                         match way {
-                            Way::Sync(..) => f.sync().unwrap(),
+                            Way::Sync => f.sync().unwrap(),
                             Way::Scoped | Way::LargeWrite => w.commit().unwrap(),
                             Way::Through => unreachable!("committed above"),
                             Way::Async => {
@@ -217,18 +198,9 @@ fn every_commit_rewrites_one_hot_page() {
             way.name()
         );
         assert!(n >= THREADS, "{engine:?}, {}: {n} commits", way.name());
-        if let Way::Through = way {
-            // Each thread's own page holds data after its first commit:
-            // its later commits of it write through.
-            assert!(
-                stats.through_commits > 0,
-                "{engine:?}: no commit wrote through"
-            );
-        }
         eprintln!(
             "hot page, {} ({}), 8 threads, {}: {n} commits, {:.0} commits/s, \
-             {:.2} commits per round, {:.2} rounds in flight, {} written through, \
-             {} large writes through",
+             {:.2} fdatasyncs per commit",
             engine.name(),
             if f.io_mode().direct.is_some() {
                 "O_DIRECT"
@@ -237,10 +209,7 @@ fn every_commit_rewrites_one_hot_page() {
             },
             way.name(),
             n as f64 / secs,
-            stats.avg_commit_group(),
-            stats.mean_rounds_in_flight(),
-            stats.through_commits,
-            stats.through_writes,
+            stats.syncs as f64 / n.max(1) as f64,
         );
     }
 }

@@ -9,7 +9,7 @@
 
 use pagewriter::testing::WriteFault;
 use pagewriter::testing::model::{MAX_PAGES, ModelConfig, Op, check, check_torn};
-use pagewriter::{CommitStrategy, FlushEngine, TornWrites};
+use pagewriter::{FlushEngine, TornWrites};
 use proptest::prelude::*;
 
 fn cases() -> u32 {
@@ -63,42 +63,18 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
         1usize..24,
         prop::sample::select(vec![0usize, 4, 64]),
         prop::sample::select(vec![1usize, 4, 64]),
-        1usize..5,
-        any::<bool>(),
-        1usize..4,
         prop::sample::select(vec![
             TornWrites::Allow,
             TornWrites::Allow,
             TornWrites::Atomic,
             TornWrites::DoubleWrite,
         ]),
-        prop::sample::select(vec![
-            CommitStrategy::Auto,
-            CommitStrategy::Group,
-            CommitStrategy::Direct,
-        ]),
         // Grow-ahead windows of 1 and 8 pages (with Allow only).
         prop::sample::select(vec![None, Some(1u64), Some(8)]),
-        // Scoped writes of two pages or more straight to disk, or none.
-        prop::sample::select(vec![None, Some(2usize)]),
     )
         .prop_map(
-            |(
-                engine,
-                page_size,
-                buffer_pages,
-                cache_pages,
-                stripes,
-                sync_lanes,
-                commit_dsync,
-                rounds_in_flight,
-                torn_writes,
-                commit_strategy,
-                grow_pages,
-                write_through_pages,
-            )| {
+            |(engine, page_size, buffer_pages, cache_pages, stripes, torn_writes, grow_pages)| {
                 ModelConfig {
-                    write_through_pages,
                     grow_ahead: grow_pages
                         .filter(|_| torn_writes == TornWrites::Allow)
                         .map(|n| n * page_size as u64),
@@ -107,13 +83,9 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
                     buffer_pages,
                     cache_pages,
                     stripes,
-                    sync_lanes,
-                    commit_dsync,
-                    rounds_in_flight,
                     dir: None,
                     direct: false,
                     torn_writes,
-                    commit_strategy,
                 }
             },
         )
@@ -124,9 +96,6 @@ proptest! {
 
     #[test]
     fn file_matches_model(cfg in model_config(), ops in prop::collection::vec(op(), 1..150)) {
-        // `Auto` ends an epoch every commit and probes every other epoch:
-        // a sequence switches between group and direct commits.
-        pagewriter::testing::auto_commit_epochs(1, 1);
         if let Err(e) = check(&cfg, &ops) {
             prop_assert!(false, "{e}\nconfig {cfg:?}");
         }
@@ -138,7 +107,6 @@ proptest! {
 /// are skipped there). A quarter of the cases: every case makes a file.
 #[test]
 fn real_file_matches_model() {
-    pagewriter::testing::auto_commit_epochs(1, 1);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let uring = {
         let probe = pagewriter::PagedCachedFile::open(
@@ -195,19 +163,14 @@ fn real_file_matches_model() {
 #[test]
 fn a_failed_window_extension_keeps_what_the_last_commit_made_durable() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: Some(4096),
         engine: FlushEngine::PerPage,
         page_size: 512,
         buffer_pages: 1,
         cache_pages: 0,
         stripes: 1,
-        sync_lanes: 1,
-        commit_dsync: false,
-        rounds_in_flight: 1,
         dir: None,
         direct: false,
-        commit_strategy: CommitStrategy::Auto,
         torn_writes: TornWrites::Allow,
     };
     let ops = [
@@ -251,19 +214,14 @@ fn replay(cfg: &ModelConfig, ops: &[Op], times: usize) {
 #[test]
 fn a_kept_trailer_reads_as_zeros() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: Some(4096),
         engine: FlushEngine::PerPage,
         page_size: 512,
         buffer_pages: 4,
         cache_pages: 0,
         stripes: 4,
-        sync_lanes: 2,
-        commit_dsync: true,
-        rounds_in_flight: 1,
         dir: None,
         direct: false,
-        commit_strategy: CommitStrategy::Direct,
         torn_writes: TornWrites::Allow,
     };
     let scoped = |page, pages| Op::Scoped {
@@ -309,19 +267,14 @@ fn a_kept_trailer_reads_as_zeros() {
 #[test]
 fn an_extension_whose_sync_failed_leaves_no_trailer_inside_a_crash_image() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: Some(512),
         engine: FlushEngine::IoUring { queue_depth: 4 },
         page_size: 512,
         buffer_pages: 12,
         cache_pages: 4,
         stripes: 64,
-        sync_lanes: 3,
-        commit_dsync: false,
-        rounds_in_flight: 3,
         dir: None,
         direct: false,
-        commit_strategy: CommitStrategy::Group,
         torn_writes: TornWrites::Allow,
     };
     let ops = [
@@ -582,19 +535,14 @@ fn an_extension_whose_sync_failed_leaves_no_trailer_inside_a_crash_image() {
 #[test]
 fn no_length_record_goes_into_a_window_whose_extension_failed_to_sync() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: Some(1024),
         engine: FlushEngine::PerPage,
         page_size: 1024,
         buffer_pages: 14,
         cache_pages: 64,
         stripes: 4,
-        sync_lanes: 3,
-        commit_dsync: false,
-        rounds_in_flight: 3,
         dir: None,
         direct: false,
-        commit_strategy: CommitStrategy::Direct,
         torn_writes: TornWrites::Allow,
     };
     let ops = [
@@ -705,19 +653,14 @@ fn no_length_record_goes_into_a_window_whose_extension_failed_to_sync() {
 #[test]
 fn a_durable_round_write_never_covers_a_scoped_commit_written_beside_it() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: None,
         engine: FlushEngine::Vectored,
         page_size: 4096,
         buffer_pages: 7,
         cache_pages: 4,
         stripes: 4,
-        sync_lanes: 3,
-        commit_dsync: true,
-        rounds_in_flight: 3,
         dir: None,
         direct: false,
-        commit_strategy: CommitStrategy::Group,
         torn_writes: TornWrites::Allow,
     };
     let ops = [
@@ -798,20 +741,15 @@ fn a_durable_round_write_never_covers_a_scoped_commit_written_beside_it() {
 #[test]
 fn checker_reports_disagreements() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: None,
         engine: FlushEngine::Vectored,
         page_size: 4096,
         buffer_pages: 8,
         cache_pages: 0,
         stripes: 4,
-        sync_lanes: 1,
-        commit_dsync: false,
-        rounds_in_flight: 1,
         dir: None,
         direct: false,
         torn_writes: pagewriter::TornWrites::Allow,
-        commit_strategy: CommitStrategy::Group,
     };
     // A plain sequence passes.
     let ok = vec![
@@ -873,7 +811,6 @@ fn crashy_op() -> impl Strategy<Value = Op> {
 /// from `TORN_CASES=10000`).
 #[test]
 fn torn_pages_only_where_allowed() {
-    pagewriter::testing::auto_commit_epochs(1, 1);
     let cases: u32 = std::env::var("TORN_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -900,26 +837,20 @@ fn torn_pages_only_where_allowed() {
             let strategy = (
                 prop::sample::select(vec![1024usize, 4096]),
                 1usize..16,
-                1usize..3,
                 prop::collection::vec(crashy_op(), 1..80),
             );
             runner
-                .run(&strategy, |(page_size, buffer_pages, rounds, ops)| {
+                .run(&strategy, |(page_size, buffer_pages, ops)| {
                     let cfg = ModelConfig {
-                        write_through_pages: None,
                         grow_ahead: None,
                         engine,
                         page_size,
                         buffer_pages,
                         cache_pages: 0,
                         stripes: 4,
-                        sync_lanes: 2,
-                        commit_dsync: false,
-                        rounds_in_flight: rounds,
                         dir: None,
                         direct: false,
                         torn_writes: mode,
-                        commit_strategy: CommitStrategy::Auto,
                     };
                     crashes.set(
                         crashes.get()
@@ -962,19 +893,14 @@ fn torn_pages_only_where_allowed() {
 #[test]
 fn a_write_through_failing_as_the_file_is_poisoned_keeps_its_pages() {
     let cfg = ModelConfig {
-        write_through_pages: None,
         grow_ahead: None,
         engine: FlushEngine::PerPage,
         page_size: 4096,
         buffer_pages: 5,
         cache_pages: 4,
         stripes: 64,
-        sync_lanes: 1,
-        commit_dsync: false,
-        rounds_in_flight: 1,
         dir: None,
         direct: false,
-        commit_strategy: CommitStrategy::Auto,
         torn_writes: TornWrites::Allow,
     };
     let ops = [

@@ -16,9 +16,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use common::{page, tag_of};
 use pagewriter::testing::{CrashBackend, FaultyBackend};
-use pagewriter::{
-    CommitTicket, Config, Error, MemoryBackend, PagedCachedFile, Stats, StorageBackend,
-};
+use pagewriter::{CommitTicket, Config, Error, MemoryBackend, PagedCachedFile, StorageBackend};
 
 const PS: usize = 4096;
 
@@ -74,9 +72,8 @@ fn written(f: &PagedCachedFile, n: u64) {
 }
 
 /// One writer alone: one write call and one fdatasync per commit, whether
-/// its pages are inside the file (a scoped commit) or grow it (made as
-/// `sync()` makes its commits), and a commit with nothing written since
-/// the last one issues nothing.
+/// its pages are inside the file or grow it, and a commit with nothing
+/// written since the last one issues nothing.
 #[test]
 fn a_lone_writer_commits_with_one_write_and_one_fdatasync() {
     let (_be, f) = crash_file(Config::default());
@@ -94,10 +91,9 @@ fn a_lone_writer_commits_with_one_write_and_one_fdatasync() {
         let after = f.stats();
         assert_eq!(after.write_calls - before.write_calls, 10, "{after:?}");
         assert_eq!(after.syncs - before.syncs, 10, "{after:?}");
-        after.allocating_scoped_commits - before.allocating_scoped_commits
     };
-    assert_eq!(commits(1, 0), 0, "inside the file");
-    assert_eq!(commits(1, 40), 10, "growing the file");
+    commits(1, 0);
+    commits(1, 40);
     let after = f.stats();
     w.commit().unwrap();
     assert_eq!(f.stats().syncs, after.syncs, "an empty commit synced");
@@ -130,12 +126,11 @@ fn a_writer_commit_leaves_other_writers_pages_alone() {
 }
 
 /// A commit whose pages reach past the file's length on disk grows the
-/// file, and is made as `sync()` makes its commits: it promises every
-/// page written before it (other writers' too) and the length, and is
-/// counted apart. A page written in part at the end counts by the logical
-/// length it reaches.
+/// file: the length its pages need is durable with them, another writer's
+/// page is not written. A page written in part at the end counts by the
+/// logical length it reaches.
 #[test]
-fn a_commit_that_grows_the_file_commits_as_sync_does() {
+fn a_commit_that_grows_the_file_makes_its_length_durable() {
     let (be, f) = crash_file(Config::default());
     written(&f, 2);
     let mut a = f.writer();
@@ -148,108 +143,16 @@ fn a_commit_that_grows_the_file_commits_as_sync_does() {
     assert_eq!(image_page(&img, 3), Some((3, 1)));
     assert_eq!(
         image_page(&img, 0),
-        Some((0, 1)),
-        "a's page, written before"
+        Some((0, 0)),
+        "a's page went out with b's commit"
     );
-    assert_eq!(f.stats().allocating_scoped_commits, 1);
-    // Inside the file now: a scoped commit.
-    a.write_page(3 * PS as u64, &page(PS, 3, 2)).unwrap();
-    a.commit().unwrap();
-    assert_eq!(f.stats().allocating_scoped_commits, 1);
     // Five bytes past the end: the last page is written in part.
     a.write_all_at(4 * PS as u64, b"tail!").unwrap();
     a.commit().unwrap();
-    assert_eq!(f.stats().allocating_scoped_commits, 2);
+    assert_eq!(image_page(&be.durable_image(), 0), Some((0, 1)));
     let img = be.durable_image();
     assert_eq!(img.len(), 4 * PS + 5);
     assert_eq!(&img[4 * PS..], b"tail!");
-    f.close().unwrap();
-}
-
-/// A real file with 4 pages of data and 60 more reserved with
-/// `fallocate` (unwritten extents): a scoped commit into the reserved
-/// space allocates, so it goes the way of `sync()` (counted), once per
-/// page; commits of pages with data stay scoped. Every commit's pages
-/// read back after a reopen. Skipped, with the reason printed, where the
-/// backend cannot tell unwritten space (not Linux, or a file system that
-/// reports it as data).
-#[test]
-fn a_commit_into_unwritten_space_is_grouped_once_per_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("prealloc");
-    {
-        let be = pagewriter::FileBackend::open(&path).unwrap();
-        be.write_all_at(0, &[0u8; 4 * PS]).unwrap();
-        be.sync_data().unwrap();
-        if let Err(e) = be.allocate(0, 64 * PS as u64) {
-            eprintln!("skipped: fallocate: {e}");
-            return;
-        }
-        be.sync_data().unwrap();
-        match be.unwritten_ranges(8).unwrap() {
-            Some(r) if !r.is_empty() => {}
-            other => {
-                eprintln!("skipped: unwritten space not reported here ({other:?})");
-                return;
-            }
-        }
-    }
-    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
-    let mut w = f.writer();
-    let mut commit = |p: u64, v: u64| {
-        w.write_page(p * PS as u64, &page(PS, p, v)).unwrap();
-        w.commit().unwrap();
-        f.stats().allocating_scoped_commits
-    };
-    assert_eq!(commit(2, 1), 0, "a page with data");
-    assert_eq!(commit(20, 1), 1, "a page in unwritten space");
-    assert_eq!(commit(20, 2), 1, "the same page, written since");
-    assert_eq!(commit(21, 1), 2, "the next unwritten page");
-    assert_eq!(commit(3, 1), 2, "a page with data");
-    drop(w);
-    f.close().unwrap();
-    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
-    for (p, v) in [(2, 1), (20, 2), (21, 1), (3, 1)] {
-        assert_eq!(tag_of(&f.read(p * PS as u64, PS).unwrap()), (p, v));
-    }
-    assert_eq!(f.len(), 64 * PS as u64);
-    f.close().unwrap();
-}
-
-/// `set_len` growing the file leaves a hole: a scoped commit of a page in
-/// it allocates, so it is grouped, once per page, as at open. Pages the
-/// file held before stay scoped, and everything reads back after a
-/// reopen, the length included.
-#[test]
-fn a_commit_into_space_set_len_added_is_grouped_once_per_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("grown");
-    let ps = PS as u64;
-    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
-    let mut w = f.writer();
-    for p in 0..4 {
-        w.write_page(p * ps, &page(PS, p, 1)).unwrap();
-    }
-    w.commit().unwrap();
-    let grouped_before = f.stats().allocating_scoped_commits;
-    f.set_len(64 * ps).unwrap();
-    let mut commit = |p: u64, v: u64| {
-        w.write_page(p * ps, &page(PS, p, v)).unwrap();
-        w.commit().unwrap();
-        f.stats().allocating_scoped_commits - grouped_before
-    };
-    assert_eq!(commit(2, 2), 0, "a page the file held");
-    assert_eq!(commit(40, 1), 1, "a page in the hole");
-    assert_eq!(commit(40, 2), 1, "the same page, written since");
-    assert_eq!(commit(63, 1), 2, "the hole's last page");
-    assert_eq!(commit(3, 2), 2, "a page the file held");
-    drop(w);
-    f.close().unwrap();
-    let f = PagedCachedFile::open(&path, Config::default()).unwrap();
-    for (p, v) in [(0, 1), (2, 2), (3, 2), (40, 2), (63, 1)] {
-        assert_eq!(tag_of(&f.read(p * ps, PS).unwrap()), (p, v));
-    }
-    assert_eq!(f.len(), 64 * ps);
     f.close().unwrap();
 }
 
@@ -625,13 +528,12 @@ fn _assert_send_sync() {
     let _ = <CrashBackend as StorageBackend>::len;
 }
 
-// ---- write_and_commit: writes through ----
+// ---- write_and_commit ----
 
-/// On a written file, `write_and_commit` of pages no one else holds
-/// writes them straight from the caller's bytes: nothing enters the write
-/// buffer, one write call, and the pages are durable and read back.
+/// On a written file, `write_and_commit` of two contiguous pages is one
+/// write call, and the pages are durable and read back.
 #[test]
-fn write_and_commit_writes_pages_no_one_else_holds_through() {
+fn write_and_commit_makes_its_pages_durable_with_one_write() {
     let (be, f) = crash_file(Config::default());
     for p in 0..4u64 {
         f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
@@ -642,12 +544,9 @@ fn write_and_commit_writes_pages_no_one_else_holds_through() {
     let two = [page(PS, 1, 2), page(PS, 2, 2)].concat();
     w.write_and_commit(PS as u64, &two).unwrap();
     let s = f.stats();
-    assert_eq!(s.through_commits, 1);
-    assert_eq!(
-        s.pages_dirtied, dirtied,
-        "nothing went into the write buffer"
-    );
+    assert_eq!(s.pages_dirtied, dirtied + 2);
     assert_eq!(s.write_calls, calls + 1, "one write call");
+    assert_eq!(s.buffered_bytes, 0);
     let img = be.durable_image();
     assert_eq!(image_page(&img, 1), Some((1, 2)));
     assert_eq!(image_page(&img, 2), Some((2, 2)));
@@ -655,14 +554,12 @@ fn write_and_commit_writes_pages_no_one_else_holds_through() {
     f.close().unwrap();
 }
 
-/// Where writing through cannot keep the promise by itself, the call
-/// writes into the buffer and commits: the writer has pages pending, a
-/// version of the page is buffered, the bytes are not whole pages, the
-/// pages grow the file, or the file keeps its length in a grow-ahead
-/// trailer (or torn-page records, alike). Each commit
-/// is still durable, and none counts as written through.
+/// `write_and_commit` commits the writer's other pages pending with its
+/// own, keeps newest-wins over a version another call buffered, takes
+/// part of a page, grows the file, and works with a grow-ahead window:
+/// each commit is durable.
 #[test]
-fn write_and_commit_takes_the_buffered_way_where_it_must() {
+fn write_and_commit_commits_with_the_writer_s_other_pages() {
     let (be, f) = crash_file(Config::default());
     for p in 0..4u64 {
         f.write_page(p * PS as u64, &page(PS, p, 1)).unwrap();
@@ -677,11 +574,8 @@ fn write_and_commit_takes_the_buffered_way_where_it_must() {
     w.write_and_commit(2 * PS as u64, &page(PS, 2, 3)).unwrap();
     // Part of a page.
     w.write_and_commit(3 * PS as u64 + 8, b"partial").unwrap();
-    let grouped = f.stats().allocating_scoped_commits;
-    // Past the end of the file: it allocates, grouped.
+    // Past the end of the file.
     w.write_and_commit(6 * PS as u64, &page(PS, 6, 1)).unwrap();
-    assert_eq!(f.stats().allocating_scoped_commits, grouped + 1);
-    assert_eq!(f.stats().through_commits, 0, "none wrote through");
     let img = be.durable_image();
     for (p, v) in [(0, 2), (1, 2), (2, 3), (6, 1)] {
         assert_eq!(image_page(&img, p), Some((p, v)), "page {p}");
@@ -702,16 +596,15 @@ fn write_and_commit_takes_the_buffered_way_where_it_must() {
     f.write_page(0, &page(PS, 0, 1)).unwrap();
     f.sync().unwrap();
     f.writer().write_and_commit(0, &page(PS, 0, 2)).unwrap();
-    assert_eq!(f.stats().through_commits, 0, "a grow-ahead window");
     assert_eq!(image_page(&be.durable_image(), 0), Some((0, 2)));
     f.close().unwrap();
 }
 
-/// A write through that fails leaves the caller's bytes in the write
+/// A `write_and_commit` whose write fails leaves the bytes in the write
 /// buffer: reads see them, the error names the pages, the file is not
 /// poisoned, and the writer's next commit makes them durable.
 #[test]
-fn a_failed_write_through_keeps_its_pages_for_the_next_commit() {
+fn a_failed_write_and_commit_keeps_its_pages_for_the_next_commit() {
     let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
     let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
     f.write_page(0, &page(PS, 0, 1)).unwrap();
@@ -721,9 +614,9 @@ fn a_failed_write_through_keeps_its_pages_for_the_next_commit() {
     match w.write_and_commit(0, &page(PS, 0, 2)) {
         Err(Error::PagesFailed { failed, op, .. }) => {
             assert_eq!(failed, vec![0..PS as u64]);
-            assert_eq!(op, "pwrite");
+            assert_eq!(op, "pwritev");
         }
-        other => panic!("a failed write through: {other:?}"),
+        other => panic!("a failed write_and_commit: {other:?}"),
     }
     assert!(!f.is_poisoned());
     assert_eq!(
@@ -761,10 +654,9 @@ fn write_and_commit_refuses_what_writes_refuse() {
     ));
 }
 
-/// On a real file with `O_DIRECT`, a page-aligned buffer is written
-/// through and one at an odd address takes the buffered way; both read
-/// back after a reopen. Skipped, with the reason printed, where the file
-/// system refuses `O_DIRECT`.
+/// On a real file with `O_DIRECT`, a page-aligned buffer and one at an odd
+/// address both commit and read back after a reopen. Skipped, with the
+/// reason printed, where the file system refuses `O_DIRECT`.
 #[test]
 fn write_and_commit_on_a_real_file_with_o_direct() {
     let dir = tempfile::tempdir().unwrap();
@@ -783,15 +675,9 @@ fn write_and_commit_on_a_real_file_with_o_direct() {
     let mut aligned = pagewriter::buffer::AlignedBuf::zeroed(PS, 4096).unwrap();
     aligned.copy_from_slice(&page(PS, 1, 2));
     w.write_and_commit(PS as u64, &aligned).unwrap();
-    assert_eq!(f.stats().through_commits, 1);
     let mut odd = vec![0u8; PS + 1];
     odd[1..].copy_from_slice(&page(PS, 2, 2));
     w.write_and_commit(2 * PS as u64, &odd[1..]).unwrap();
-    assert_eq!(
-        f.stats().through_commits,
-        1,
-        "an odd address is not written through"
-    );
     drop(w);
     f.close().unwrap();
     let f = PagedCachedFile::open(&path, config).unwrap();
@@ -801,36 +687,21 @@ fn write_and_commit_on_a_real_file_with_o_direct() {
     f.close().unwrap();
 }
 
-// ---- sync lanes opened on demand ----
+// ---- an fdatasync in flight ----
 
-/// A crash-simulating backend with one sync lane at first whose next
-/// `fdatasync` (or, with `writes`, next write), once armed, tells when it
-/// started and holds (a lane) until released; more lanes open on demand
-/// only if `opens`.
+/// A crash-simulating backend with one sync lane whose next `fdatasync`,
+/// once armed, tells when it started and holds until released.
 #[derive(Debug)]
 struct HoldsASync {
     inner: CrashBackend,
-    opens: bool,
-    writes: bool,
     held: std::sync::Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
 }
 
 impl HoldsASync {
-    fn new(opens: bool) -> Self {
+    fn new() -> Self {
         Self {
             inner: CrashBackend::with_sync_lanes(1),
-            opens,
-            writes: false,
             held: std::sync::Mutex::new(None),
-        }
-    }
-
-    /// One whose next write, once armed, is held instead: a `sync()`
-    /// held inside its flush, with no `fdatasync` in flight.
-    fn holding_a_write() -> Self {
-        Self {
-            writes: true,
-            ..Self::new(true)
         }
     }
 
@@ -864,9 +735,6 @@ impl StorageBackend for HoldsASync {
         self.inner.read_exact_at(offset, buf)
     }
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
-        if self.writes {
-            self.wait_if_held();
-        }
         self.inner.write_all_at(offset, buf)
     }
     fn sync_data(&self) -> std::io::Result<()> {
@@ -876,103 +744,18 @@ impl StorageBackend for HoldsASync {
         self.inner.sync_lanes()
     }
     fn sync_data_on(&self, lane: usize) -> std::io::Result<()> {
-        if !self.writes {
-            self.wait_if_held();
-        }
+        self.wait_if_held();
         self.inner.sync_data_on(lane)
     }
-    fn open_sync_lane(&self) -> std::io::Result<Option<usize>> {
-        match self.opens {
-            true => self.inner.open_sync_lane(),
-            false => Ok(None),
-        }
-    }
 }
 
-/// Waits for `done` (a minute at most: a commit stuck waiting for a
-/// held lane never sends), releasing the hold first if it never comes.
-fn within_a_minute<T>(done: &mpsc::Receiver<T>, release: &mpsc::Sender<()>, what: &str) -> T {
-    match done.recv_timeout(std::time::Duration::from_secs(60)) {
-        Ok(t) => t,
-        Err(_) => {
-            let _ = release.send(());
-            panic!("{what}");
-        }
-    }
-}
-
-/// One sync lane, held by writer A's `fdatasync` (begun before writer B
-/// wrote): B's commit, buffered or written through, opens a second lane
-/// and, once the `fdatasync` in flight at the open has returned (it could
-/// have seen an error the new description will not report), commits
-/// there. The lane stays: with either lane held, the next commit takes
-/// the other and returns while the first is still held. `sync()` keeps
-/// its one lane.
+/// Writer A's `fdatasync` is held; writer B writes after it began, so it
+/// does not cover B: B's commit waits for it to end and then issues its
+/// own. Both commits return with their pages durable.
 #[test]
-fn a_scoped_commit_opens_a_lane_when_every_lane_is_syncing() {
-    for through in [false, true] {
-        let be = Arc::new(HoldsASync::new(true));
-        let file = PagedCachedFile::new(Arc::clone(&be), Config::default().sync_lanes(1)).unwrap();
-        written(&file, 2);
-        let f = &file;
-        let commit_b = move |version: u64| {
-            let mut w = f.writer();
-            let b = page(PS, 1, version);
-            match through {
-                true => w.write_and_commit(PS as u64, &b),
-                false => w.write_page(PS as u64, &b).and_then(|()| w.commit()),
-            }
-        };
-        for version in 1..=2u64 {
-            let (started, release) = be.hold_next();
-            std::thread::scope(|s| {
-                let a = s.spawn(move || {
-                    let mut w = f.writer();
-                    w.write_page(0, &page(PS, 0, version)).unwrap();
-                    w.commit()
-                });
-                started.recv().unwrap();
-                let (done_tx, done_rx) = mpsc::channel();
-                s.spawn(move || done_tx.send(commit_b(version)).unwrap());
-                if version == 1 {
-                    // B opens a lane, then waits for A's `fdatasync`.
-                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                    while f.stats().sync_lanes_opened == 0 {
-                        if std::time::Instant::now() > deadline {
-                            release.send(()).unwrap();
-                            panic!("B opened no lane");
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                    release.send(()).unwrap();
-                    done_rx.recv().unwrap().unwrap();
-                } else {
-                    // Both lanes open: B's commit returns while A's is held.
-                    within_a_minute(&done_rx, &release, "B waited for the held lane").unwrap();
-                    assert_eq!(image_page(&be.inner.durable_image(), 1), Some((1, 2)));
-                    release.send(()).unwrap();
-                }
-                a.join().unwrap().unwrap();
-            });
-            let img = be.inner.durable_image();
-            assert_eq!(image_page(&img, 0), Some((0, version)));
-            assert_eq!(image_page(&img, 1), Some((1, version)));
-        }
-        f.sync().unwrap();
-        let stats = f.stats();
-        assert_eq!(stats.sync_lanes_opened, 1, "through {through}");
-        assert_eq!(stats.through_commits, 2 * through as u64);
-        file.close().unwrap();
-    }
-}
-
-/// Where the backend opens no lane (or fails to), a scoped commit that
-/// finds every lane syncing waits for one, as before: both commits
-/// return with their pages durable and nothing is opened.
-#[test]
-fn a_scoped_commit_waits_for_a_lane_where_none_can_be_opened() {
-    let be = Arc::new(HoldsASync::new(false));
-    let f = PagedCachedFile::new(Arc::clone(&be), Config::default().sync_lanes(1)).unwrap();
+fn a_commit_the_fdatasync_in_flight_does_not_cover_issues_the_next() {
+    let be = Arc::new(HoldsASync::new());
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
     written(&f, 2);
     let (started, release) = be.hold_next();
     std::thread::scope(|s| {
@@ -990,19 +773,17 @@ fn a_scoped_commit_waits_for_a_lane_where_none_can_be_opened() {
     let img = be.inner.durable_image();
     assert_eq!(image_page(&img, 0), Some((0, 1)));
     assert_eq!(image_page(&img, 1), Some((1, 1)));
-    assert_eq!(f.stats().sync_lanes_opened, 0);
     f.close().unwrap();
 }
 
-// ---- scoped commits written from the write buffer ----
+// ---- a writer's commit of its buffered pages ----
 
-/// A writer's buffered pages inside written space, which no one else
-/// holds, are written straight from the write buffer: one write call per
-/// run (pages 1-2 and 5: two), one `fdatasync`, no drain; reads see them
+/// A writer's buffered pages inside written space go out with one write
+/// call per run (pages 1-2 and 5: two) and one `fdatasync`; reads see them
 /// before and after (with the read cache on, from the cache after), and
 /// the write buffer is empty once the commit returns.
 #[test]
-fn a_commit_writes_its_buffered_pages_straight_from_the_buffer() {
+fn a_commit_writes_its_pages_one_call_per_run_and_one_fdatasync() {
     let (be, f) = crash_file(Config::default().read_cache_bytes(1 << 20));
     written(&f, 8);
     let mut w = f.writer();
@@ -1012,11 +793,6 @@ fn a_commit_writes_its_buffered_pages_straight_from_the_buffer() {
     let before = f.stats();
     w.commit().unwrap();
     let after = f.stats();
-    assert_eq!(
-        after.claimed_commits - before.claimed_commits,
-        1,
-        "{after:?}"
-    );
     assert_eq!(after.write_calls - before.write_calls, 2, "one per run");
     assert_eq!(after.syncs - before.syncs, 1);
     assert_eq!(after.buffered_bytes, 0, "the pages left the buffer");
@@ -1032,11 +808,11 @@ fn a_commit_writes_its_buffered_pages_straight_from_the_buffer() {
     f.close().unwrap();
 }
 
-/// Where a commit cannot be written from the buffer it drains as before,
-/// with the same promise: a grow-ahead window or torn-page protection
-/// configured, a page another thread holds under a guard.
+/// A writer's commit keeps its promise with a grow-ahead window or
+/// torn-page protection configured, and with a page of it under another
+/// thread's guard.
 #[test]
-fn a_commit_drains_where_it_cannot_write_from_the_buffer() {
+fn a_commit_is_durable_beside_grow_ahead_torn_page_protection_and_a_guard() {
     let window = pagewriter::GrowAhead::Window {
         bytes: 16 * PS as u64,
     };
@@ -1045,7 +821,6 @@ fn a_commit_drains_where_it_cannot_write_from_the_buffer() {
     let mut w = f.writer();
     w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
     w.commit().unwrap();
-    assert_eq!(f.stats().claimed_commits, 0, "a grow-ahead window");
     assert_eq!(image_page(&be.durable_image(), 1), Some((1, 1)));
     drop(w);
     f.close().unwrap();
@@ -1058,7 +833,6 @@ fn a_commit_drains_where_it_cannot_write_from_the_buffer() {
     let mut w = f.writer();
     w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
     w.commit().unwrap();
-    assert_eq!(f.stats().claimed_commits, 0, "torn-page protection");
     drop(w);
     f.close().unwrap();
     let f = PagedCachedFile::open(&path, config).unwrap();
@@ -1081,19 +855,17 @@ fn a_commit_drains_where_it_cannot_write_from_the_buffer() {
         });
         latched_rx.recv().unwrap();
         w.commit().unwrap();
-        assert_eq!(f.stats().claimed_commits, 0, "a page under a guard");
         assert_eq!(image_page(&be.durable_image(), 2), Some((2, 1)));
         release_tx.send(()).unwrap();
     });
     f.close().unwrap();
 }
 
-/// A failed write from the buffer (EIO) puts the pages back: reads see
-/// them, the error names them, the file is not poisoned, nothing is
-/// counted as written from the buffer, and the writer's next commit makes
-/// them durable.
+/// A failed write of a writer's commit (EIO) puts the pages back: reads
+/// see them, the error names them, the file is not poisoned, the other
+/// run is durable, and the writer's next commit makes them durable.
 #[test]
-fn a_failed_write_from_the_buffer_keeps_its_pages_for_the_next_commit() {
+fn a_failed_write_of_a_commit_keeps_its_pages_for_the_next_commit() {
     let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
     let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
     written(&f, 4);
@@ -1109,7 +881,6 @@ fn a_failed_write_from_the_buffer_keeps_its_pages_for_the_next_commit() {
         other => panic!("a failed write from the buffer: {other:?}"),
     }
     assert!(!f.is_poisoned());
-    assert_eq!(f.stats().claimed_commits, 0);
     assert_eq!(f.stats().buffered_bytes, PS as u64, "page 0 is back");
     let img = be.inner().durable_image();
     assert_eq!(image_page(&img, 0), Some((0, 0)));
@@ -1124,17 +895,16 @@ fn a_failed_write_from_the_buffer_keeps_its_pages_for_the_next_commit() {
         "reads see the bytes"
     );
     w.commit().unwrap();
-    assert_eq!(f.stats().claimed_commits, 1);
     assert_eq!(image_page(&be.inner().durable_image(), 0), Some((0, 1)));
     f.close().unwrap();
 }
 
 /// On a real file with `O_DIRECT`: eight writers commit their own pages
 /// (a run of three and a page apart, rewriting one page all of them
-/// share) from the write buffer, while another thread reads and calls
-/// `sync()`. After close and reopen every page holds its last version.
+/// share), while another thread reads and calls `sync()`. After close and
+/// reopen every page holds its last version.
 #[test]
-fn commits_from_the_buffer_on_a_real_file_with_o_direct() {
+fn commits_of_eight_writers_on_a_real_file_with_o_direct() {
     let dir = tempfile::tempdir().unwrap();
     let direct = pagewriter::testing::direct_available(dir.path());
     if !direct {
@@ -1151,7 +921,6 @@ fn commits_from_the_buffer_on_a_real_file_with_o_direct() {
         let mut w = f.writer();
         w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
         w.commit().unwrap();
-        assert_eq!(f.stats().claimed_commits, 1, "a lone commit");
     }
     const ROUNDS: u64 = 30;
     let stop = AtomicBool::new(false);
@@ -1204,66 +973,24 @@ fn commits_from_the_buffer_on_a_real_file_with_o_direct() {
     f.close().unwrap();
 }
 
-// ---- large writes through a writer: written at once, synced at commit ----
+// ---- large writes through a writer ----
 
 /// Pages of a large write: 16 pages (64 KiB), from `first`, version `v`.
 fn large(first: u64, v: u64) -> Vec<u8> {
     (first..first + 16).flat_map(|p| page(PS, p, v)).collect()
 }
 
-/// A writer's write of 64 KiB of whole pages on a written file goes to
-/// disk at once (one write call, nothing buffered), is read back, is not
-/// durable until the commit, and the commit then adds one `fdatasync` and
-/// no write.
+/// A writer's large writes (64 KiB of whole pages, by `write_all_at` or
+/// `write_page`) are covered by its commit with its small ones, by a
+/// `sync()` before the writer commits, and by a later `write_and_commit`.
 #[test]
-fn a_large_write_through_a_writer_goes_to_disk_at_once_and_its_commit_only_syncs() {
-    let (be, f) = crash_file(Config::default());
-    f.write_page(0, &vec![0u8; 32 * PS]).unwrap();
-    f.sync().unwrap();
-    let s0 = f.stats();
-    let mut w = f.writer();
-    w.write_page(8 * PS as u64, &large(8, 1)).unwrap();
-    let s1 = f.stats();
-    assert_eq!(s1.through_writes, s0.through_writes + 1);
-    assert_eq!(s1.write_calls, s0.write_calls + 1, "one write call");
-    assert_eq!(s1.pages_dirtied, s0.pages_dirtied, "nothing buffered");
-    assert_eq!(s1.buffered_bytes, 0);
-    assert_eq!(image_page(&be.live_image(), 9), Some((9, 1)), "on disk");
-    assert_ne!(
-        image_page(&be.durable_image(), 9),
-        Some((9, 1)),
-        "not durable before the commit"
-    );
-    assert_eq!(tag_of(&f.read(9 * PS as u64, PS).unwrap()), (9, 1));
-    w.commit().unwrap();
-    let s2 = f.stats();
-    assert_eq!(s2.syncs, s1.syncs + 1, "one fdatasync");
-    assert_eq!(s2.write_calls, s1.write_calls, "no write");
-    assert_eq!(s2.commits, s1.commits + 1);
-    let img = be.durable_image();
-    for p in 8..24u64 {
-        assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
-    }
-    // Nothing written since: the next commit does nothing.
-    w.commit().unwrap();
-    assert_eq!(f.stats().syncs, s2.syncs);
-    f.close().unwrap();
-}
-
-/// A commit with pages both written through and buffered makes both
-/// durable; `write_all_at` writes large whole pages through as
-/// `write_page` does; a `sync()` covers pages written through before it
-/// (the writer has not committed them); `write_and_commit` after a write
-/// through covers it too.
-#[test]
-fn pages_written_through_are_covered_by_every_commit_after_them() {
+fn large_writes_are_covered_by_every_commit_after_them() {
     let (be, f) = crash_file(Config::default());
     f.write_page(0, &vec![0u8; 64 * PS]).unwrap();
     f.sync().unwrap();
     let mut w = f.writer();
     w.write_all_at(16 * PS as u64, &large(16, 1)).unwrap();
     w.write_page(0, &page(PS, 0, 1)).unwrap();
-    assert_eq!(f.stats().through_writes, 1);
     w.commit().unwrap();
     let img = be.durable_image();
     assert_eq!(image_page(&img, 0), Some((0, 1)));
@@ -1274,80 +1001,10 @@ fn pages_written_through_are_covered_by_every_commit_after_them() {
     assert_eq!(image_page(&be.durable_image(), 40), Some((40, 1)), "sync()");
 
     w.write_page(48 * PS as u64, &large(48, 1)).unwrap();
-    assert_eq!(f.stats().through_writes, 3);
     w.write_and_commit(PS as u64, &page(PS, 1, 1)).unwrap();
     let img = be.durable_image();
     assert_eq!(image_page(&img, 1), Some((1, 1)));
     assert_eq!(image_page(&img, 63), Some((63, 1)), "write_and_commit");
-    f.close().unwrap();
-}
-
-/// Where a large write cannot go through, it goes into the buffer and the
-/// commit writes it: a version of its pages buffered, bytes that are not
-/// whole pages, pages past the file's end while a `sync()` is under way
-/// (see the next test), `write_through_min_bytes(None)`, a write below
-/// the threshold, and any write after `commit_async` (until a blocking
-/// commit). Each commit is durable.
-#[test]
-fn a_large_write_goes_into_the_buffer_where_it_must() {
-    let (be, f) = crash_file(Config::default());
-    f.write_page(0, &vec![0u8; 64 * PS]).unwrap();
-    f.sync().unwrap();
-    let mut w = f.writer();
-    f.write_page(3 * PS as u64, &page(PS, 3, 1)).unwrap();
-    w.write_page(0, &large(0, 2)).unwrap();
-    w.write_all_at(16 * PS as u64 + 1, &large(16, 2)).unwrap();
-    w.write_page(40 * PS as u64, &large(40, 2)[..15 * PS])
-        .unwrap();
-    assert_eq!(f.stats().through_writes, 0);
-    w.commit().unwrap();
-    let img = be.durable_image();
-    for p in [0, 3, 15, 40, 54] {
-        assert_eq!(image_page(&img, p), Some((p, 2)), "page {p}");
-    }
-
-    w.commit_async().unwrap().wait().unwrap();
-    w.write_page(0, &large(0, 3)).unwrap();
-    assert_eq!(f.stats().through_writes, 0, "after commit_async");
-    w.commit().unwrap();
-    w.write_page(0, &large(0, 4)).unwrap();
-    assert_eq!(f.stats().through_writes, 1, "after a blocking commit");
-    w.commit().unwrap();
-    assert_eq!(image_page(&be.durable_image(), 15), Some((15, 4)));
-    f.close().unwrap();
-
-    let (be, f) = crash_file(Config::default().write_through_min_bytes(None));
-    f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
-    f.sync().unwrap();
-    let mut w = f.writer();
-    w.write_page(0, &large(0, 1)).unwrap();
-    w.commit().unwrap();
-    assert_eq!(f.stats().through_writes, 0, "write_through_min_bytes(None)");
-    assert_eq!(image_page(&be.durable_image(), 15), Some((15, 1)));
-    f.close().unwrap();
-}
-
-/// A large write through that fails returns `Ok` with the bytes in the
-/// write buffer: reads see them, the file is not poisoned, and the
-/// commit writes them again and makes them durable.
-#[test]
-fn a_failed_large_write_through_goes_into_the_buffer_and_the_commit_writes_it() {
-    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
-    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
-    f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
-    f.sync().unwrap();
-    let mut w = f.writer();
-    be.schedule_writes([pagewriter::testing::WriteFault::Errno(libc::EIO)]);
-    w.write_page(0, &large(0, 1)).unwrap();
-    assert_eq!(f.stats().through_writes, 0);
-    assert!(!f.is_poisoned());
-    assert_eq!(f.stats().buffered_bytes, 16 * PS as u64);
-    assert_eq!(tag_of(&f.read(5 * PS as u64, PS).unwrap()), (5, 1));
-    w.commit().unwrap();
-    let img = be.inner().durable_image();
-    for p in 0..16u64 {
-        assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
-    }
     f.close().unwrap();
 }
 
@@ -1356,7 +1013,7 @@ fn a_failed_large_write_through_goes_into_the_buffer_and_the_commit_writes_it() 
 /// committing, beside a thread calling `sync()`: every page reads back
 /// after a reopen with its last committed version.
 #[test]
-fn large_writes_through_writers_on_a_real_file() {
+fn large_writes_of_eight_writers_on_a_real_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("large");
     let direct = if pagewriter::testing::direct_available(dir.path()) {
@@ -1396,9 +1053,7 @@ fn large_writes_through_writers_on_a_real_file() {
         }
         done.store(true, Ordering::SeqCst);
     });
-    let through = f.stats().through_writes;
     f.close().unwrap();
-    eprintln!("{through} of 96 large writes went through");
     let f = PagedCachedFile::open(&path, config).unwrap();
     for t in 0..8u64 {
         for i in 8..12u64 {
@@ -1411,160 +1066,46 @@ fn large_writes_through_writers_on_a_real_file() {
     f.close().unwrap();
 }
 
-/// A large write of pages `first..first + 16` through `w`, checked to
-/// have gone through (nothing buffered); the stats after it.
-fn write_large_through(f: &PagedCachedFile, w: &mut pagewriter::Writer<'_>, first: u64) -> Stats {
-    let before = f.stats();
-    w.write_page(first * PS as u64, &large(first, 1)).unwrap();
-    let after = f.stats();
-    assert_eq!(
-        after.through_writes,
-        before.through_writes + 1,
-        "written through"
-    );
-    assert_eq!(
-        after.pages_dirtied, before.pages_dirtied,
-        "nothing buffered"
-    );
-    after
-}
-
-/// `w`'s commit, checked to add one `fdatasync` and no write to
-/// `before`; the stats after it.
-fn commit_only_syncs(w: &mut pagewriter::Writer<'_>, f: &PagedCachedFile, before: &Stats) -> Stats {
-    w.commit().unwrap();
-    let after = f.stats();
-    assert_eq!(after.syncs, before.syncs + 1, "one fdatasync");
-    assert_eq!(after.write_calls, before.write_calls, "no write");
-    after
-}
-
-/// `set_len` leaves a hole (space unwritten on disk). A lone writer's
-/// large write there goes to disk at once, and its commit adds one
-/// `fdatasync` (which commits the allocation with the data) rather than
-/// being grouped; its pages count as written from then on. While another
-/// thread's `sync()` is under way (held inside its write), a large write
-/// into the hole goes into the buffer, so its commit is grouped, while
-/// one into written space still goes through. Every commit is durable.
+/// A `close` whose commit fails leaves no ticket hanging: a ticket asked
+/// while the committer waited on a failing `fdatasync` resolves (with an
+/// error) by the time `close` returns, with the file still open.
 #[test]
-fn a_lone_writer_s_large_write_into_unwritten_space_goes_through() {
-    let be = Arc::new(HoldsASync::holding_a_write());
+fn a_close_that_fails_resolves_the_tickets_no_pass_took() {
+    let be = Arc::new(HoldsASync::new());
     let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
-    let ps = PS as u64;
-    f.write_page(0, &vec![0u8; 16 * PS]).unwrap();
-    f.sync().unwrap();
-    f.set_len(96 * ps).unwrap();
-    let mut w = f.writer();
-    let s1 = write_large_through(&f, &mut w, 32);
-    let s2 = commit_only_syncs(&mut w, &f, &s1);
-    assert_eq!(
-        s2.allocating_scoped_commits, s1.allocating_scoped_commits,
-        "not grouped"
-    );
-    assert_eq!(image_page(&be.inner.durable_image(), 47), Some((47, 1)));
-    // Its pages count as written: a buffered commit of one is scoped.
-    w.write_page(40 * ps, &page(PS, 40, 2)).unwrap();
-    w.commit().unwrap();
-    assert_eq!(
-        f.stats().allocating_scoped_commits,
-        s2.allocating_scoped_commits
-    );
-
-    // A sync() held inside its write: under way, no fdatasync in flight.
-    f.write_page(90 * ps, &page(PS, 90, 1)).unwrap();
+    written(&f, 2);
     let (started, release) = be.hold_next();
-    let (into_hole, into_written) = std::thread::scope(|s| {
-        let syncing = s.spawn(|| f.sync());
-        started.recv().unwrap();
-        let before = f.stats().through_writes;
-        let r1 = w.write_page(64 * ps, &large(64, 1));
-        let into_hole = f.stats().through_writes - before;
-        let r2 = w.write_page(0, &large(0, 1));
-        let into_written = f.stats().through_writes - before - into_hole;
-        // Released before anything can panic: the scope joins the sync.
-        release.send(()).unwrap();
-        syncing.join().unwrap().unwrap();
-        r1.unwrap();
-        r2.unwrap();
-        (into_hole, into_written)
-    });
-    assert_eq!(
-        into_hole, 0,
-        "into the hole beside a sync under way: buffered"
-    );
-    assert_eq!(into_written, 1, "into written space: through");
-    let grouped = f.stats().allocating_scoped_commits;
-    w.commit().unwrap();
-    assert_eq!(f.stats().allocating_scoped_commits, grouped + 1, "grouped");
-    let img = be.inner.durable_image();
-    for p in [0, 15, 64, 79, 90] {
-        assert_eq!(image_page(&img, p), Some((p, 1)), "page {p}");
-    }
-    drop(w);
-    f.close().unwrap();
-}
-
-/// A lone writer's large write past the file's end (a hole before it)
-/// goes to disk at once and grows every length: `len()` at once, the file
-/// on disk once written, durable with the data after the commit's one
-/// `fdatasync`. A flush after it keeps the size; a buffered page beyond
-/// the write, committed next, grows it again; beside a `sync()` under
-/// way, a write past the end goes into the buffer. The file reads back
-/// after a reopen.
-#[test]
-fn a_lone_writer_s_large_write_past_the_end_goes_through_and_grows_the_file() {
-    let be = Arc::new(HoldsASync::holding_a_write());
-    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
-    let ps = PS as u64;
-    f.write_page(0, &page(PS, 0, 1)).unwrap();
-    f.sync().unwrap();
+    be.inner.schedule_syncs([true]);
     let mut w = f.writer();
-    let s1 = write_large_through(&f, &mut w, 32);
-    assert_eq!(f.len(), 48 * ps, "the length at once");
-    assert_eq!(be.inner.live_image().len() as u64, 48 * ps, "on disk");
-    assert_eq!(tag_of(&f.read(40 * ps, PS).unwrap()), (40, 1));
+    w.write_page(0, &page(PS, 0, 1)).unwrap();
+    let first = w.commit_async().unwrap();
+    started.recv().unwrap();
+    // The committer waits on the held fdatasync: no pass takes this one.
+    w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    let mut second = w.commit_async().unwrap();
+    drop(w);
+    std::thread::scope(|s| {
+        let closing = s.spawn(|| f.close());
+        // Let close stop the committer first (either order must pass).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        release.send(()).unwrap();
+        assert!(
+            closing.join().unwrap().is_err(),
+            "close after a failed fdatasync"
+        );
+    });
+    let waker = Waker::from(Arc::new(Count(AtomicU64::new(0))));
+    let polled = std::pin::Pin::new(&mut second).poll(&mut Context::from_waker(&waker));
     assert!(
-        f.read(8 * ps, PS).unwrap().iter().all(|&b| b == 0),
-        "the hole"
+        matches!(polled, Poll::Ready(Err(_))),
+        "the ticket no pass took resolved with close: {polled:?}"
     );
-    f.flush().unwrap();
-    assert_eq!(
-        be.inner.live_image().len() as u64,
-        48 * ps,
-        "a flush keeps it"
-    );
-    commit_only_syncs(&mut w, &f, &s1);
-    let img = be.inner.durable_image();
-    assert_eq!(img.len() as u64, 48 * ps, "the length durable");
-    assert_eq!(image_page(&img, 47), Some((47, 1)));
-
-    w.write_page(60 * ps, &page(PS, 60, 1)).unwrap();
-    w.commit().unwrap();
-    assert_eq!(be.inner.durable_image().len() as u64, 61 * ps);
-
-    // A sync() held inside its write: under way.
-    f.write_page(ps, &page(PS, 1, 1)).unwrap();
-    let (started, release) = be.hold_next();
-    let past = std::thread::scope(|s| {
-        let syncing = s.spawn(|| f.sync());
-        started.recv().unwrap();
-        let before = f.stats().through_writes;
-        let r = w.write_page(64 * ps, &large(64, 1));
-        let past = f.stats().through_writes - before;
-        release.send(()).unwrap();
-        syncing.join().unwrap().unwrap();
-        r.unwrap();
-        past
-    });
-    assert_eq!(past, 0, "past the end beside a sync under way: buffered");
-    w.commit().unwrap();
-    assert_eq!(be.inner.durable_image().len() as u64, 80 * ps);
-    drop(w);
-    f.close().unwrap();
-    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
-    assert_eq!(f.len(), 80 * ps);
-    for (p, v) in [(0, 1), (1, 1), (32, 1), (47, 1), (60, 1), (64, 1), (79, 1)] {
-        assert_eq!(tag_of(&f.read(p * ps, PS).unwrap()), (p, v), "page {p}");
-    }
-    f.close().unwrap();
+    assert!(matches!(
+        first.wait(),
+        Err(Error::Io {
+            op: "fdatasync",
+            ..
+        })
+    ));
+    assert!(f.is_poisoned());
 }

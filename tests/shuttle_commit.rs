@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pagewriter::testing::{CrashBackend, FaultyBackend, WriteFault};
-use pagewriter::{CommitStrategy, Config, Error, PagedCachedFile};
+use pagewriter::{Config, Error, PagedCachedFile};
 
 const PS: usize = 512;
 
@@ -34,19 +34,12 @@ fn tag(page: u64, version: u64) -> u8 {
     (page * 16 + version) as u8
 }
 
-/// Small pages, 2 stripes, 2 sync lanes, 2 rounds in flight, and a write
-/// buffer of `pages` pages, so that rounds pipeline and overlap and writers
-/// hit backpressure. No writer threads (the default starts 3 per write
-/// slot, which would multiply the schedules to explore); the writer-thread
-/// test adds one.
+/// Small pages, 2 stripes, and a write buffer of `pages` pages, so that
+/// committers' flushes overlap and writers hit backpressure.
 fn config(pages: usize) -> Config {
     Config::default()
-        .write_threads(1)
         .page_size(PS)
-        .page_align(PS)
         .stripes(2)
-        .sync_lanes(2)
-        .rounds_in_flight(2)
         .max_write_buffer_bytes(pages * PS)
 }
 
@@ -71,23 +64,6 @@ fn assert_page(img: &[u8], page: u64, version: u64, what: &str) {
 #[test]
 fn a_successful_sync_covers_everything_written_before_it() {
     check(|| sync_covers_everything(config(3)));
-}
-
-/// The same with every commit direct: each caller writes what it drained
-/// and `fdatasync`s itself unless a completed `fdatasync` covers its
-/// writes. A caller that skipped its `fdatasync` on a watermark that does
-/// not cover it would find a page missing from the durable image.
-#[test]
-fn a_direct_commit_never_skips_an_fdatasync_its_writes_need() {
-    check(|| sync_covers_everything(config(3).commit_strategy(CommitStrategy::Direct)));
-}
-
-/// The same with `commit_dsync`: a round that goes out as one durable
-/// write (the crash backend makes only that write durable) must not be
-/// taken for a sync of pages another flush wrote before it.
-#[test]
-fn a_durable_write_round_covers_everything_written_before_it() {
-    check(|| sync_covers_everything(config(3).commit_dsync(true)));
 }
 
 /// The same with a grow-ahead window of 4 pages: the trailer moves as the
@@ -193,13 +169,6 @@ fn a_failed_fdatasync_poisons_and_nobody_hangs() {
     check(|| failed_fdatasync(config(3)));
 }
 
-/// The same with every commit direct (the callers' `fdatasync`s overlap on
-/// their own lanes).
-#[test]
-fn a_failed_direct_fdatasync_poisons_and_nobody_hangs() {
-    check(|| failed_fdatasync(config(3).commit_strategy(CommitStrategy::Direct)));
-}
-
 fn failed_fdatasync(config: Config) {
     {
         let (be, f) = file_with(config);
@@ -243,14 +212,14 @@ fn failed_fdatasync(config: Config) {
     }
 }
 
-/// A commit round whose write fails puts its pages back in the write
-/// buffer. A writer that found the buffer full while those pages were in
+/// A commit whose write fails puts its pages back in the write buffer. A
+/// writer that found the buffer full while those pages were in
 /// flight (so its own flush found nothing to write) must notice and flush
 /// them itself, not sleep on a wakeup it missed: the model has no
 /// timeouts, so a missed one is reported as a deadlock (found by the PCT
 /// schedules; the window is a few steps wide).
 #[test]
-fn a_writer_waiting_for_room_sees_pages_a_failed_round_put_back() {
+fn a_writer_waiting_for_room_sees_pages_a_failed_commit_put_back() {
     check(|| {
         let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
         be.schedule_writes([WriteFault::Errno(libc::EIO)]);
@@ -292,33 +261,15 @@ fn a_writer_waiting_for_room_sees_pages_a_failed_round_put_back() {
     });
 }
 
-/// Two committers whose rounds have several runs, one write of which
+/// Two committers whose flushes have several runs, one write of which
 /// fails: a caller told Ok has every page it wrote before its `sync`
-/// durable, even a page that an earlier round drained and failed to write
-/// (it goes back to the write buffer only when that round settles, so a
-/// round that drained meanwhile does not hold it), and after close every
+/// durable, even a page that an earlier flush drained and failed to write
+/// (it goes back to the write buffer only when that write is done, so a
+/// flush that drained meanwhile does not hold it), and after close every
 /// page is durable.
 #[test]
-fn an_ok_sync_covers_pages_an_earlier_round_failed_to_write() {
+fn an_ok_sync_covers_pages_an_earlier_flush_failed_to_write() {
     check(|| failed_write_under_concurrent_commits(config(8)));
-}
-
-/// The same with writer threads (`write_threads(2)`: one helper beside
-/// the flushing thread, which waits for the helper's runs; the helper is
-/// joined when the file drops).
-#[test]
-fn writer_threads_write_every_run_and_report_the_failed_one() {
-    check(|| failed_write_under_concurrent_commits(config(8).write_threads(2)));
-}
-
-/// The same with direct commits: a caller's flush that drained after a
-/// failed write of another caller's drain writes those pages again before
-/// it syncs.
-#[test]
-fn a_direct_commit_covers_pages_another_caller_failed_to_write() {
-    check(|| {
-        failed_write_under_concurrent_commits(config(8).commit_strategy(CommitStrategy::Direct))
-    });
 }
 
 fn failed_write_under_concurrent_commits(config: Config) {
@@ -331,7 +282,7 @@ fn failed_write_under_concurrent_commits(config: Config) {
             .map(|t| {
                 let (f, be, errors) = (Arc::clone(&f), Arc::clone(&be), Arc::clone(&errors));
                 shuttle::thread::spawn(move || {
-                    // Pages 2 apart: every round has several runs.
+                    // Pages 2 apart: every flush has several runs.
                     let pages = [t * 2, 4 + t * 2];
                     for &p in &pages {
                         f.write_page(p * PS as u64, &[tag(p, 1); PS]).unwrap();
@@ -355,8 +306,8 @@ fn failed_write_under_concurrent_commits(config: Config) {
             c.join().unwrap();
         }
         // No two of the pages are adjacent, so the failing second write
-        // call always happened, in some round: that round's callers were
-        // told, even if a later round succeeded first.
+        // call always happened, in some commit's flush: its caller was
+        // told, even if a later commit succeeded first.
         assert!(
             errors.load(std::sync::atomic::Ordering::SeqCst) >= 1,
             "a failed write reached no caller"
@@ -565,21 +516,20 @@ fn hot_page_committers(
     *last.lock().unwrap()
 }
 
-/// Three committers rewrite one hot page (and write pages of their own)
-/// with three rounds in flight, so a round drains the page while an older
-/// version of it is still being written: the newer write waits for the
-/// older (the backend fails the test if both are in flight at once), an
-/// acknowledged version (or a newer one) is what is durable, and the last
-/// version written wins.
+/// Three committers rewrite one hot page (and write pages of their own),
+/// each writing its flush from its own thread, so one drains the page
+/// while an older version of it is still being written: the newer write
+/// waits for the older (the backend fails the test if both are in flight
+/// at once), an acknowledged version (or a newer one) is what is durable,
+/// and the last version written wins.
 #[test]
-fn rounds_in_flight_never_write_one_page_twice_at_once() {
+fn flushes_in_flight_never_write_one_page_twice_at_once() {
     check(|| {
         let be = Arc::new(LatchCheck {
             inner: CrashBackend::new(),
             in_flight: std::sync::Mutex::new(Vec::new()),
         });
-        let f =
-            Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8).rounds_in_flight(3)).unwrap());
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
         let seen = Arc::clone(&be);
         let last = hot_page_committers(&f, move |_, _, p, v| {
             let img = seen.inner.durable_image();
@@ -605,7 +555,7 @@ fn rounds_in_flight_never_write_one_page_twice_at_once() {
 #[test]
 fn a_read_never_finds_an_older_version_when_generations_retire_out_of_order() {
     check(|| {
-        let (_be, f) = file_with(config(8).commit_strategy(CommitStrategy::Direct));
+        let (_be, f) = file_with(config(8));
         let reader = Arc::clone(&f);
         let last = hot_page_committers(&f, move |_, _, p, v| {
             let hot = reader.read(0, PS).unwrap();
@@ -624,22 +574,15 @@ fn a_read_never_finds_an_older_version_when_generations_retire_out_of_order() {
     });
 }
 
-/// Crash images taken while rounds overlap: after a committer's `sync`
+/// Crash images taken while commits overlap: after a committer's `sync`
 /// returned Ok, no image a power cut could leave (the durable image plus
 /// any subset of the writes issued since, some torn at 512-byte sectors)
 /// holds a page it committed at an older version, the hot page included:
 /// an older version of a page is never issued after a newer one, and a
-/// round's `fdatasync` starts only after every write drained before it.
+/// commit's `fdatasync` starts only after every write drained before it.
 #[test]
-fn no_crash_image_loses_an_acknowledged_commit_while_rounds_overlap() {
-    check(|| no_crash_image_loses_a_commit(config(8).rounds_in_flight(3)));
-}
-
-/// The same with direct commits: the callers' writes of the hot page
-/// overlap (each from its own inline slot) and their `fdatasync`s too.
-#[test]
-fn no_crash_image_loses_an_acknowledged_direct_commit() {
-    check(|| no_crash_image_loses_a_commit(config(8).commit_strategy(CommitStrategy::Direct)));
+fn no_crash_image_loses_an_acknowledged_commit_while_commits_overlap() {
+    check(|| no_crash_image_loses_a_commit(config(8)));
 }
 
 fn no_crash_image_loses_a_commit(config: Config) {
@@ -663,12 +606,12 @@ fn no_crash_image_loses_a_commit(config: Config) {
 }
 
 /// `flush` hands every page buffered before it to the OS, even one that a
-/// commit round running beside it drained first and is still writing: the
+/// commit running beside it drained first and is still writing: the
 /// flush waits for that write instead of returning because it found
 /// nothing dirty. (The backend yields halfway through each write, so the
-/// flush can run while the round's write is in flight.)
+/// flush can run while the commit's write is in flight.)
 #[test]
-fn a_flush_returns_after_pages_another_round_drained_reach_the_os() {
+fn a_flush_returns_after_pages_another_commit_drained_reach_the_os() {
     check(|| {
         let be = Arc::new(LatchCheck {
             inner: CrashBackend::new(),
@@ -690,9 +633,9 @@ fn a_flush_returns_after_pages_another_round_drained_reach_the_os() {
     });
 }
 
-/// Doublewrite with three rounds in flight: each round stages its pages in
-/// the area before writing them in place, after any older round still
-/// writing one of them. After every acknowledged commit, a power cut
+/// Doublewrite with three committers: each flush stages its pages in the
+/// area before writing them in place, after any older flush still writing
+/// one of them. After every acknowledged commit, a power cut
 /// (crash images of the file and of the area) followed by the recovery
 /// pass leaves the hot page at the acknowledged version or a newer one:
 /// the area's records hold a page's versions in the order they were
@@ -702,9 +645,7 @@ fn doublewrite_recovery_never_ends_on_an_older_version() {
     check(|| {
         let be = Arc::new(CrashBackend::new());
         let area = Arc::new(CrashBackend::new());
-        let cfg = config(8)
-            .rounds_in_flight(3)
-            .torn_writes(pagewriter::TornWrites::DoubleWrite);
+        let cfg = config(8).torn_writes(pagewriter::TornWrites::DoubleWrite);
         let f = Arc::new(
             PagedCachedFile::with_doublewrite(Arc::clone(&be), Arc::clone(&area) as _, cfg.clone())
                 .unwrap(),
@@ -788,22 +729,14 @@ enum Scoped {
 #[derive(Clone, Copy)]
 enum Start {
     /// Every page the writers write is already written and synced: no
-    /// commit grows the file, so each is a scoped commit proper.
+    /// commit grows the file.
     Written,
-    /// An empty file: a commit whose pages reach past the file's length
-    /// on disk is made as `sync()` makes its commits, beside scoped
-    /// commits of pages other writers' flushes already covered.
+    /// An empty file: commits grow it, beside commits of pages other
+    /// writers' flushes already covered.
     Empty,
-    /// Written as `Written`, but the file reports each writer's first
-    /// page (1, 3, 5) unwritten at open (space reserved, never written):
-    /// a writer's first commit is made as `sync()` makes its commits and
-    /// takes the page out of the unwritten set, while other writers'
-    /// second commits go the scoped way.
-    Reserved,
     /// The shared page written and synced, then `set_len` grows the file
     /// over the writers' pages (a hole): every commit's own page lies in
-    /// space the grow added, so each commit is made as `sync()` makes its
-    /// commits and takes its page out of the unwritten set.
+    /// space the grow added.
     Grown,
 }
 
@@ -823,8 +756,8 @@ fn scoped_writers_lose_nothing(config: Config, how: Scoped, start: Start) {
 /// [`scoped_writers_lose_nothing`] on `be`.
 fn scoped_writers_lose_nothing_on(be: CrashBackend, config: Config, how: Scoped, start: Start) {
     let be = Arc::new(be);
-    let mut f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config.clone()).unwrap());
-    if let Start::Written | Start::Reserved = start {
+    let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config).unwrap());
+    if let Start::Written = start {
         for p in 0..7u64 {
             f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
         }
@@ -834,12 +767,6 @@ fn scoped_writers_lose_nothing_on(be: CrashBackend, config: Config, how: Scoped,
         f.write_page(0, &[tag(0, 0); PS]).unwrap();
         f.sync().unwrap();
         f.set_len(7 * PS as u64).unwrap();
-    }
-    if let Start::Reserved = start {
-        f.close().unwrap();
-        let ps = PS as u64;
-        be.report_unwritten(vec![ps..2 * ps, 3 * ps..4 * ps, 5 * ps..6 * ps]);
-        f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config).unwrap());
     }
     let last_shared = Arc::new(shuttle::sync::Mutex::new(0u64));
     let writers: Vec<_> = (0..3u64)
@@ -900,17 +827,6 @@ fn scoped_writers_lose_nothing_on(be: CrashBackend, config: Config, how: Scoped,
         *last_shared.lock().unwrap(),
         "newest wins",
     );
-    let extending = f.stats().allocating_scoped_commits;
-    match start {
-        Start::Written => assert_eq!(extending, 0, "no commit grew a written file"),
-        // The first commit finds the file empty on disk.
-        Start::Empty => assert!(
-            extending > 0,
-            "a commit that grew the file went the scoped way"
-        ),
-        Start::Reserved => assert_eq!(extending, 3, "each writer's first commit allocates"),
-        Start::Grown => assert_eq!(extending, 6, "every commit's own page lies in the hole"),
-    }
 }
 
 #[test]
@@ -928,44 +844,18 @@ fn pipelined_tickets_never_lose_their_pages() {
     check(|| scoped_writers_lose_nothing(config(8), Scoped::Pipelined, Start::Written));
 }
 
-/// One sync lane at first, for rounds and scoped commits alike: a scoped
-/// commit that finds it syncing opens another (each lane a description of
-/// its own, never two `fdatasync`s on one at once: the backend panics),
-/// and its `fdatasync` there covers its writes like any other. Nothing
-/// acknowledged is lost, by commits or tickets.
+/// One `fdatasync` at a time: four threads commit (one with `sync()`,
+/// three with their own writers), each twice. A commit that finds an
+/// `fdatasync` in flight begun before its writes waits for it; when it
+/// returns, the waiters it covered go and one of the others issues the
+/// next for all of them. Every commit is durable when it returns, and
+/// nobody sleeps with no `fdatasync` in flight to wake it (shuttle
+/// reports that as a deadlock).
 #[test]
-fn scoped_commits_on_lanes_opened_on_demand_lose_nothing() {
+fn commits_missing_the_fdatasync_in_flight_share_the_next_and_nobody_sleeps() {
     check(|| {
-        let config = config(8).sync_lanes(1);
-        scoped_writers_lose_nothing_on(
-            CrashBackend::with_sync_lanes(1),
-            config,
-            Scoped::Commit,
-            Start::Written,
-        );
-    });
-    check(|| {
-        let config = config(8).sync_lanes(1);
-        scoped_writers_lose_nothing_on(
-            CrashBackend::with_sync_lanes(1),
-            config,
-            Scoped::Pipelined,
-            Start::Written,
-        );
-    });
-}
-
-/// One round lane and one spare lane, and no more to open: `sync()`
-/// callers wait for the round lane while scoped commits take either. A
-/// lane that comes back wakes one waiter that may take it; one woken for
-/// the round lane may find the spare one free first and take that, so
-/// the round lane must go on to the next waiter (else a `sync()` caller
-/// sleeps beside a free lane: shuttle reports the deadlock).
-#[test]
-fn sync_and_scoped_commits_share_few_lanes_and_nobody_sleeps_beside_a_free_one() {
-    check(|| {
-        let be = Arc::new(CrashBackend::with_sync_lanes(2).most_sync_lanes(2));
-        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8).sync_lanes(1)).unwrap());
+        let be = Arc::new(CrashBackend::new());
+        let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
         for p in 0..5u64 {
             f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
         }
@@ -992,32 +882,23 @@ fn sync_and_scoped_commits_share_few_lanes_and_nobody_sleeps_beside_a_free_one()
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(f.stats().sync_lanes_opened, 0);
+        let s = f.stats();
+        assert!(s.commits >= 8, "{s:?}");
         f.close().unwrap();
     });
 }
 
-/// Scoped commits on a growing file: a commit whose pages reach past the
-/// file's length on disk goes the way of `sync()` (group rounds), beside
-/// scoped commits of writers whose pages another writer's flush already
-/// brought inside it. Neither loses an acknowledged page.
+/// Scoped commits on a growing file: commits whose pages reach past the
+/// file's length on disk grow it, beside commits of writers whose pages
+/// another writer's flush already brought inside it. Neither loses an
+/// acknowledged page, nor the length it needs.
 #[test]
 fn scoped_commits_that_grow_the_file_lose_nothing() {
     check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Empty));
 }
 
-/// Scoped commits into space the file reports unwritten (see
-/// `Start::Reserved`): commits that allocate go the way of `sync()` and
-/// update the unwritten set while other writers' commits go the scoped
-/// way. No acknowledged page is lost.
-#[test]
-fn scoped_commits_into_unwritten_space_lose_nothing() {
-    check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Reserved));
-}
-
-/// Scoped commits into the hole `set_len` made (see `Start::Grown`): each
-/// goes the way of `sync()` while the others' run beside it, and updates
-/// the unwritten set. No acknowledged page is lost.
+/// Scoped commits into the hole `set_len` made (see `Start::Grown`), beside
+/// each other. No acknowledged page is lost.
 #[test]
 fn scoped_commits_into_space_set_len_added_lose_nothing() {
     check(|| scoped_writers_lose_nothing(config(8), Scoped::Commit, Start::Grown));
@@ -1038,18 +919,6 @@ fn a_scoped_commit_covers_pages_a_backpressure_flush_took() {
 #[test]
 fn a_failed_fdatasync_under_scoped_commits_fails_exactly_what_it_covers() {
     check(|| failed_fdatasync_under_scoped_commits(CrashBackend::new(), config(8)));
-}
-
-/// The same with one sync lane at first: the failure may come on a lane
-/// opened since (which reports it, as a new description sees any error
-/// no description has seen) or on the first while others sync on new
-/// ones (which then report it too).
-#[test]
-fn a_failed_fdatasync_on_lanes_opened_on_demand_fails_exactly_what_it_covers() {
-    check(|| {
-        let config = config(8).sync_lanes(1);
-        failed_fdatasync_under_scoped_commits(CrashBackend::with_sync_lanes(1), config)
-    });
 }
 
 fn failed_fdatasync_under_scoped_commits(be: CrashBackend, config: Config) {
@@ -1126,397 +995,7 @@ fn a_scoped_commit_records_the_length_another_flush_missed() {
     });
 }
 
-// ---- writes through (`Writer::write_and_commit` skipping the buffer) ----
-
-/// Three writers commit pages of their own with `write_and_commit` on a
-/// written file, so each commit writes through (one write from the
-/// caller's bytes) and needs an `fdatasync` that began after that write
-/// completed. Every crash image after a commit returns holds its page. A
-/// commit that took an `fdatasync` begun before its write completed (a
-/// target read before the write) would find its page missing from some
-/// image.
-#[test]
-fn a_write_through_never_accepts_an_fdatasync_that_began_before_it() {
-    check(|| {
-        let (be, f) = file_with(config(8));
-        for p in 0..7u64 {
-            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
-        }
-        f.sync().unwrap();
-        let writers: Vec<_> = (0..3u64)
-            .map(|t| {
-                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-                shuttle::thread::spawn(move || {
-                    let mut w = f.writer();
-                    for i in 0..2u64 {
-                        let p = 1 + t * 2 + i;
-                        w.write_and_commit(p * PS as u64, &[tag(p, 1); PS]).unwrap();
-                        let img = be.crash_image(t * 10 + i);
-                        assert_page(&img, p, 1, "crash image after a write through");
-                    }
-                })
-            })
-            .collect();
-        for w in writers {
-            w.join().unwrap();
-        }
-        assert_eq!(f.stats().through_commits, 6, "every commit wrote through");
-        f.close().unwrap();
-    });
-}
-
-/// A page with an older version buffered or in flight (written, then
-/// flushed by another thread at any point) is never written through: the
-/// commit takes the buffered way, so the older version cannot land after
-/// the newer one. Meanwhile a reader (the read cache on) reads whole
-/// versions only, and once the commit returns, a read and every crash
-/// image give the committed version. Writing through over the older
-/// version would end with it on disk; a release that kept the cache's
-/// copy would read back an older version.
-#[test]
-fn a_write_through_never_lands_under_an_older_version() {
-    check(|| {
-        let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
-        synced_pages(&f, 1);
-        let flusher = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                for _ in 0..2 {
-                    f.flush().unwrap();
-                }
-            })
-        };
-        let reader = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                for _ in 0..2 {
-                    let page = f.read(0, PS).unwrap();
-                    let v = page[0];
-                    assert!(
-                        (0..=2).any(|v| tag(0, v) == page[0]),
-                        "a read of page 0 found no version"
-                    );
-                    assert!(page.iter().all(|&b| b == v), "a read found a torn page");
-                }
-            })
-        };
-        f.write_page(0, &[tag(0, 1); PS]).unwrap();
-        let mut w = f.writer();
-        w.write_and_commit(0, &[tag(0, 2); PS]).unwrap();
-        assert_page(&f.read(0, PS).unwrap(), 0, 2, "a read after the commit");
-        assert_page(&be.crash_image(7), 0, 2, "crash image after the commit");
-        flusher.join().unwrap();
-        reader.join().unwrap();
-        f.sync().unwrap();
-        assert_page(&be.durable_image(), 0, 2, "newest wins");
-        assert_page(&f.read(0, PS).unwrap(), 0, 2, "a read at the end");
-        f.close().unwrap();
-    });
-}
-
-/// A write through racing with a shrinking `set_len` over its page: the
-/// write lands before the cut (which removes it) or is refused the way
-/// through and written after it (growing the file again, as any write
-/// past the end does). Either way the file's size on disk is its length,
-/// and a page past the cut is the committed version. A write through
-/// landing after the `ftruncate` would leave the file longer than its
-/// length.
-#[test]
-fn a_write_through_never_lands_past_a_cut() {
-    check(|| {
-        let (be, f) = file_with(config(8));
-        for p in 0..4u64 {
-            f.write_page(p * PS as u64, &[tag(p, 0); PS]).unwrap();
-        }
-        f.sync().unwrap();
-        let writer = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                f.writer()
-                    .write_and_commit(3 * PS as u64, &[tag(3, 1); PS])
-                    .unwrap();
-            })
-        };
-        f.set_len(2 * PS as u64).unwrap();
-        writer.join().unwrap();
-        f.sync().unwrap();
-        let img = be.durable_image();
-        assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
-        if f.len() > 2 * PS as u64 {
-            assert_page(&img, 3, 1, "a write after the cut");
-        }
-        f.close().unwrap();
-    });
-}
-
-/// Two writers' large writes (two pages each) into the hole `set_len`
-/// left, each then committed, beside a thread rewriting page 0 and
-/// calling `sync()`: a write goes through where no `sync()` is under way
-/// (its commit then needs an `fdatasync` begun after it), into the buffer
-/// otherwise (grouped). Every crash image after a commit holds the
-/// writer's pages, and every one after a `sync()` the page it covered.
-#[test]
-fn large_writes_into_unwritten_space_lose_nothing() {
-    check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 1);
-        f.set_len(6 * PS as u64).unwrap();
-        let writers: Vec<_> = (0..2u64)
-            .map(|t| {
-                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-                shuttle::thread::spawn(move || {
-                    let mut w = f.writer();
-                    let first = 2 + t * 2;
-                    let bytes: Vec<u8> = (first..first + 2).flat_map(|p| [tag(p, 1); PS]).collect();
-                    w.write_page(first * PS as u64, &bytes).unwrap();
-                    w.commit().unwrap();
-                    let img = be.crash_image(t);
-                    for p in first..first + 2 {
-                        assert_page(&img, p, 1, "crash image after a commit");
-                    }
-                })
-            })
-            .collect();
-        f.write_page(0, &[tag(0, 1); PS]).unwrap();
-        f.sync().unwrap();
-        assert_page(&be.crash_image(7), 0, 1, "crash image after sync()");
-        for w in writers {
-            w.join().unwrap();
-        }
-        UNWRITTEN_THROUGH.fetch_add(
-            f.stats().through_writes,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        f.close().unwrap();
-    });
-    assert!(
-        UNWRITTEN_THROUGH.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "no schedule wrote through"
-    );
-}
-
-/// Large writes through in the check above, summed over its schedules.
-static UNWRITTEN_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A writer's large write past the file's end (two pages), then its
-/// commit, beside a thread rewriting page 0 and calling `sync()` and a
-/// reader: the write goes through where no `sync()` is under way (it
-/// grows the file and every length), into the buffer otherwise. A reader
-/// that sees the new length reads the written pages, never zeros; every
-/// crash image after the commit holds them and the length they need.
-#[test]
-fn a_large_write_past_the_end_loses_nothing() {
-    check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 2);
-        let writer = {
-            let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
-                w.write_page(2 * PS as u64, &bytes).unwrap();
-                w.commit().unwrap();
-                let img = be.crash_image(1);
-                assert_page(&img, 2, 1, "crash image after the commit");
-                assert_page(&img, 3, 1, "crash image after the commit");
-            })
-        };
-        let reader = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                if f.len() >= 4 * PS as u64 {
-                    let page = f.read(3 * PS as u64, PS).unwrap();
-                    assert!(
-                        page.iter().all(|&b| b == tag(3, 1)),
-                        "a read within the new length found no data"
-                    );
-                }
-            })
-        };
-        f.write_page(0, &[tag(0, 1); PS]).unwrap();
-        f.sync().unwrap();
-        assert_page(&be.crash_image(7), 0, 1, "crash image after sync()");
-        writer.join().unwrap();
-        reader.join().unwrap();
-        assert_eq!(f.len(), 4 * PS as u64);
-        PAST_END_THROUGH.fetch_add(
-            f.stats().through_writes,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        f.close().unwrap();
-        assert_eq!(be.durable_image().len(), 4 * PS, "the length at close");
-    });
-    assert!(
-        PAST_END_THROUGH.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "no schedule wrote through"
-    );
-}
-
-/// Large writes through in the check above, summed over its schedules.
-static PAST_END_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A writer's large write past the file's end racing with a shrinking
-/// `set_len` (and then its commit): the write lands whole before the cut
-/// (which removes it), or after it, or goes into the buffer and lands
-/// before or after it page by page. The file's size on disk is its
-/// length, and the last page past the cut is the committed version.
-#[test]
-fn a_large_write_past_the_end_racing_a_cut_keeps_the_size_the_length() {
-    check(|| {
-        large_write_racing_a_cut(2, 1);
-    });
-}
-
-/// A writer's large write through (two pages) racing with a shrinking
-/// `set_len` over its pages, then its commit: the write lands whole before
-/// the cut (which removes it), or is refused the way through and buffered,
-/// landing before or after the cut page by page. Either way the file's
-/// size on disk is its length, and the last page past the cut is the
-/// committed version. A write through landing after the `ftruncate` would
-/// leave the file longer than its length.
-#[test]
-fn a_large_write_through_never_lands_past_a_cut() {
-    check(|| {
-        let through = large_write_racing_a_cut(4, 2);
-        THROUGH_BEFORE_CUT.fetch_add(through, std::sync::atomic::Ordering::Relaxed);
-    });
-    assert!(
-        THROUGH_BEFORE_CUT.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "no schedule wrote through"
-    );
-}
-
-/// A file of `synced` pages, synced; a writer writes pages 2 and 3 with
-/// one large write (through where it can) and commits, racing a `set_len`
-/// to `cut` pages. Then: the file's size on disk is its length, every
-/// page past the cut is the write or zeros (the buffered way lands page
-/// by page), and the last page past it is the write. Returns the writes
-/// through.
-fn large_write_racing_a_cut(synced: u64, cut: u64) -> u64 {
-    let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-    synced_pages(&f, synced);
-    let writer = {
-        let f = Arc::clone(&f);
-        shuttle::thread::spawn(move || {
-            let mut w = f.writer();
-            let bytes: Vec<u8> = (2..4u64).flat_map(|p| [tag(p, 1); PS]).collect();
-            w.write_page(2 * PS as u64, &bytes).unwrap();
-            w.commit().unwrap();
-        })
-    };
-    f.set_len(cut * PS as u64).unwrap();
-    writer.join().unwrap();
-    f.sync().unwrap();
-    let img = be.durable_image();
-    assert_eq!(img.len() as u64, f.len(), "the file's size is its length");
-    let pages = f.len() / PS as u64;
-    for p in cut..pages {
-        let bytes = &img[p as usize * PS..(p as usize + 1) * PS];
-        assert!(
-            bytes.iter().all(|&b| b == tag(p, 1)) || bytes.iter().all(|&b| b == 0),
-            "page {p} past the cut is neither the write nor zeros"
-        );
-    }
-    if pages > cut {
-        assert_page(&img, pages - 1, 1, "a write after the cut");
-    }
-    let through = f.stats().through_writes;
-    f.close().unwrap();
-    through
-}
-
-/// Large writes through in the check above, summed over its schedules.
-static THROUGH_BEFORE_CUT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A writer's large write through racing with `close`: it either lands
-/// before the close (whose `fdatasync` covers it) or is refused with
-/// `Closed`; nothing reaches the file after `close` returns, so the
-/// durable image is the file as it is. A write through that did not
-/// count as a write in flight could land after the close's `fdatasync`.
-#[test]
-fn a_large_write_through_never_lands_after_close() {
-    check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 2);
-        let writer = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                let mut w = f.writer();
-                let bytes: Vec<u8> = (0..2u64).flat_map(|p| [tag(p, 1); PS]).collect();
-                match w.write_page(0, &bytes) {
-                    Ok(()) => {}
-                    Err(Error::Closed) => return false,
-                    Err(e) => panic!("a write racing close: {e}"),
-                }
-                match w.commit() {
-                    Ok(()) | Err(Error::Closed) => true,
-                    Err(e) => panic!("a commit racing close: {e}"),
-                }
-            })
-        };
-        f.close().unwrap();
-        let wrote = writer.join().unwrap();
-        let durable = be.durable_image();
-        assert_eq!(
-            durable,
-            be.live_image(),
-            "a write reached the file after close"
-        );
-        if wrote {
-            for p in 0..2 {
-                assert_page(&durable, p, 1, "a write accepted before close");
-            }
-        }
-    });
-}
-
-/// The version of page `page` in `img` (pages are filled with one tag),
-/// `None` if it is missing, torn or no tag of `versions`.
-fn version_in(img: &[u8], page: u64, versions: std::ops::RangeInclusive<u64>) -> Option<u64> {
-    let at = page as usize * PS;
-    let bytes = img.get(at..at + PS)?;
-    versions
-        .into_iter()
-        .find(|&v| bytes.iter().all(|&b| b == tag(page, v)))
-}
-
-/// A plain `write_page` of a page racing with another thread's write
-/// through of the same page, with a read cache: whichever lands last, a
-/// read at the end finds what the disk holds. A plain write that did not
-/// wait for the claim could be drained and written before the write
-/// through and retired into the read cache after it, so reads would find
-/// the version the disk lost.
-#[test]
-fn a_write_racing_a_write_through_of_its_page_reads_as_the_disk_holds() {
-    check(|| {
-        let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
-        synced_pages(&f, 1);
-        let plain = {
-            let (be, f) = (Arc::clone(&be), Arc::clone(&f));
-            shuttle::thread::spawn(move || {
-                f.write_page(0, &[tag(0, 1); PS]).unwrap();
-                f.sync().unwrap();
-                let v = version_in(&be.crash_image(3), 0, 1..=2);
-                assert!(
-                    v.is_some(),
-                    "crash image after the plain write's sync: {v:?}"
-                );
-            })
-        };
-        f.writer().write_and_commit(0, &[tag(0, 2); PS]).unwrap();
-        let v = version_in(&be.crash_image(5), 0, 1..=2);
-        assert!(v.is_some(), "crash image after the write through: {v:?}");
-        plain.join().unwrap();
-        f.sync().unwrap();
-        let disk = version_in(&be.durable_image(), 0, 1..=2);
-        let read = version_in(&f.read(0, PS).unwrap(), 0, 1..=2);
-        assert!(disk.is_some(), "the disk holds no version of page 0");
-        assert_eq!(read, disk, "a read finds what the disk holds");
-        f.close().unwrap();
-    });
-}
-
-// ---- scoped commits written from the write buffer (claims) ----
+// ---- a scoped commit beside other flushes of its pages ----
 
 /// Writes version 0 of pages `0..pages` and syncs them.
 fn synced_pages(f: &PagedCachedFile, pages: u64) {
@@ -1549,14 +1028,13 @@ fn commit_after_writing(
     t
 }
 
-/// A writer's buffered page, claimed by its scoped commit (written from
-/// the write buffer outside any generation), while another thread's
-/// `sync()`, called after the page was written, drains: the sync must
-/// wait for that write, so once it says Ok every crash image holds the
-/// page. A sync that took a claimed page for written (it is neither dirty
-/// nor in flight) would find it missing from some image.
+/// A writer's buffered page, drained and being written by its scoped
+/// commit, while another thread's `sync()`, called after the page was
+/// written, drains: the sync must wait for that write, so once it says Ok
+/// every crash image holds the page. A sync that took a page in flight
+/// for written would find it missing from some image.
 #[test]
-fn a_sync_covers_a_page_a_scoped_commit_claimed_from_the_buffer() {
+fn a_sync_covers_a_page_a_scoped_commit_is_writing() {
     check(|| {
         let (be, f) = file_with(config(8));
         synced_pages(&f, 3);
@@ -1573,51 +1051,19 @@ fn a_sync_covers_a_page_a_scoped_commit_claimed_from_the_buffer() {
         assert_page(&img, 1, 1, "after a sync called once the page was written");
         assert_page(&img, 2, 1, "after the sync");
         committer.join().unwrap();
-        assert!(
-            f.stats().claimed_commits >= 1 || f.stats().commits >= 2,
-            "the scoped commit ran"
-        );
-        f.close().unwrap();
-    });
-}
-
-/// The same race with `commit_dsync` and group rounds: the `sync()` round
-/// may go out as one `RWF_DSYNC` write standing in for its `fdatasync`. That write
-/// covers only itself, not the scoped commit's write counted beside it
-/// (the scoped commit takes no drain lock): once the scoped commit says
-/// Ok, its page must be durable, whichever way the round went.
-#[test]
-fn a_durable_round_write_never_stands_in_for_a_scoped_commits_fdatasync() {
-    check(|| {
-        let config = config(8)
-            .commit_dsync(true)
-            .commit_strategy(CommitStrategy::Group)
-            .engine(pagewriter::FlushEngine::Vectored);
-        let (be, f) = file_with(config);
-        synced_pages(&f, 3);
-        let committer = {
-            let be = Arc::clone(&be);
-            commit_after_writing(&f, 1, 1, move |_, r| {
-                r.unwrap();
-                assert_page(&be.durable_image(), 1, 1, "after the scoped commit");
-            })
-        };
-        f.write_page(2 * PS as u64, &[tag(2, 1); PS]).unwrap();
-        f.sync().unwrap();
-        assert_page(&be.durable_image(), 2, 1, "after the sync");
-        committer.join().unwrap();
+        assert!(f.stats().commits >= 3, "the scoped commit ran");
         f.close().unwrap();
     });
 }
 
 /// Two writers write the same page, one after the other, and commit at
-/// once: the first one's commit may claim the second one's version (the
+/// once: the first one's commit may drain the second one's version (the
 /// newest, buffered) and write it. The second commit must then wait for
 /// that write: once it says Ok, every crash image holds its version. A
-/// scoped drain that took a page claimed by another commit for written
+/// scoped drain that took a page in flight in another commit for written
 /// would accept an `fdatasync` begun before the write.
 #[test]
-fn a_scoped_commit_waits_for_its_page_another_commit_claimed() {
+fn a_scoped_commit_waits_for_its_page_another_commit_is_writing() {
     check(|| {
         let (be, f) = file_with(config(8));
         synced_pages(&f, 1);
@@ -1632,12 +1078,11 @@ fn a_scoped_commit_waits_for_its_page_another_commit_claimed() {
     });
 }
 
-/// A reader of a page whose scoped commit is writing it from the write
-/// buffer finds the committed bytes (the claim holds the page), never the
-/// older version in the read cache or on disk, and never waits for the
-/// write to find them.
+/// A reader of a page whose scoped commit is writing it finds the
+/// committed bytes (in flight), never the older version in the read cache
+/// or on disk.
 #[test]
-fn a_read_during_a_commit_from_the_buffer_finds_the_newest_version() {
+fn a_read_during_a_commit_finds_the_newest_version() {
     check(|| {
         let (be, f) = file_with(config(8).read_cache_bytes(4 * PS));
         synced_pages(&f, 1);
@@ -1656,19 +1101,18 @@ fn a_read_during_a_commit_from_the_buffer_finds_the_newest_version() {
         reader.join().unwrap();
         assert_page(&be.crash_image(3), 0, 1, "after the commit");
         assert_page(&f.read(0, PS).unwrap(), 0, 1, "a read after the commit");
-        assert_eq!(f.stats().claimed_commits, 1, "written from the buffer");
         f.close().unwrap();
     });
 }
 
-/// A scoped commit's write from the write buffer fails (EIO) while a
-/// `sync()` called after the page was written waits for it: the page goes
-/// back to the buffer, the commit reports it, and the sync drains again
-/// and writes it (the backend fails one write only), so when the sync
-/// says Ok the page is durable. A sync that returned once the claim was
-/// gone, without looking for the page put back, would say Ok without it.
+/// A scoped commit's write fails (EIO) while a `sync()` called after the
+/// page was written waits for it: the page goes back to the buffer, the
+/// commit reports it, and the sync drains again and writes it (the backend
+/// fails one write only), so when the sync says Ok the page is durable. A
+/// sync that returned once the write was done, without looking for the
+/// page put back, would say Ok without it.
 #[test]
-fn a_sync_writes_a_page_whose_write_from_the_buffer_failed() {
+fn a_sync_writes_a_page_whose_write_in_a_scoped_commit_failed() {
     check(|| {
         let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
         let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), config(8)).unwrap());
@@ -1698,14 +1142,12 @@ fn a_sync_writes_a_page_whose_write_from_the_buffer_failed() {
     });
 }
 
-/// Another thread rewrites a page while a scoped commit writes it from the
-/// write buffer, and syncs: the rewrite waits for that write (the claim),
-/// so the newer version reaches the disk after the older one, and once
-/// the sync says Ok every crash image holds it. A rewrite that went into
-/// the buffer at once could be drained and written before the claimed
-/// version, which would then land over it.
+/// Another thread rewrites a page while a scoped commit writes it, and
+/// syncs: the rewrite's write waits for that one (the write latch), so the
+/// newer version reaches the disk after the older one, and once the sync
+/// says Ok every crash image holds it.
 #[test]
-fn a_rewrite_during_a_commit_from_the_buffer_lands_after_it() {
+fn a_rewrite_during_a_commit_lands_after_it() {
     check(|| {
         let (be, f) = file_with(config(8));
         synced_pages(&f, 1);
@@ -1719,122 +1161,3 @@ fn a_rewrite_during_a_commit_from_the_buffer_lands_after_it() {
         f.close().unwrap();
     });
 }
-
-// ---- large writes through a writer (`Writer::write_page`) ----
-
-/// Large writes through, summed over every schedule a check ran.
-static LARGE_WRITES_THROUGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Two writers write two pages each at a time (the threshold set to two
-/// pages, so these go straight to disk where nothing else is syncing)
-/// and commit them, while a third thread calls `sync()`. Once a commit
-/// returns, every crash image holds the writer's pages: its commit waited
-/// for an `fdatasync` that began after the write completed. A write that
-/// handed its commit a target read before the write would accept an
-/// `fdatasync` begun before it, and some image would lack the pages.
-#[test]
-fn a_large_write_through_is_committed_only_by_an_fdatasync_begun_after_it() {
-    check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 8);
-        let syncer = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                for _ in 0..2 {
-                    f.sync().unwrap();
-                }
-            })
-        };
-        let writers: Vec<_> = (0..2u64)
-            .map(|t| {
-                let (f, be) = (Arc::clone(&f), Arc::clone(&be));
-                shuttle::thread::spawn(move || {
-                    let mut w = f.writer();
-                    for i in 0..2u64 {
-                        let first = t * 4 + i * 2;
-                        let bytes: Vec<u8> =
-                            (first..first + 2).flat_map(|p| [tag(p, 1); PS]).collect();
-                        w.write_page(first * PS as u64, &bytes).unwrap();
-                        w.commit().unwrap();
-                        let img = be.crash_image(t * 10 + i);
-                        for p in first..first + 2 {
-                            assert_page(&img, p, 1, "crash image after a large write's commit");
-                        }
-                    }
-                })
-            })
-            .collect();
-        for w in writers {
-            w.join().unwrap();
-        }
-        syncer.join().unwrap();
-        LARGE_WRITES_THROUGH.fetch_add(
-            f.stats().through_writes,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        f.close().unwrap();
-    });
-    assert!(
-        LARGE_WRITES_THROUGH.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "no schedule wrote through"
-    );
-}
-
-/// A large write through racing a reader and a flush of another version:
-/// a version buffered first is never overwritten on disk by an older one,
-/// a read finds whole versions only, and after the commit every crash
-/// image and a read give the committed version.
-#[test]
-fn a_large_write_through_never_lands_under_an_older_version() {
-    check(|| {
-        let (be, f) = file_with(config(8).write_through_min_bytes(Some(2 * PS)));
-        synced_pages(&f, 2);
-        f.write_page(0, &[tag(0, 1); PS]).unwrap();
-        let other = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                f.flush().unwrap();
-            })
-        };
-        let reader = {
-            let f = Arc::clone(&f);
-            shuttle::thread::spawn(move || {
-                let page = f.read(PS as u64, PS).unwrap();
-                assert!(
-                    (0..=2).any(|v| tag(1, v) == page[0]),
-                    "a read of page 1 found no version"
-                );
-                assert!(
-                    page.iter().all(|&b| b == page[0]),
-                    "a read found a torn page"
-                );
-            })
-        };
-        let mut w = f.writer();
-        let bytes: Vec<u8> = (0..2u64).flat_map(|p| [tag(p, 2); PS]).collect();
-        w.write_page(0, &bytes).unwrap();
-        w.commit().unwrap();
-        other.join().unwrap();
-        reader.join().unwrap();
-        LARGE_WRITES_THROUGH_2.fetch_add(
-            f.stats().through_writes,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        for p in 0..2 {
-            let read = f.read(p * PS as u64, PS).unwrap();
-            assert!(
-                read.iter().all(|&b| b == tag(p, 2)),
-                "a read of page {p} after the commit"
-            );
-            assert_page(&be.crash_image(3), p, 2, "crash image after the commit");
-        }
-        f.close().unwrap();
-    });
-    assert!(
-        LARGE_WRITES_THROUGH_2.load(std::sync::atomic::Ordering::Relaxed) > 0,
-        "no schedule wrote through"
-    );
-}
-
-/// Large writes through in the check above, summed over its schedules.
-static LARGE_WRITES_THROUGH_2: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{direct_available, file_engines, page, tag_of};
 use pagewriter::testing::Rng as WyRand;
-use pagewriter::{Config, DirectIo, FlushEngine, PagedCachedFile};
+use pagewriter::{Config, DirectIo, PagedCachedFile};
 use parking_lot::Mutex;
 
 const PS: usize = 4096;
@@ -28,28 +28,14 @@ fn eight_threads_race_and_the_newest_version_wins() {
     if direct_available(dir.path()) {
         modes.push(DirectIo::On);
     }
-    // `commit_dsync` on for the engines that write from page memory too,
-    // and the vectored engine with writer threads.
-    let mut cases: Vec<(FlushEngine, bool, usize)> = file_engines()
-        .into_iter()
-        .flat_map(|e| {
-            let dsync = matches!(e, FlushEngine::Vectored | FlushEngine::IoUring { .. });
-            std::iter::once((e, false, 1)).chain(dsync.then_some((e, true, 1)))
-        })
-        .collect();
-    cases.push((FlushEngine::Vectored, false, 4));
-    cases.push((FlushEngine::Vectored, true, 3));
     for direct in modes {
-        for &(engine, dsync, threads) in &cases {
-            let path = dir.path().join(format!(
-                "stress-{}-{direct:?}-{dsync}-{threads}",
-                engine.name()
-            ));
+        for engine in file_engines() {
+            let path = dir
+                .path()
+                .join(format!("stress-{}-{direct:?}", engine.name()));
             let cfg = Config::default()
                 .engine(engine)
                 .direct(direct)
-                .commit_dsync(dsync)
-                .write_threads(threads)
                 .max_write_buffer_bytes(48 * PS)
                 .read_cache_bytes(32 * PS)
                 .stripes(8);
@@ -107,17 +93,14 @@ fn eight_threads_race_and_the_newest_version_wins() {
                     .map(|h| h.join())
                     .filter(Result::is_err)
                     .count();
-                assert_eq!(
-                    failed, 0,
-                    "{engine:?} {direct:?} {dsync} {threads}: {failed} threads failed"
-                );
+                assert_eq!(failed, 0, "{engine:?} {direct:?}: {failed} threads failed");
             });
             f.close().unwrap();
             let s = f.stats();
             assert!(s.commits > 0 && s.flushes > 0, "{s:?}");
             eprintln!(
-                "{engine:?} {direct:?} commit_dsync {dsync} write_threads {threads}: {} commits, {} fdatasyncs, {} durable writes",
-                s.commits, s.syncs, s.dsync_writes
+                "{engine:?} {direct:?}: {} commits, {} fdatasyncs",
+                s.commits, s.syncs
             );
             drop(f);
             let f = PagedCachedFile::open(&path, cfg).unwrap();
@@ -126,7 +109,7 @@ fn eight_threads_race_and_the_newest_version_wins() {
                 assert_eq!(
                     tag_of(&f.read(p * PS as u64, PS).unwrap()),
                     (p, want),
-                    "{engine:?} {direct:?} {dsync} {threads}"
+                    "{engine:?} {direct:?}"
                 );
             }
         }

@@ -62,16 +62,6 @@ fn sizes_and_counts_are_refused_by_their_flag() {
         &["max_write_buffer_bytes"],
     );
     refused(
-        &["scale", "--max-write-bytes", "0"],
-        &["--max-write-bytes", "'0'"],
-        &["max_write_bytes 0"],
-    );
-    refused(
-        &["scale", "--write-threads", "65"],
-        &["--write-threads", "'65'"],
-        &["write_threads 65"],
-    );
-    refused(
         &[
             "write-file",
             "f.bin",
@@ -82,6 +72,27 @@ fn sizes_and_counts_are_refused_by_their_flag() {
         ],
         &["--buffer-size", "'0'"],
         &["buffer_size 0"],
+    );
+}
+
+/// The commit settings the core no longer has are refused by name (the
+/// file's behaviour they chose is fixed or derived now).
+#[test]
+fn retired_settings_are_refused_by_their_flag() {
+    for (cmd, flag, value) in [
+        ("scale", "--sync-lanes", "4"),
+        ("scale", "--rounds-in-flight", "2"),
+        ("scale", "--commit-strategy", "group"),
+        ("scale", "--write-threads", "4"),
+        ("scale", "--max-write-bytes", "1MiB"),
+        ("flush", "--write-threads", "4"),
+    ] {
+        refused(&[cmd, flag, value], &[flag], &["panicked"]);
+    }
+    refused(
+        &["scale", "--commit-dsync"],
+        &["--commit-dsync"],
+        &["panicked"],
     );
 }
 

@@ -160,61 +160,49 @@ pub const ALL: [Workload; 17] = [
     },
     Workload {
         name: "scoped-through",
-        about: "Writer::write_and_commit from 3 threads rewriting written pages in two-page runs from page-aligned buffers (written through: one pwrite, then an fdatasync begun after it); one sync lane at first, more opened on demand; O_DIRECT",
-        config: || base().direct(DirectIo::Auto).sync_lanes(1),
+        about: "Writer::write_and_commit from 3 threads rewriting written pages in two-page runs from page-aligned buffers (one write each, then an fdatasync begun after it, or one in flight begun after it); O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_through,
     },
     Workload {
         name: "scoped-large",
-        about: "Writer::write_page of four-page runs written straight to disk at once (write_through_min_bytes two pages), a buffered page beside every other one, then Writer::commit (only an fdatasync for the run), or sync() every fourth round; O_DIRECT",
-        config: || {
-            base()
-                .direct(DirectIo::Auto)
-                .write_through_min_bytes(Some(2 * PS))
-        },
+        about: "Writer::write_page of four-page runs, a page apart beside every other one, then Writer::commit, or sync() every fourth round (its promise covers the writer's pages too); O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_large,
     },
     Workload {
         name: "scoped-large-preallocated",
-        about: "Writer::write_page of four-page runs into space reserved with fallocate, written straight to disk (one writer, no other commit under way: its fdatasync commits the unwritten extents' conversion with the data), a buffered page there beside every other one, then Writer::commit; O_DIRECT",
-        config: || {
-            base()
-                .direct(DirectIo::Auto)
-                .write_through_min_bytes(Some(2 * PS))
-        },
+        about: "Writer::write_page of four-page runs into space reserved with fallocate (each commit's fdatasync commits the unwritten extents' conversion with the data), a page there beside every other run, then Writer::commit; O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_large_preallocated,
     },
     Workload {
         name: "scoped-large-growing",
-        about: "Writer::write_page of four-page runs appended to an empty file, written straight to disk (one writer: the write grows the file, its commit's fdatasync makes the new size durable with the data), a buffered page just past the run beside every other one, then Writer::commit; O_DIRECT",
-        config: || {
-            base()
-                .direct(DirectIo::Auto)
-                .write_through_min_bytes(Some(2 * PS))
-        },
+        about: "Writer::write_page of four-page runs appended to an empty file (each commit grows it; its fdatasync makes the new size durable with the data), a page just past the run beside every other one, then Writer::commit; O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_large_growing,
     },
     Workload {
         name: "scoped-claimed",
-        about: "Writer::commit from 3 threads of their own written pages (written from the write buffer: claimed, no drain), beside a thread calling sync(), whose promise covers pages claimed when it was called; O_DIRECT",
+        about: "Writer::commit from 3 threads of their own written pages, beside a thread calling sync(), whose promise covers the pages a scoped commit is writing when it is called; O_DIRECT",
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_claimed,
     },
     Workload {
         name: "scoped-growing",
-        about: "Writer::commit from 3 threads on an empty file (commits that grow it are made as sync() makes them); O_DIRECT",
+        about: "Writer::commit from 3 threads on an empty file (their commits grow it); O_DIRECT",
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_growing,
     },
     Workload {
         name: "scoped-preallocated",
-        about: "Writer::commit from 3 threads into space reserved with fallocate (commits into unwritten extents are made as sync() makes them, once per page); O_DIRECT",
+        about: "Writer::commit from 3 threads into space reserved with fallocate (unwritten extents their writes convert); O_DIRECT",
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_preallocated,
@@ -262,8 +250,8 @@ pub const ALL: [Workload; 17] = [
     },
     Workload {
         name: "scoped-eio",
-        about: "Writer::commit from 3 threads of their own written pages (claimed from the write buffer; one sync lane at first, more opened on demand except on btrfs) while the device fails a cache flush with EIO: no commit acknowledged after a failure was seen, the file poisoned; O_DIRECT",
-        config: || base().direct(DirectIo::Auto).sync_lanes(1),
+        about: "Writer::commit from 3 threads of their own written pages while the device fails a cache flush with EIO: no commit acknowledged after a failure was seen, the file poisoned; O_DIRECT",
+        config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_eio,
     },
@@ -417,10 +405,6 @@ fn scoped_tickets(c: &Ctx) -> Result<(), String> {
         }
         Ok(())
     })?;
-    eprintln!(
-        "scoped-tickets: {} of 30 scoped commits written from the buffer",
-        f.stats().claimed_commits
-    );
     let floors = c.tracker.all_floors();
     f.sync_async()
         .and_then(CommitTicket::wait)
@@ -431,9 +415,8 @@ fn scoped_tickets(c: &Ctx) -> Result<(), String> {
 
 /// Pages 0 to 29 written and synced; then three threads rewrite their own
 /// ten pages, two at a time, each run with one `write_and_commit` from a
-/// page-aligned buffer (the pages lie inside written space and no one
-/// else holds them, so each commit writes through). A commit's two pages
-/// are acknowledged once it returns.
+/// page-aligned buffer. A commit's two pages are acknowledged once it
+/// returns.
 fn scoped_through(c: &Ctx) -> Result<(), String> {
     let f = c.open()?;
     for p in 0..30 {
@@ -456,29 +439,15 @@ fn scoped_through(c: &Ctx) -> Result<(), String> {
         }
         Ok(())
     })?;
-    let stats = f.stats();
-    if stats.through_commits != 30 {
-        return Err(format!(
-            "{} of 30 commits wrote through",
-            stats.through_commits
-        ));
-    }
-    eprintln!(
-        "scoped-through: {} sync lanes opened",
-        stats.sync_lanes_opened
-    );
     f.close().map_err(|e| format!("close: {e}"))
 }
 
 /// Pages 0 to 39 written and synced; then one thread rewrites pages 0 to
-/// 35 in runs of four with `Writer::write_page` from a page-aligned buffer
-/// (written straight to disk at once: the run is two pages or more, lies
-/// in written space, and nothing else is syncing), in every other round
-/// writes one of pages 36 to 39 into the buffer beside it, and commits:
-/// what it wrote is acknowledged once the commit returns (a commit of a
-/// run alone is one `fdatasync`). Every fourth round it calls
-/// `sync()` instead, whose promise covers the pages written through
-/// before it (the writer has not committed them).
+/// 35 in runs of four with `Writer::write_page` from a page-aligned
+/// buffer, in every other round writes one of pages 36 to 39 beside it,
+/// and commits: what it wrote is acknowledged once the commit returns.
+/// Every fourth round it calls `sync()` instead, whose promise covers the
+/// pages the writer has not committed.
 fn scoped_large(c: &Ctx) -> Result<(), String> {
     let f = c.open()?;
     for p in 0..40 {
@@ -506,28 +475,21 @@ fn scoped_large(c: &Ctx) -> Result<(), String> {
             c.ack(floors)?;
         }
     }
-    let through = f.stats().through_writes;
-    if through != 20 {
-        return Err(format!("{through} of 20 runs were written through"));
-    }
     f.close().map_err(|e| format!("close: {e}"))
 }
 
 /// 48 pages reserved with `fallocate` (the file created by an open
 /// first, reopened after: the open reads the unwritten space); then one
-/// writer writes eleven four-page runs there, each straight to disk, a
-/// buffered page of the last four beside every other run (a commit that
-/// allocates, made as `sync()` makes them), and commits after each.
-/// Every run was written through.
+/// writer writes eleven four-page runs there, a page of the last four
+/// beside every other run, and commits after each.
 fn scoped_large_preallocated(c: &Ctx) -> Result<(), String> {
     reserve(c, 48)?;
     large_runs(c, |i| 44 + i % 4)
 }
 
-/// One writer on an empty file appends eleven four-page runs, each
-/// straight to disk (it grows the file), a buffered page just past the
-/// run beside every other one (the next run covers it), and commits after
-/// each. Every run was written through.
+/// One writer on an empty file appends eleven four-page runs (each grows
+/// the file), a page just past the run beside every other one (the next
+/// run covers it), and commits after each.
 fn scoped_large_growing(c: &Ctx) -> Result<(), String> {
     large_runs(c, |i| i * 4 + 4)
 }
@@ -548,7 +510,7 @@ fn reserve(c: &Ctx, pages: u64) -> Result<(), String> {
 /// One writer, on the file as it is: eleven four-page runs from page 0,
 /// each written from an aligned buffer with `write_page`, the buffered
 /// page `single(i)` beside every other run, a commit after each run
-/// (acknowledged). Every run must have been written through.
+/// (acknowledged).
 fn large_runs(c: &Ctx, single: impl Fn(u64) -> u64) -> Result<(), String> {
     let f = c.open()?;
     let ps = c.ps() as usize;
@@ -567,19 +529,14 @@ fn large_runs(c: &Ctx, single: impl Fn(u64) -> u64) -> Result<(), String> {
         w.commit().map_err(|e| format!("commit: {e}"))?;
         c.ack(floors)?;
     }
-    let through = f.stats().through_writes;
-    if through != 11 {
-        return Err(format!("{through} of 11 runs were written through"));
-    }
     f.close().map_err(|e| format!("close: {e}"))
 }
 
 /// Pages 0 to 39 written and synced; then three threads commit their own
 /// pages (two contiguous ones per commit, ten commits) through writers of
-/// their own, which write them from the write buffer where no one else
-/// holds them, while a fourth rewrites page 39 and calls `sync()` ten
+/// their own, while a fourth rewrites page 39 and calls `sync()` ten
 /// times: each sync is acknowledged with every page written before it,
-/// the committers' pages claimed at that moment among them.
+/// the pages scoped commits are writing at that moment among them.
 fn scoped_claimed(c: &Ctx) -> Result<(), String> {
     let f = c.open()?;
     for p in 0..40 {
@@ -604,16 +561,12 @@ fn scoped_claimed(c: &Ctx) -> Result<(), String> {
         }
         Ok(())
     })?;
-    eprintln!(
-        "scoped-claimed: {} of 30 scoped commits written from the buffer",
-        f.stats().claimed_commits
-    );
     f.close().map_err(|e| format!("close: {e}"))
 }
 
 /// The three scoped committers of [`scoped_tickets`] on an empty file:
-/// a commit whose pages reach past the file's length on disk is made as
-/// `sync()` makes its commits, beside scoped ones.
+/// commits whose pages reach past the file's length on disk grow it,
+/// beside commits of pages other flushes brought inside it.
 fn scoped_growing(c: &Ctx) -> Result<(), String> {
     let f = c.open()?;
     on_threads(3, |t| scoped_commits(c, &f, t))?;
@@ -622,10 +575,8 @@ fn scoped_growing(c: &Ctx) -> Result<(), String> {
 
 /// The file created (and its directory entry synced) by an open, then
 /// 48 pages reserved with `fallocate` and pages 0 to 10 written and
-/// synced; reopened (the open reads the unwritten space), the three
-/// scoped committers of [`scoped_tickets`]: the first's pages have data
-/// (scoped commits), the others' lie in unwritten extents (each commit
-/// made as `sync()` makes its commits).
+/// synced; reopened, the three scoped committers of [`scoped_tickets`]:
+/// the first's pages have data, the others' lie in unwritten extents.
 fn scoped_preallocated(c: &Ctx) -> Result<(), String> {
     reserve(c, 48)?;
     let f = c.open()?;
@@ -726,10 +677,8 @@ fn on_threads(n: u64, body: impl Fn(u64) -> Result<(), String> + Sync) -> Result
 }
 
 /// Pages 0 to 39 written and synced; then three threads commit their own
-/// pages one at a time through writers of their own (scoped commits
-/// written from the write buffer, each on a sync lane of its own once
-/// lanes open), and after a few commits the device fails the next cache
-/// flush. A commit is acknowledged with its page; once any thread saw a
+/// pages one at a time through writers of their own, and after a few
+/// commits the device fails the next cache flush. A commit is acknowledged with its page; once any thread saw a
 /// commit fail, no later commit may say Ok (the file is poisoned).
 fn scoped_eio(c: &Ctx) -> Result<(), String> {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -765,11 +714,6 @@ fn scoped_eio(c: &Ctx) -> Result<(), String> {
         }
         Ok(())
     })?;
-    let stats = f.stats();
-    eprintln!(
-        "scoped-eio: {} commits written from the buffer, {} sync lanes opened",
-        stats.claimed_commits, stats.sync_lanes_opened
-    );
     if !failed.load(Ordering::Acquire) {
         return Err("no commit failed: the device's EIO never reached pagewriter".into());
     }

@@ -12,7 +12,6 @@ use pagewriter::testing::model::{MAX_PAGES, ModelConfig, Op, check};
 fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
     Ok(ModelConfig {
         grow_ahead: None,
-        write_through_pages: if u.arbitrary()? { Some(2) } else { None },
         engine: match u.int_in_range(0..=3u8)? {
             0 => FlushEngine::PerPage,
             1 => FlushEngine::Concat,
@@ -23,17 +22,9 @@ fn config(u: &mut Unstructured<'_>) -> Result<ModelConfig> {
         buffer_pages: u.int_in_range(1..=24usize)?,
         cache_pages: [0, 4, 64][u.int_in_range(0..=2usize)?],
         stripes: [1, 4, 64][u.int_in_range(0..=2usize)?],
-        sync_lanes: u.int_in_range(1..=4usize)?,
-        commit_dsync: u.arbitrary()?,
-        rounds_in_flight: u.int_in_range(1..=3usize)?,
         dir: None,
         direct: false,
         torn_writes: pagewriter::TornWrites::Allow,
-        commit_strategy: match u.int_in_range(0..=2u8)? {
-            0 => pagewriter::CommitStrategy::Auto,
-            1 => pagewriter::CommitStrategy::Group,
-            _ => pagewriter::CommitStrategy::Direct,
-        },
     })
 }
 

@@ -14,19 +14,27 @@ pub const MAX_QUEUE_DEPTH: u32 = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum FlushEngine {
-    /// One `pwrite` per page, in offset order. The baseline that collapses
-    /// under concurrent writers; kept to measure against.
+    /// One `pwrite` per page, in offset order: the baseline that collapses
+    /// under concurrent writers, which the tools measure against
+    /// (`testing` feature).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
     PerPage,
-    /// Each run is copied into one buffer and written with one `pwrite`.
-    /// Few system calls, but every byte is copied once more.
+    /// Each run copied into one buffer and written with one `pwrite`: a
+    /// baseline of the tools (`testing` feature).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
     Concat,
-    /// Each run is written with one `pwritev` straight from the page
-    /// buffers (zero copy). The default.
+    /// Each run is written with one `pwritev` from the flushing thread,
+    /// straight from the page buffers (zero copy; under `O_DIRECT` a run
+    /// scattered in memory is copied into one buffer first).
     #[default]
     Vectored,
-    /// Each run is one `IORING_OP_WRITEV` SQE on a ring per file, up to
-    /// `queue_depth` (1..=[`MAX_QUEUE_DEPTH`]) in flight (Linux, cargo feature `io-uring`).
-    /// Opening fails if the ring cannot be set up.
+    /// A flush of several runs has them in flight at once as SQEs on the
+    /// file's ring, up to `queue_depth` (1..=[`MAX_QUEUE_DEPTH`]) (Linux,
+    /// cargo feature `io-uring`); a flush of one run, or one that finds
+    /// the ring taken, writes as `Vectored` does. Opening fails if the
+    /// ring cannot be set up.
     IoUring {
         /// Most SQEs in flight.
         queue_depth: u32,
@@ -43,7 +51,9 @@ impl FlushEngine {
     /// Short lower-case name used by the CLI and reports.
     pub fn name(self) -> &'static str {
         match self {
+            #[cfg(feature = "testing")]
             FlushEngine::PerPage => "per-page",
+            #[cfg(feature = "testing")]
             FlushEngine::Concat => "concat",
             FlushEngine::Vectored => "vectored",
             FlushEngine::IoUring { .. } => "io-uring",
@@ -64,7 +74,9 @@ impl FlushEngine {
     /// The system call each write of this engine makes on this platform.
     pub fn syscall(self) -> &'static str {
         match self {
+            #[cfg(feature = "testing")]
             FlushEngine::PerPage | FlushEngine::Concat if cfg!(windows) => "WriteFile",
+            #[cfg(feature = "testing")]
             FlushEngine::PerPage | FlushEngine::Concat => "pwrite",
             FlushEngine::Vectored => super::sys::PLATFORM.vectored_write,
             FlushEngine::IoUring { .. } => "io_uring writev",
@@ -88,14 +100,16 @@ impl std::str::FromStr for FlushEngine {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let queue_depth = DEFAULT_QUEUE_DEPTH;
         Ok(match s {
+            #[cfg(feature = "testing")]
             "per-page" => FlushEngine::PerPage,
+            #[cfg(feature = "testing")]
             "concat" => FlushEngine::Concat,
             "vectored" => FlushEngine::Vectored,
             "io-uring" | "io_uring" => FlushEngine::IoUring { queue_depth },
             "auto" => FlushEngine::Auto { queue_depth },
             other => {
                 return Err(crate::Error::InvalidConfig(format!(
-                    "unknown engine {other:?} (per-page, concat, vectored, io-uring, auto)"
+                    "unknown engine {other:?} (vectored, io-uring, auto)"
                 )));
             }
         })
@@ -157,7 +171,7 @@ mod tests {
         for bad in ["", "IO-URING", "pwritev", "io-uring:8"] {
             let e = bad.parse::<FlushEngine>().unwrap_err();
             assert!(
-                matches!(e, crate::Error::InvalidConfig(ref m) if m.contains("per-page")),
+                matches!(e, crate::Error::InvalidConfig(ref m) if m.contains("vectored")),
                 "{bad:?}: {e}"
             );
         }

@@ -5,8 +5,7 @@
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{OnceLock, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::device::{AtomicUnit, DioAlign, IOV_MAX};
 use super::storage::StorageBackend;
@@ -216,14 +215,9 @@ pub struct FileBackend {
     no_write_zeroes: std::sync::atomic::AtomicBool,
 }
 
-/// Most sync lanes of a [`FileBackend`], the first included (the crate's
-/// `MAX_SYNC_LANES`).
-pub(crate) const MAX_LANES: usize = 64;
+/// Most sync lanes of a [`FileBackend`], the first included.
+pub const MAX_SYNC_LANES: usize = 16;
 
-/// The open file descriptions of a file past its first, one per sync lane
-/// (lane `n` is `files[n - 1]`), opened one at a time and closed with the
-/// backend. Lanes are only added, so a lane number once handed out stays
-/// valid.
 /// Whether a file's `fdatasync`s may run at once, each on a lane of its
 /// own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,51 +228,13 @@ enum SyncRule {
     OneAtATime,
 }
 
+/// The open file descriptions of a file past its first, one per sync lane
+/// (lane `n` is `files[n - 1]`), opened by `with_sync_lanes` and closed
+/// with the backend.
 #[derive(Debug)]
 struct SyncLanes {
     rule: SyncRule,
-    files: Box<[OnceLock<File>]>,
-    /// How many of `files` are open (they are `files[..opened]`).
-    opened: AtomicUsize,
-    /// Held while one more is opened (so lanes are numbered in order).
-    opening: std::sync::Mutex<()>,
-}
-
-impl SyncLanes {
-    fn new(rule: SyncRule) -> Self {
-        Self {
-            rule,
-            files: (1..MAX_LANES).map(|_| OnceLock::new()).collect(),
-            opened: AtomicUsize::new(0),
-            opening: std::sync::Mutex::new(()),
-        }
-    }
-
-    /// Opens another description of `file` as the next lane and returns
-    /// its number; `None` past [`MAX_LANES`], where descriptions cannot
-    /// be reopened (not Linux), or where `fdatasync`s must run one at a
-    /// time (btrfs).
-    fn open_one(&self, file: &File) -> io::Result<Option<usize>> {
-        if self.rule == SyncRule::OneAtATime {
-            return Ok(None);
-        }
-        let _one = self.opening.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = self.opened.load(Ordering::Acquire);
-        let Some(slot) = self.files.get(n) else {
-            return Ok(None);
-        };
-        let Some(lane) = sys::reopen(file)? else {
-            return Ok(None);
-        };
-        let _ = slot.set(lane);
-        self.opened.store(n + 1, Ordering::Release);
-        Ok(Some(n + 1))
-    }
-
-    /// Lane `lane`'s description (`lane >= 1`), if open.
-    fn get(&self, lane: usize) -> Option<&File> {
-        self.files.get(lane.checked_sub(1)?)?.get()
-    }
+    files: Vec<File>,
 }
 
 impl FileBackend {
@@ -337,7 +293,10 @@ impl FileBackend {
             file,
             direct: None,
             atomic: None,
-            lanes: SyncLanes::new(rule),
+            lanes: SyncLanes {
+                rule,
+                files: Vec::new(),
+            },
             read_only: false,
             max_file_size,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
@@ -354,28 +313,29 @@ impl FileBackend {
         self
     }
 
-    /// Opens `lanes - 1` more file descriptions of the same file, so that
-    /// up to `lanes` durable syncs can run at once, each seeing every
-    /// writeback error on its own (see [`StorageBackend::sync_data_on`]).
-    /// 0 is taken as 1. Linux only (reopened through `/proc/self/fd`);
-    /// elsewhere the file keeps one lane, as [`sync_lanes`](StorageBackend::sync_lanes)
-    /// reports. On btrfs too the file keeps one lane, and none is opened
-    /// later: there an `fdatasync` started while another of the same file
-    /// is in flight was seen to return without making a completed
-    /// `O_DIRECT` write durable, so its `fdatasync`s run one at a time.
-    ///
-    /// Errors: the reopen's error (`ENOENT` where `/proc` is not mounted);
-    /// use 1 lane there.
-    /// More lanes may be opened later ([`StorageBackend::open_sync_lane`]),
-    /// up to [`MAX_SYNC_LANES`](crate::MAX_SYNC_LANES) in all.
-    pub fn with_sync_lanes(mut self, lanes: usize) -> io::Result<Self> {
-        self.lanes = SyncLanes::new(self.lanes.rule);
-        for _ in 1..lanes.clamp(1, MAX_LANES) {
-            if self.lanes.open_one(&self.file)?.is_none() {
-                break;
+    /// Opens up to `lanes - 1` more file descriptions of the same file
+    /// (at most [`MAX_SYNC_LANES`] lanes in all; 0 is taken as 1), so that
+    /// that many `fdatasync`s can run at once, each seeing every writeback
+    /// error on its own (see [`StorageBackend::sync_data_on`]). Linux only
+    /// (reopened through `/proc/self/fd`); elsewhere, and where a reopen
+    /// fails (no `/proc`), the file keeps the lanes it has, as
+    /// [`sync_lanes`](StorageBackend::sync_lanes) reports. On btrfs the
+    /// file keeps one lane: there an `fdatasync` started while another of
+    /// the same file is in flight was seen to return without making a
+    /// completed `O_DIRECT` write durable, so its `fdatasync`s run one at
+    /// a time.
+    pub fn with_sync_lanes(mut self, lanes: usize) -> Self {
+        self.lanes.files.clear();
+        if self.lanes.rule == SyncRule::OneAtATime {
+            return self;
+        }
+        for _ in 1..lanes.clamp(1, MAX_SYNC_LANES) {
+            match sys::reopen(&self.file) {
+                Ok(Some(f)) => self.lanes.files.push(f),
+                _ => break,
             }
         }
-        Ok(self)
+        self
     }
 
     /// The cap on bytes per write call.
@@ -581,29 +541,23 @@ impl StorageBackend for FileBackend {
         sys::free_space_of(&self.file).ok()
     }
 
-    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
-        sys::holes(&self.file, self.len()?, max)
-    }
-
     fn sync_lanes(&self) -> usize {
-        1 + self.lanes.opened.load(Ordering::Acquire)
+        1 + self.lanes.files.len()
     }
 
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         match lane {
             0 => self.sync_data(),
             n => {
-                let file = self.lanes.get(n).ok_or(io::ErrorKind::InvalidInput)?;
+                let file = self
+                    .lanes
+                    .files
+                    .get(n - 1)
+                    .ok_or(io::ErrorKind::InvalidInput)?;
                 self.sync_calls.fetch_add(1, Ordering::Relaxed);
                 file.sync_data()
             }
         }
-    }
-
-    /// Opens one more description of the file (Linux; `None` elsewhere,
-    /// and past [`MAX_SYNC_LANES`](crate::MAX_SYNC_LANES) lanes).
-    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
-        self.lanes.open_one(&self.file)
     }
 
     fn dio_align(&self) -> Option<DioAlign> {

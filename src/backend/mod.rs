@@ -29,10 +29,11 @@ mod sys;
 pub use crate::error::short_error;
 pub use device::{AtomicUnit, DioAlign, IOV_MAX};
 pub use engine::{DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
+pub(crate) use file::reopen_description;
 pub use file::{
-    DEFAULT_MAX_WRITE_BYTES, FileBackend, OpenOptions, SyscallCounts, free_space, queue_attr,
+    DEFAULT_MAX_WRITE_BYTES, FileBackend, MAX_SYNC_LANES, OpenOptions, SyscallCounts, free_space,
+    queue_attr,
 };
-pub(crate) use file::{MAX_LANES, reopen_description};
 pub use memory::MemoryBackend;
 pub use open::{open_with_direct, open_with_options};
 pub use storage::{StorageBackend, UringFault};

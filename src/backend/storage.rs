@@ -146,25 +146,6 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         Err(io::ErrorKind::Unsupported.into())
     }
 
-    /// The byte ranges (offsets in bytes, end exclusive, any alignment)
-    /// of the file that hold no data yet (holes, and unwritten extents
-    /// where the file system reports them as holes), sorted and disjoint,
-    /// at most `max` of them; `Ok(None)` where unknown (the default) or
-    /// more than `max`. Reads only: the file is not changed. A write into such a range allocates
-    /// blocks or converts extents, which the next `fdatasync` commits; a
-    /// [`PagedCachedFile`](crate::PagedCachedFile) reads them once at open
-    /// to tell which scoped commits allocate
-    /// ([`Writer::commit`](crate::Writer::commit)).
-    /// [`FileBackend`](crate::FileBackend): `lseek(SEEK_DATA / SEEK_HOLE)`
-    /// on Linux, `None` elsewhere.
-    ///
-    /// Errors: the lookup's (the caller treats the ranges as unknown).
-    /// Panics: none.
-    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
-        let _ = max;
-        Ok(None)
-    }
-
     /// Bytes free to this user on the file system holding the file
     /// (`fstatvfs`: `f_bavail * f_frsize`), or `None` where unknown (the
     /// default; Windows). Grow-ahead's filler writes zeros only while
@@ -195,19 +176,6 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         let _ = lane;
         self.sync_data()
-    }
-
-    /// Makes one more sync lane and returns its number (the
-    /// [`sync_lanes`](Self::sync_lanes) before the call, which grows by
-    /// one); `None` where the backend makes no more (it has none, or
-    /// reached its most). The cached file asks when a scoped commit finds
-    /// every lane syncing, so lanes follow the number of threads
-    /// committing at once. A lane once made lasts as long as the backend.
-    /// Calls may come from several threads at once. Default: `None`.
-    ///
-    /// Errors: the open's error; the caller then does without.
-    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
-        Ok(None)
     }
 
     /// The `O_DIRECT` alignment when every I/O of this backend bypasses the
@@ -305,17 +273,11 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     fn free_bytes(&self) -> Option<u64> {
         (**self).free_bytes()
     }
-    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
-        (**self).unwritten_ranges(max)
-    }
     fn sync_lanes(&self) -> usize {
         (**self).sync_lanes()
     }
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         (**self).sync_data_on(lane)
-    }
-    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
-        (**self).open_sync_lane()
     }
     fn dio_align(&self) -> Option<DioAlign> {
         (**self).dio_align()

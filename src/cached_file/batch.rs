@@ -2,8 +2,8 @@
 //! generation in every stripe they came from, from the drain
 //! ([`Batch::drain`]) through the write (the flush pipeline's) to the
 //! requeue of what failed ([`Batch::requeue`]) and the retire
-//! ([`Batch::retire`]). Also what a flush reports ([`Pass`]) and the
-//! vectors retired batches leave for the next drain ([`SpareBatches`]).
+//! ([`Batch::retire`]); and the vectors retired batches leave for the
+//! next drain ([`SpareBatches`]).
 //!
 //! Owns: nothing shared but the spare vectors (a leaf lock). Calls: the
 //! write buffer (drain, requeue, retire), the generations (numbering),
@@ -13,10 +13,9 @@
 use std::sync::Arc;
 
 use super::generations::{DrainHeld, Generations};
-use super::pages::{PageMap, PageRef};
-use super::parts::Parts;
-use super::write_buffer::{Requeued, SPARE_MAP_MAX};
-use super::writer::WriteFailure;
+use super::read::Parts;
+use super::write::WriteFailure;
+use super::write_buffer::{PageMap, PageRef, Requeued, SPARE_MAP_MAX};
 use crate::coalesce::Run;
 use crate::error::Error;
 use crate::sync::Mutex;
@@ -99,18 +98,15 @@ pub(crate) struct Batch {
 impl Batch {
     /// Moves every stripe's dirty pages to a new in-flight generation
     /// (numbered by `gens`) and collects them; `None` if nothing was dirty.
-    /// Pages claimed from the buffer outside any generation go to `claims`
-    /// (to wait for). Called with the drain lock held.
+    /// Called with the drain lock held.
     pub(crate) fn drain(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
         spare: &SpareBatches,
-        drain_no: u64,
-        drain: &DrainHeld,
-        claims: &mut Vec<u64>,
+        (drain_no, drain): (u64, &DrainHeld),
     ) -> Option<Batch> {
         Self::drained_by(p, gens, spare, (drain_no, drain), |id, drained| {
-            p.buffer.drain(drain, id, drained, claims)
+            p.buffer.drain(drain, id, drained)
         })
     }
 
@@ -118,9 +114,8 @@ impl Batch {
     /// stripe, [`WriteBuffer::by_stripe`](super::write_buffer::WriteBuffer::by_stripe))
     /// to a new in-flight generation and collects them; `None` if none of
     /// them was dirty. For each of `pages` in flight in an older generation
-    /// instead, that generation's number goes to `in_flight`; each claimed
-    /// from the buffer by another commit goes to `claims`. Called with the
-    /// drain lock held.
+    /// instead, that generation's number goes to `in_flight`. Called with
+    /// the drain lock held.
     pub(crate) fn drain_pages(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
@@ -128,11 +123,9 @@ impl Batch {
         (drain_no, drain): (u64, &DrainHeld),
         pages: &[u64],
         in_flight: &mut Vec<u64>,
-        claims: &mut Vec<u64>,
     ) -> Option<Batch> {
         Self::drained_by(p, gens, spare, (drain_no, drain), |id, drained| {
-            p.buffer
-                .drain_pages(drain, id, pages, drained, in_flight, claims)
+            p.buffer.drain_pages(drain, id, pages, drained, in_flight)
         })
     }
 
@@ -332,54 +325,6 @@ impl Batch {
         }
         out
     }
-}
-
-/// What a flush did (`FlushPipeline::flush_for_commit`).
-#[derive(Default)]
-pub(crate) struct Pass {
-    /// The last batch written, to settle (its failed pages are already back
-    /// in the write buffer); `None` if the flush found nothing dirty.
-    pub(crate) batch: Option<Batch>,
-    /// The first error: pages that failed to write (`PagesFailed`, naming
-    /// them), or the file could not be extended or cut to its length.
-    pub(crate) error: Option<Error>,
-    /// The batch was one run written with `RWF_DSYNC` without error, with
-    /// the file's length unchanged, while no other write was in flight:
-    /// everything up to this `write_seq` is durable without an
-    /// `fdatasync`.
-    pub(crate) durable_seq: Option<u64>,
-    /// `write_seq` once every write drained up to this flush completed.
-    pub(crate) seq: u64,
-    /// `unstaged_at`, read together with `seq`.
-    pub(crate) unstaged_at: u64,
-    /// Something reached the OS or the file's length changed.
-    pub(crate) wrote: bool,
-}
-
-/// What a scoped flush did (`FlushPipeline::flush_scoped`).
-#[derive(Default)]
-pub(crate) struct ScopedPass {
-    /// The batch of the scope's dirty pages, to settle once they are
-    /// durable; `None` if none was dirty.
-    pub(crate) batch: Option<Batch>,
-    /// Pages of the scope that failed to write (`PagesFailed`; back in the
-    /// write buffer), or the file could not be extended to its length.
-    pub(crate) error: Option<Error>,
-    /// A `write_seq` that counts every write of the scope's pages: an
-    /// `fdatasync` covering it makes them durable.
-    pub(crate) target: u64,
-}
-
-/// One batch's write: the batch (to settle; its failed entries are back
-/// in the write buffer), the error of what failed, and the `write_seq` up
-/// to which it made the file durable, if it was written with `RWF_DSYNC`.
-pub(crate) struct Written {
-    pub(crate) batch: Batch,
-    pub(crate) error: Option<Error>,
-    pub(crate) durable_seq: Option<u64>,
-    /// The `write_seq` step its writes made (none if nothing reached the
-    /// OS).
-    pub(crate) step: Option<u64>,
 }
 
 /// The failure of a batch whose doublewrite record could not be staged:

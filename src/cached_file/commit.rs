@@ -1,102 +1,364 @@
-//! Commits: each `sync` goes the way the chooser picks, a group commit
-//! round (`group.rs`) or a direct commit (`direct.rs`), and its latency
-//! goes back to the chooser (`chooser.rs`).
+//! Commits: every durable call is one function,
+//! [`PagedCachedFile::commit`], over a scope (the whole file, or one
+//! [`Writer`]'s pages) and a wait (block, or a [`CommitTicket`]):
 //!
-//! Owns: the group commit machinery, the chooser, and how many commits
-//! are under way (a hint for large writes, never part of a promise:
-//! [`Commit::busy`]). Calls: the flush
-//! pipeline (through either way). Lock order: as `group.rs` (the commit
-//! lock is taken before any other and released around I/O); a direct
-//! commit takes no lock of its own; the chooser's lock is a leaf.
+//! | | block | ticket |
+//! |---|---|---|
+//! | the whole file | [`PagedCachedFile::sync`], `close` | [`PagedCachedFile::sync_async`] |
+//! | a writer's pages | [`Writer::commit`] | [`Writer::commit_async`] |
 //!
-//! The two ways can run at once (`Auto` switches between epochs while
-//! calls of the last epoch finish): both follow the same rules, a flush
-//! covers every generation drained before it and an `fdatasync` covers
-//! the `write_seq` read when it began, so a round and a direct commit
-//! never tell a caller durable what is not. A group round skips its
-//! `fdatasync` when a completed one already covers its writes, whoever
-//! made it.
+//! Every commit is a numbered request in the file's commit queue
+//! (`Requests`). A *pass* takes every request asked so far, drains and
+//! writes the union of their scopes in one flush (`FlushPipeline::flush`,
+//! which returns the write-sequence step that counts those writes), then
+//! waits until the durable watermark covers that step
+//! (`Durability::sync_to`: join an `fdatasync` in flight that began after
+//! it, or issue one) and resolves its requests. One pass writes at a time;
+//! its `fdatasync` runs beside the next pass's writes.
+//!
+//! A blocking commit ([`Core::commit_now`]) leads a pass on the caller's
+//! thread when no pass is writing; otherwise it waits, and the first
+//! waiting thread to find the writes done leads the next pass for all of
+//! them (group commit without a leader thread). A ticket's request is led
+//! by a blocking commit that comes along or by the file's committer
+//! thread: the caller goes on writing meanwhile, and the writes of many
+//! commits coalesce. A commit of a writer's pages drains nothing of other
+//! writers but the pages of commits in its pass.
+//!
+//! Owns: nothing but a [`Writer`]'s scope (the page numbers written
+//! through it since its last commit). Calls: the flush pipeline, the
+//! durability watermark, the committer and its requests. Locks: only the
+//! pass's scratch vector (`Core::scratch`), never held across I/O.
 
-use std::time::Instant;
+use std::sync::Arc;
 
-use super::chooser::{Chooser, CommitStrategy, Way};
-use super::direct;
-use super::flush::FlushPipeline;
-use super::group::GroupCommit;
-use super::parts::Parts;
-use super::stats::add;
-use crate::error::Result;
-use crate::sync::AtomicUsize;
+use super::config::add;
+use super::durability::{Asked, CommitTicket, Pass, Step};
+use super::file::{Core, PagedCachedFile};
+use super::flush::Drain;
+use super::write_buffer::WritablePage;
+use crate::error::{Error, Result};
 
-/// The commit component of one file (see the module docs).
-pub(crate) struct Commit {
-    group: GroupCommit,
-    chooser: Chooser,
-    /// Calls of [`sync`](Commit::sync) under way (relaxed: a hint).
-    under_way: AtomicUsize,
+/// What a commit promises.
+pub(crate) enum Scope<'a> {
+    /// Every page any thread wrote before the call, and the length.
+    File,
+    /// A writer's pages (repeats allowed; a ticket takes them, a blocking
+    /// commit leaves them to the writer) and the length they need.
+    Pages(&'a mut Vec<u64>),
 }
 
-/// Counts a [`Commit::sync`] call as under way until dropped.
-struct UnderWay<'a>(&'a AtomicUsize);
-
-impl Drop for UnderWay<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    }
+/// How a commit's caller waits.
+pub(crate) enum Wait {
+    /// Until the scope is durable.
+    Block,
+    /// Not at all: a ticket resolves when the committer thread made the
+    /// scope durable.
+    Ticket,
 }
 
-impl Commit {
-    /// Commits as `strategy` says; group rounds shaped by
-    /// `rounds_in_flight` and `commit_dsync`.
-    pub(crate) fn new(
-        strategy: CommitStrategy,
-        rounds_in_flight: usize,
-        commit_dsync: bool,
-    ) -> Self {
-        Self {
-            group: GroupCommit::new(rounds_in_flight, commit_dsync),
-            chooser: Chooser::new(strategy),
-            under_way: AtomicUsize::new(0),
-        }
-    }
-
-    /// Whether a commit of this kind (`sync`, and the scoped commits that
-    /// allocate, which are grouped as `sync`'s are) is under way on some
-    /// thread: a writer's large write into unwritten space then goes into
-    /// the buffer, so its commit joins theirs rather than issuing its own
-    /// `fdatasync`. A hint only (relaxed).
-    pub(crate) fn busy(&self) -> bool {
-        self.under_way.load(std::sync::atomic::Ordering::Relaxed) > 0
-    }
-
-    /// A durable commit: returns once everything written before the call
-    /// (by any thread) is durable.
+impl Core {
+    /// A blocking commit of `scope` (see the module docs): its request
+    /// joins the queue; the thread then leads a pass (this one's and every
+    /// other pending request's) where no pass is writing, and otherwise
+    /// waits for its request's pass, stepping again whenever the write
+    /// stage frees.
     ///
-    /// Errors: as the way taken (`GroupCommit::join_round`, `direct::commit`).
-    pub(crate) fn sync(&self, p: &Parts<'_>, flush: &FlushPipeline) -> Result<()> {
-        self.under_way
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _under_way = UnderWay(&self.under_way);
-        let way = self.chooser.way();
-        let started = Instant::now();
-        match way {
-            Way::Group => self.group.join_round(p, flush)?,
-            Way::Direct => {
-                direct::commit(p, flush)?;
-                add(&p.counters.commits, 1);
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`] (a failed
+    /// `fdatasync` before or during it); [`Error::PagesFailed`] for pages
+    /// of its pass that could not be written (they stay dirty; the rest
+    /// were made durable); the flush's length errors; `Error::Io` with op
+    /// "fdatasync" (the file is poisoned, the batch's pages back in the
+    /// write buffer).
+    pub(super) fn commit_now(&self, scope: Scope<'_>) -> Result<()> {
+        self.life.check_writable()?;
+        let r = match scope {
+            Scope::File => self.requests.ask(None),
+            // Nothing written through the writer since its last commit.
+            Scope::Pages(pages) if pages.is_empty() => return Ok(()),
+            Scope::Pages(pages) => self.requests.ask(Some(pages)),
+        };
+        loop {
+            match self.requests.step(r) {
+                Step::Done(outcome) => return outcome,
+                Step::Lead(pass) => self.run_pass(pass),
+                Step::Wait => {}
             }
         }
-        self.chooser.record(way, started.elapsed());
+    }
+
+    /// Leads `pass`: drains and writes what its requests asked for (every
+    /// page, or the union of their pages), frees the write stage, waits
+    /// for an `fdatasync` covering those writes (joining one in flight or
+    /// issuing one: `Durability::sync_to`), settles the batch and resolves
+    /// the requests.
+    pub(super) fn run_pass(&self, pass: Pass) {
+        let p = self.parts();
+        let mut pages = match pass.asked {
+            Asked::File => None,
+            Asked::Pages(mut pages) => {
+                p.buffer.by_stripe(&mut pages);
+                Some(pages)
+            }
+        };
+        let mut in_flight = std::mem::take(&mut *self.scratch.lock());
+        let drain = match &pages {
+            None => Drain::All,
+            Some(pages) => Drain::Pages(pages, &mut in_flight),
+        };
+        let flushed = self.flush.flush(&p, drain);
+        self.requests.wrote();
+        *self.scratch.lock() = in_flight;
+        // With a doublewrite area, every change since the last `fdatasync`
+        // may be in a durable record: then the area makes it durable.
+        let by_area = p.torn.area().is_some() && flushed.unstaged_at <= p.durability.fsynced();
+        let durable = if by_area {
+            Ok(())
+        } else {
+            p.durability.sync_to(flushed.target)
+        };
+        if let Some(batch) = flushed.batch {
+            self.flush.settle(&p, batch, durable.is_ok());
+        }
+        let outcome = match (durable, flushed.error) {
+            (Err(e), _) | (Ok(()), Some(e)) => Err(e),
+            // A failed `fdatasync` may have lost pages of these scopes
+            // another flush wrote.
+            (Ok(()), None) if self.life.is_poisoned() => Err(Error::Poisoned),
+            (Ok(()), None) => {
+                add(&p.counters.commits, pass.hi - pass.lo);
+                Ok(())
+            }
+        };
+        let retry = matches!(outcome, Err(Error::PagesFailed { .. }));
+        self.requests.resolve(pass.lo, pass.hi, outcome);
+        if let Some(pages) = pages.take() {
+            self.requests.give_back(pages, retry);
+        }
+    }
+}
+
+impl PagedCachedFile {
+    /// The one commit: `scope` made durable, waiting as `wait` says
+    /// (see the module docs). A blocking commit returns a ticket resolved
+    /// already. A read-only file has nothing to commit.
+    ///
+    /// Errors: as [`Core::commit_now`] for a blocking one; for a ticket
+    /// [`Error::Closed`], [`Error::Poisoned`] and `Error::Io` with op
+    /// "start the committer thread" (the commit's errors are the
+    /// ticket's).
+    pub(crate) fn commit(&self, scope: Scope<'_>, wait: Wait) -> Result<CommitTicket> {
+        let core = &self.core;
+        if core.life.is_read_only() && !core.life.is_closed() {
+            return Ok(CommitTicket::ready());
+        }
+        if let Wait::Block = wait {
+            return core.commit_now(scope).map(|()| CommitTicket::ready());
+        }
+        let _writer = core.life.begin_write()?;
+        self.committer
+            .ensure(&core.requests, || {
+                let core = Arc::clone(&self.core);
+                move |pass| core.run_pass(pass)
+            })
+            .map_err(|e| Error::io("start the committer thread", None, e))?;
+        let request = match scope {
+            Scope::File => core.requests.ask(None),
+            Scope::Pages(pages) => {
+                let r = core.requests.ask(Some(pages));
+                pages.clear();
+                r
+            }
+        };
+        Ok(CommitTicket::new(Arc::clone(&core.requests), request))
+    }
+
+    /// `close`'s commit: the committer ends after its pass, and one
+    /// commit of the whole file covers every asynchronous commit asked for
+    /// so far; their tickets resolve as it does (the file stays open if it
+    /// fails; a later asynchronous commit starts the committer again).
+    ///
+    /// Errors: as [`sync`](Self::sync).
+    pub(super) fn commit_at_close(&self) -> Result<()> {
+        self.committer.stop(&self.core.requests);
+        let synced = self.core.commit_now(Scope::File);
+        if let Err(e) = &synced {
+            self.core.requests.fail_pending(e);
+        }
+        synced
+    }
+
+    /// Durable commit of the whole file: when it returns `Ok`, every page
+    /// written before the call (by any thread) survives a crash, and so
+    /// does the length [`len`](Self::len) reported before the call (a
+    /// file whose last pages were discarded is extended to it with zeros).
+    ///
+    /// The calling thread writes what is buffered (every thread's pages)
+    /// and waits for the older writes of those pages to complete, then
+    /// needs an `fdatasync` that began after them: it returns at once if
+    /// one has returned, waits for one in flight, or issues its own;
+    /// threads committing at once share `fdatasync`s.
+    ///
+    /// Errors: [`Error::Closed`]; [`Error::Poisoned`] if an earlier
+    /// `fdatasync` failed; [`Error::PagesFailed`] when some pages could not
+    /// be written (it names them; every other page was still made durable;
+    /// the failed ones stay dirty and a later `sync` retries them); as
+    /// [`flush`](Self::flush) for the file's length; `Error::Io` with op
+    /// "fdatasync" when the `fdatasync` failed (the file is poisoned from
+    /// then on; the pages of that commit stay in memory and readable).
+    pub fn sync(&self) -> Result<()> {
+        self.commit(Scope::File, Wait::Block).map(drop)
+    }
+
+    /// Starts the commit of [`sync`](Self::sync) (every page any thread
+    /// wrote before the call, and the length) and returns at once with a
+    /// [`CommitTicket`] that resolves when those pages are durable. The
+    /// file's committer thread writes and syncs them (one pass covers every
+    /// asynchronous commit asked for meanwhile), so this thread may go on
+    /// writing.
+    ///
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`]; `Error::Io` with op
+    /// "start the committer thread". The commit's errors are the ticket's.
+    pub fn sync_async(&self) -> Result<CommitTicket> {
+        self.commit(Scope::File, Wait::Ticket)
+    }
+
+    /// A [`Writer`] over this file: writes whose commit promises only what
+    /// was written through it. Cheap: it allocates only as it records
+    /// pages.
+    pub fn writer(&self) -> Writer<'_> {
+        Writer {
+            file: self,
+            pages: Vec::new(),
+        }
+    }
+}
+
+/// A handle for writes whose commit promises exactly what was written
+/// through it: one per thread, or per transaction, from
+/// [`PagedCachedFile::writer`]. `Send`: a transaction may move between
+/// threads; not `Sync` (one user at a time, like the transaction it
+/// serves).
+///
+/// [`write_page`](Self::write_page), [`write_all_at`](Self::write_all_at),
+/// [`write`](Self::write) and [`overwrite`](Self::overwrite) do what the
+/// file's methods of the same names do, with the same checks and typed
+/// errors, into the same write buffer (reads, coalescing and the bound
+/// are shared); the writer also notes which pages they buffered.
+/// [`commit`](Self::commit) makes those pages durable;
+/// [`commit_async`](Self::commit_async) starts the same commit and returns
+/// a [`CommitTicket`] at once. Pages other writers (or the file's own
+/// methods) wrote are not promised by this writer's commit, and their
+/// writes are not waited for; reads see every writer's newest bytes.
+pub struct Writer<'a> {
+    file: &'a PagedCachedFile,
+    /// Page numbers written through this writer since its last commit
+    /// (repeats allowed).
+    pages: Vec<u64>,
+}
+
+impl<'a> Writer<'a> {
+    /// The file this writer writes.
+    pub fn file(&self) -> &'a PagedCachedFile {
+        self.file
+    }
+
+    /// Writes whole pages at `offset`, as [`PagedCachedFile::write_page`]
+    /// (same checks and errors), and adds them to this writer's commit.
+    /// After an error the pages buffered before it are in the commit too.
+    pub fn write_page(&mut self, offset: u64, data: &[u8]) -> Result<()> {
+        let pages = &mut self.pages;
+        self.file
+            .write_page_recorded(offset, data, &mut |p| pages.push(p))
+    }
+
+    /// Writes any bytes at `offset`, as [`PagedCachedFile::write_all_at`]
+    /// (same checks and errors), and adds the pages they touch to this
+    /// writer's commit. After an error the pages buffered before it are in
+    /// the commit too.
+    pub fn write_all_at(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+        let pages = &mut self.pages;
+        self.file
+            .write_all_at_recorded(offset, buf, &mut |p| pages.push(p))
+    }
+
+    /// A guard over the newest bytes of `len` bytes at `offset`, as
+    /// [`PagedCachedFile::write`] (same checks, errors and latching); its
+    /// pages join this writer's commit when it is dropped. The guard
+    /// borrows the writer: a commit waits for it to be dropped.
+    pub fn write(&mut self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.file.write_guard(offset, len, Some(&mut self.pages))
+    }
+
+    /// A zeroed guard over `len` bytes at `offset`, as
+    /// [`PagedCachedFile::overwrite`], for pages the caller fills whole;
+    /// its pages join this writer's commit when it is dropped.
+    pub fn overwrite(&mut self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
+        self.file.guard(offset, len, Some(&mut self.pages))
+    }
+
+    /// Durable commit of this writer's pages: when it returns `Ok`, every
+    /// page written through this writer since its previous commit survives
+    /// a crash with the bytes it wrote or a later version, together with
+    /// the file's length those pages need. It promises nothing about pages
+    /// other writers wrote and drains none of theirs but those of commits
+    /// asked for at the same time.
+    ///
+    /// Where no other commit is writing, this thread takes its dirty pages
+    /// out of the write buffer and writes them (one call per run of
+    /// contiguous pages); commits that arrive meanwhile are written
+    /// together by the first of them to find the writes done (group
+    /// commit). It then needs an `fdatasync` that began after those writes
+    /// completed: it returns at once if one has returned, waits for one in
+    /// flight, or issues its own (one for every commit that waited
+    /// meanwhile). A writer with nothing written since its last commit
+    /// returns at once.
+    ///
+    /// Errors: [`Error::Closed`]; [`Error::Poisoned`] after a failed
+    /// `fdatasync`; [`Error::PagesFailed`] for pages that could not be
+    /// written (they stay dirty and stay in this writer's next commit; the
+    /// rest were made durable); `Error::Io` with op "fdatasync" when the
+    /// `fdatasync` failed (the file is poisoned). On an error the writer
+    /// keeps its pages: a later commit tries them again.
+    pub fn commit(&mut self) -> Result<()> {
+        self.file
+            .commit(Scope::Pages(&mut self.pages), Wait::Block)
+            .map(drop)?;
+        self.pages.clear();
         Ok(())
     }
 
-    /// Commits that went the direct way.
-    pub(crate) fn direct_commits(&self) -> u64 {
-        self.chooser.direct_commits()
+    /// Writes `buf` at `offset` (any offset and length) and commits it
+    /// with this writer's other pages: [`write_all_at`](Self::write_all_at)
+    /// followed by [`commit`](Self::commit), with their checks and errors.
+    /// `offset` is in bytes; `buf` any length (empty: a commit alone).
+    pub fn write_and_commit(&mut self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.write_all_at(offset, buf)?;
+        self.commit()
     }
 
-    /// Times `Auto` switched ways.
-    pub(crate) fn switches(&self) -> u64 {
-        self.chooser.switches()
+    /// Starts a commit of this writer's pages and returns at once, with a
+    /// [`CommitTicket`] that resolves once they are durable: the file's
+    /// committer thread writes and syncs them (one pass for every
+    /// asynchronous commit asked for meanwhile, of any writer; each
+    /// promises its own pages), so this thread may go on writing. Tickets
+    /// resolve in the order they were asked for. The writer starts a new
+    /// scope.
+    ///
+    /// Errors: [`Error::Closed`], [`Error::Poisoned`] after a failed
+    /// `fdatasync`; `Error::Io` with op "start the committer thread". The
+    /// commit's errors are the ticket's; pages that failed to write stay
+    /// dirty, and the next flush or `sync` of the file writes them.
+    pub fn commit_async(&mut self) -> Result<CommitTicket> {
+        self.file
+            .commit(Scope::Pages(&mut self.pages), Wait::Ticket)
+    }
+}
+
+impl std::fmt::Debug for Writer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("pages", &self.pages.len())
+            .finish_non_exhaustive()
     }
 }

@@ -1,181 +1,81 @@
-//! Configuration of a [`PagedCachedFile`](crate::PagedCachedFile).
+//! What a user sets and reads: [`Config`] (the seven settings), the modes
+//! it names ([`TornWrites`], [`GrowAhead`]), [`IoMode`] (what open put in
+//! force, with the reason for every fallback) and [`Stats`] (what the
+//! file did). Everything else the core derives from the backend at open
+//! (alignment, `IOV_MAX`, the largest write) or fixes at its measured best.
+//!
+//! Owns: the counters behind [`Stats`] (relaxed atomics, no lock).
 
-use super::chooser::CommitStrategy;
-use super::grow::{GrowAhead, MAX_GROW_WINDOW};
-use super::torn::TornWrites;
-use crate::backend::{DEFAULT_MAX_WRITE_BYTES, IOV_MAX};
-use crate::backend::{DEFAULT_QUEUE_DEPTH, DirectIo, FlushEngine, MAX_QUEUE_DEPTH};
-use crate::buffer::DEFAULT_ALIGN;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::backend::{
+    DEFAULT_QUEUE_DEPTH, DioAlign, DirectIo, FlushEngine, IOV_MAX, MAX_QUEUE_DEPTH,
+};
 use crate::error::{Error, Result};
 
-/// Largest `max_write_bytes`: 1 GiB (a write call the kernel would cut at
-/// 2 GiB anyway, and the size of each io_uring bounce buffer).
-pub const MAX_WRITE_BYTES: usize = 1 << 30;
-
 /// Largest page size: 256 MiB. Pages are the unit of every allocation,
-/// copy and write in the cached file; a larger one is a configuration
-/// mistake, refused by [`Config::validate`] instead of failing at the first
-/// write.
+/// copy and write; a larger one is refused by [`Config::validate`].
 pub const MAX_PAGE_SIZE: usize = 256 << 20;
 
-/// Most lock stripes of the write buffer and the read cache.
-pub const MAX_STRIPES: usize = 4096;
-
-/// Most sync lanes of a file: [`Config::sync_lanes`] for its commit
-/// rounds, and the lanes scoped commits open on demand.
-pub const MAX_SYNC_LANES: usize = crate::backend::MAX_LANES;
-
-/// Most writer threads ([`Config::write_threads`]).
-pub const MAX_WRITE_THREADS: usize = 64;
-
-/// Default writer threads of the vectored engine ([`Config::write_threads`]).
-pub const DEFAULT_WRITE_THREADS: usize = 4;
-
-/// Most flushes and commit rounds writing at once
-/// ([`Config::rounds_in_flight`]).
-pub const MAX_ROUNDS_IN_FLIGHT: usize = 16;
-
-/// Default of [`Config::write_through_min_bytes`]: 64 KiB.
-pub const DEFAULT_WRITE_THROUGH_MIN_BYTES: usize = 64 * 1024;
+/// Largest grow-ahead window ([`GrowAhead::Window`]): 1 GiB.
+pub const MAX_GROW_WINDOW: u64 = 1 << 30;
 
 /// Settings of a [`PagedCachedFile`](crate::PagedCachedFile). Start from
 /// `Config::default()` and change what you need with the setters.
-///
-/// Read by every component at open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Config {
     /// Page size in bytes; a power of two in 1..=[`MAX_PAGE_SIZE`].
-    /// Default 4096.
+    /// Default 4096. Page memory is aligned to the page size, at most
+    /// 4096 bytes (enough for `O_DIRECT` on common devices).
     pub page_size: usize,
-    /// Bound on buffered dirty and in-flight bytes. A writer that finds the
-    /// buffer at or over it flushes (or waits for the running flush) first.
-    /// At least one page. Default 64 MiB.
+    /// Bound on buffered bytes (dirty and in flight). A writer that finds
+    /// the buffer at or over it flushes (or waits for a flush) first. At
+    /// least one page. Default 64 MiB.
     pub max_write_buffer_bytes: usize,
     /// Byte budget of the read cache of clean pages; 0 turns it off.
     /// Default 0.
     pub read_cache_bytes: usize,
-    /// How runs are written. Default [`FlushEngine::Auto`] at queue depth
-    /// 32: io_uring where a ring can be set up on the file, else `pwritev`
-    /// ([`PagedCachedFile::io_mode`](crate::PagedCachedFile::io_mode) says
-    /// which, and why). The ring keeps many committers' runs in flight at
-    /// once; a flush of one run with nothing beside it is written inline
-    /// with `pwritev` either way.
-    pub engine: FlushEngine,
-    /// Most bytes one write call carries (a run is cut there),
-    /// 1..=[`MAX_WRITE_BYTES`]. Default 1 MiB.
-    pub max_write_bytes: usize,
-    /// Most pages (iovecs) in one write call; 1..=1024 (`IOV_MAX`).
-    /// Default 1024.
-    pub max_run_pages: usize,
-    /// Number of lock stripes of the write buffer and read cache; a power of
-    /// two in 1..=[`MAX_STRIPES`]. Default 64.
-    pub stripes: usize,
-    /// Alignment of page memory in bytes; a power of two. Default 4096
-    /// (enough for `O_DIRECT` on any common device).
-    pub page_align: usize,
     /// `O_DIRECT` or buffered. Default [`DirectIo::Off`]: buffered I/O
     /// works on every file system (tmpfs refuses `O_DIRECT`) and with any
-    /// page size. An engine that keeps its own cache and wants to bypass
-    /// the page cache sets [`DirectIo::On`] (refused where the file cannot
-    /// have it) or [`DirectIo::Auto`] (falls back to buffered, and
-    /// [`PagedCachedFile::io_mode`](crate::PagedCachedFile::io_mode) says
-    /// why).
+    /// page size. An engine with its own cache sets [`DirectIo::On`]
+    /// (refused where the file cannot have it) or [`DirectIo::Auto`]
+    /// (falls back to buffered; [`IoMode`] says why).
     pub direct: DirectIo,
-    /// Most commit rounds in `fdatasync` at once, 1..=[`MAX_SYNC_LANES`] (capped by the
-    /// backend's [`sync_lanes`](crate::StorageBackend::sync_lanes)).
-    /// Each lane is an open file description of its own, so overlapping
-    /// `fdatasync`s never share one (each sees every writeback error since
-    /// its lane's previous sync), and the file system can batch their
-    /// journal commits. [`sync`](crate::PagedCachedFile::sync)'s commits
-    /// (rounds and direct commits) use these lanes only. Scoped commits
-    /// ([`Writer::commit`](crate::Writer::commit),
-    /// [`Writer::write_and_commit`](crate::Writer::write_and_commit)) use
-    /// them too, and where every lane is syncing open one more (up to
-    /// [`MAX_SYNC_LANES`] in all, kept until close, counted in
-    /// [`Stats::sync_lanes_opened`](crate::Stats::sync_lanes_opened)), so a
-    /// thread committing its own writes waits for an `fdatasync` only if
-    /// one begun after its writes is in flight. Default 4. A file on
-    /// btrfs keeps one lane whatever this says
-    /// ([`FileBackend::with_sync_lanes`](crate::FileBackend::with_sync_lanes)).
-    pub sync_lanes: usize,
-    /// A commit round that writes one run, with every earlier write already
-    /// synced, writes it with `RWF_DSYNC`
-    /// ([`write_vectored_all_at_dsync`](crate::StorageBackend::write_vectored_all_at_dsync))
-    /// instead of a write and then an `fdatasync`: one system call per
-    /// commit instead of two, where the commit load is one thread (a round
-    /// of several runs, or after an unsynced flush, still ends in
-    /// `fdatasync`). Applies to the vectored and io_uring engines. Default
-    /// off: a durable write holds the drain lock through its device round
-    /// trip, which costs more than it saves wherever commits overlap.
-    pub commit_dsync: bool,
-    /// A [`Writer`](crate::Writer)'s `write_page` or `write_all_at` of
-    /// whole pages this many bytes long or longer goes straight to disk
-    /// where it can (one `pwrite` from the caller's bytes at once, no copy
-    /// into the write buffer; its commit then needs only an `fdatasync`,
-    /// see [`Writer::write_page`](crate::Writer::write_page)). `None`:
-    /// never; every write goes into the buffer. Default
-    /// `Some(`[`DEFAULT_WRITE_THROUGH_MIN_BYTES`]`)` (64 KiB): at that
-    /// size the copy into the buffer costs more CPU than writing at once.
-    /// A write of the same pages again before the commit writes them again,
-    /// so an engine that rewrites large ranges several times before
-    /// committing them sets `None` (or writes them through guards, which
-    /// stay in the buffer).
-    pub write_through_min_bytes: Option<usize>,
-    /// Threads that write a flush's runs with the vectored engine (also
-    /// where `Auto` falls back to it), 1..=[`MAX_WRITE_THREADS`], the
-    /// flushing thread included: above 1, `write_threads - 1` helper
-    /// threads are started at open (and joined at drop), and a flush of at
-    /// least this many runs has up to this many `pwritev` calls in flight
-    /// at once, as the io_uring engine has its SQEs (a flush of fewer runs
-    /// writes them one after another itself: handing them over cost more
-    /// than it gave). File systems such as ext4 run `O_DIRECT` writes into
-    /// one file's allocated blocks in parallel, which is what the helpers
-    /// use. Other engines ignore it, and so does a buffered file (a backend
-    /// with a file and no `O_DIRECT`): its writes copy into the page cache,
-    /// where more threads cost CPU for no more bytes per second.
-    /// Default [`DEFAULT_WRITE_THREADS`] (4). 1 starts no threads. Each
-    /// write slot has its own helpers ([`rounds_in_flight`](Self::rounds_in_flight)
-    /// × (`write_threads` - 1) threads in all).
-    pub write_threads: usize,
-    /// Most flushes and commit rounds whose writes are in flight at once,
-    /// 1..=[`MAX_ROUNDS_IN_FLIGHT`]. A round drains and writes while
-    /// earlier rounds' writes are still in flight, each from its own write
-    /// slot (with the io_uring engine, its own ring, the bounce buffers
-    /// shared out over the rings); a page whose older version is in flight
-    /// waits for that write before its own goes out. A round starts beside
-    /// a writing one only once as many callers wait as that one covered.
-    /// 1 writes one round at a time (the round after waits for the write
-    /// stage).
-    ///
-    /// Default 1: more rounds in flight form smaller rounds, each with its
-    /// own `fdatasync`, which costs more than the overlap gains on a device
-    /// whose cache flush dominates a commit. Measure on your device before
-    /// raising it.
-    pub rounds_in_flight: usize,
-    /// How `sync` commits: group commit rounds, direct commits (each
-    /// caller writes what it drained and `fdatasync`s itself unless a
-    /// completed `fdatasync` covers it), or `Auto`, which measures both
-    /// while the file is used and keeps the faster ([`CommitStrategy`]).
-    /// Default `Auto`: group commit tends to win on a growing file (each
-    /// write allocates and each `fdatasync` commits the file system's
-    /// journal, so fewer of both pay) and direct commits where pages are
-    /// rewritten in place (grouping then only adds hand-offs). Pinning
-    /// `Direct` refuses [`commit_dsync`](Self::commit_dsync).
-    pub commit_strategy: CommitStrategy,
-    /// Torn-page protection: none, `RWF_ATOMIC` writes, or a doublewrite
-    /// area ([`TornWrites`]). Default
-    /// [`TornWrites::Allow`]: the others cost a copy of every page (the
-    /// doublewrite area) or need a device with an atomic unit, and engines
-    /// that checksum copy-on-write pages do not need them.
+    /// Torn-page protection ([`TornWrites`]). Default [`TornWrites::Allow`]:
+    /// the others cost a copy of every page or need a device with an
+    /// atomic unit, and engines that checksum copy-on-write pages do not
+    /// need them.
     pub torn_writes: TornWrites,
-    /// Grow-ahead: the file's size runs a window ahead of its data, that
-    /// space written ahead of the writes, the length kept in a trailer
-    /// ([`GrowAhead`]). Default [`GrowAhead::Off`]: with a window the
-    /// file's size on the OS is not its length while it is open, which an
-    /// engine that reads the size itself would not expect.
+    /// Grow-ahead ([`GrowAhead`]). Default [`GrowAhead::Off`]: with a
+    /// window the file's size on the OS is not its length while it is
+    /// open, which an engine that reads the size itself would not expect.
     pub grow_ahead: GrowAhead,
+    /// How runs are written. Default [`FlushEngine::Auto`] at queue depth
+    /// 32: io_uring where a ring can be set up, else `pwritev`
+    /// ([`IoMode`] says which, and why). A flush of one run is written
+    /// with `pwritev` on the flushing thread either way; the ring carries
+    /// a flush of several runs in flight at once.
+    pub engine: FlushEngine,
+    #[cfg(feature = "testing")]
+    pub(crate) tuning: Tuning,
 }
+
+/// Sizes the core derives, which tests set smaller to reach their edges
+/// (`testing` feature only).
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tuning {
+    pub(crate) stripes: usize,
+    pub(crate) max_run_pages: usize,
+    pub(crate) max_write_bytes: usize,
+}
+
+/// Lock stripes of the write buffer and read cache.
+pub(crate) const STRIPES: usize = 64;
+/// Most bytes one write call carries: 1 MiB (a run is cut there).
+pub(crate) const MAX_WRITE_BYTES: usize = crate::backend::DEFAULT_MAX_WRITE_BYTES;
 
 impl Default for Config {
     fn default() -> Self {
@@ -183,22 +83,18 @@ impl Default for Config {
             page_size: 4096,
             max_write_buffer_bytes: 64 << 20,
             read_cache_bytes: 0,
+            direct: DirectIo::Off,
+            torn_writes: TornWrites::Allow,
+            grow_ahead: GrowAhead::Off,
             engine: FlushEngine::Auto {
                 queue_depth: DEFAULT_QUEUE_DEPTH,
             },
-            max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
-            max_run_pages: IOV_MAX,
-            stripes: 64,
-            page_align: DEFAULT_ALIGN,
-            sync_lanes: 4,
-            direct: DirectIo::Off,
-            commit_dsync: false,
-            write_through_min_bytes: Some(DEFAULT_WRITE_THROUGH_MIN_BYTES),
-            write_threads: DEFAULT_WRITE_THREADS,
-            rounds_in_flight: 1,
-            torn_writes: TornWrites::Allow,
-            commit_strategy: CommitStrategy::Auto,
-            grow_ahead: GrowAhead::Off,
+            #[cfg(feature = "testing")]
+            tuning: Tuning {
+                stripes: STRIPES,
+                max_run_pages: IOV_MAX,
+                max_write_bytes: MAX_WRITE_BYTES,
+            },
         }
     }
 }
@@ -219,125 +115,100 @@ impl Config {
         self.read_cache_bytes = bytes;
         self
     }
-    /// Sets [`engine`](Self::engine).
-    pub fn engine(mut self, engine: FlushEngine) -> Self {
-        self.engine = engine;
-        self
-    }
-    /// Sets [`max_write_bytes`](Self::max_write_bytes).
-    pub fn max_write_bytes(mut self, bytes: usize) -> Self {
-        self.max_write_bytes = bytes;
-        self
-    }
-    /// Sets [`max_run_pages`](Self::max_run_pages).
-    pub fn max_run_pages(mut self, pages: usize) -> Self {
-        self.max_run_pages = pages;
-        self
-    }
-    /// Sets [`stripes`](Self::stripes).
-    pub fn stripes(mut self, stripes: usize) -> Self {
-        self.stripes = stripes;
-        self
-    }
-    /// Sets [`page_align`](Self::page_align).
-    pub fn page_align(mut self, bytes: usize) -> Self {
-        self.page_align = bytes;
-        self
-    }
-
     /// Sets [`direct`](Self::direct).
     pub fn direct(mut self, direct: DirectIo) -> Self {
         self.direct = direct;
         self
     }
-
-    /// Sets [`sync_lanes`](Self::sync_lanes).
-    pub fn sync_lanes(mut self, lanes: usize) -> Self {
-        self.sync_lanes = lanes;
-        self
-    }
-
-    /// Sets [`commit_dsync`](Self::commit_dsync).
-    pub fn commit_dsync(mut self, on: bool) -> Self {
-        self.commit_dsync = on;
-        self
-    }
-
-    /// Sets [`write_through_min_bytes`](Self::write_through_min_bytes).
-    pub fn write_through_min_bytes(mut self, bytes: Option<usize>) -> Self {
-        self.write_through_min_bytes = bytes;
-        self
-    }
-
-    /// Sets [`write_threads`](Self::write_threads).
-    pub fn write_threads(mut self, threads: usize) -> Self {
-        self.write_threads = threads;
-        self
-    }
-
-    /// Sets [`commit_strategy`](Self::commit_strategy).
-    pub fn commit_strategy(mut self, strategy: CommitStrategy) -> Self {
-        self.commit_strategy = strategy;
-        self
-    }
-
-    /// Sets [`rounds_in_flight`](Self::rounds_in_flight).
-    pub fn rounds_in_flight(mut self, rounds: usize) -> Self {
-        self.rounds_in_flight = rounds;
-        self
-    }
-
     /// Sets [`torn_writes`](Self::torn_writes).
     pub fn torn_writes(mut self, mode: TornWrites) -> Self {
         self.torn_writes = mode;
         self
     }
-
     /// Sets [`grow_ahead`](Self::grow_ahead).
     pub fn grow_ahead(mut self, grow: GrowAhead) -> Self {
         self.grow_ahead = grow;
         self
+    }
+    /// Sets [`engine`](Self::engine).
+    pub fn engine(mut self, engine: FlushEngine) -> Self {
+        self.engine = engine;
+        self
+    }
+
+    /// Lock stripes (a power of two, 1..=4096); tests only.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn stripes(mut self, stripes: usize) -> Self {
+        self.tuning.stripes = stripes;
+        self
+    }
+    /// Most pages (iovecs) per write call, 1..=1024; tests only.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn max_run_pages(mut self, pages: usize) -> Self {
+        self.tuning.max_run_pages = pages;
+        self
+    }
+    /// Most bytes per write call, 1..=1 GiB; tests only.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn max_write_bytes(mut self, bytes: usize) -> Self {
+        self.tuning.max_write_bytes = bytes;
+        self
+    }
+
+    /// Lock stripes in force.
+    pub(crate) fn stripe_count(&self) -> usize {
+        #[cfg(feature = "testing")]
+        return self.tuning.stripes;
+        #[cfg(not(feature = "testing"))]
+        STRIPES
+    }
+
+    /// Most pages per write call in force.
+    pub(crate) fn run_pages(&self) -> usize {
+        #[cfg(feature = "testing")]
+        return self.tuning.max_run_pages;
+        #[cfg(not(feature = "testing"))]
+        IOV_MAX
+    }
+
+    /// Most bytes one write call carries (a backend cuts longer ones).
+    pub(crate) fn max_write(&self) -> usize {
+        #[cfg(feature = "testing")]
+        return self.tuning.max_write_bytes;
+        #[cfg(not(feature = "testing"))]
+        MAX_WRITE_BYTES
+    }
+
+    /// The longest run a flush writes (bytes): the largest write call,
+    /// capped at the write buffer's bound, at least a page.
+    pub(crate) fn run_bytes(&self) -> usize {
+        let ps = self.page_size;
+        self.max_write()
+            .min((self.max_write_buffer_bytes / ps).max(1) * ps)
+            .max(ps)
+    }
+
+    /// Alignment of page memory: the page size, at most 4096 bytes.
+    pub(crate) fn page_align(&self) -> usize {
+        self.page_size.min(crate::buffer::DEFAULT_ALIGN)
     }
 
     /// Checks every field. Errors: [`Error::InvalidPageSize`] for the page
     /// size (0, not a power of two, or over [`MAX_PAGE_SIZE`]),
     /// [`Error::InvalidConfig`] naming the first bad field otherwise.
     pub fn validate(&self) -> Result<()> {
-        if self.page_size == 0
-            || !self.page_size.is_power_of_two()
-            || self.page_size > MAX_PAGE_SIZE
-        {
-            return Err(Error::InvalidPageSize(self.page_size));
+        let ps = self.page_size;
+        if ps == 0 || !ps.is_power_of_two() || ps > MAX_PAGE_SIZE {
+            return Err(Error::InvalidPageSize(ps));
         }
         let bad = |msg: String| Err(Error::InvalidConfig(msg));
-        if self.max_write_buffer_bytes < self.page_size {
+        if self.max_write_buffer_bytes < ps {
             return bad(format!(
-                "max_write_buffer_bytes {} is less than one page ({})",
-                self.max_write_buffer_bytes, self.page_size
-            ));
-        }
-        if !(1..=MAX_WRITE_BYTES).contains(&self.max_write_bytes) {
-            return bad(format!(
-                "max_write_bytes {} is not in 1..={MAX_WRITE_BYTES}",
-                self.max_write_bytes
-            ));
-        }
-        if !(1..=IOV_MAX).contains(&self.max_run_pages) {
-            return bad(format!(
-                "max_run_pages {} is not in 1..={IOV_MAX}",
-                self.max_run_pages
-            ));
-        }
-        if !(1..=MAX_STRIPES).contains(&self.stripes) || !self.stripes.is_power_of_two() {
-            return bad(format!(
-                "stripes {} is not a power of two in 1..={MAX_STRIPES}",
-                self.stripes
-            ));
-        }
-        if self.page_align == 0 || !self.page_align.is_power_of_two() {
-            return bad(format!(
-                "page_align {} is not a power of two",
-                self.page_align
+                "max_write_buffer_bytes {} is less than one page ({ps})",
+                self.max_write_buffer_bytes
             ));
         }
         if let FlushEngine::IoUring { queue_depth } | FlushEngine::Auto { queue_depth } =
@@ -348,37 +219,32 @@ impl Config {
                 "queue depth {queue_depth} is not in 1..={MAX_QUEUE_DEPTH}"
             ));
         }
-        if !(1..=MAX_SYNC_LANES).contains(&self.sync_lanes) {
-            return bad(format!(
-                "sync_lanes {} is not in 1..={MAX_SYNC_LANES}",
-                self.sync_lanes
-            ));
-        }
-        if !(1..=MAX_WRITE_THREADS).contains(&self.write_threads) {
-            return bad(format!(
-                "write_threads {} is not in 1..={MAX_WRITE_THREADS}",
-                self.write_threads
-            ));
-        }
-        if !(1..=MAX_ROUNDS_IN_FLIGHT).contains(&self.rounds_in_flight) {
-            return bad(format!(
-                "rounds_in_flight {} is not in 1..={MAX_ROUNDS_IN_FLIGHT}",
-                self.rounds_in_flight
-            ));
-        }
-        if self.commit_strategy == CommitStrategy::Direct && self.commit_dsync {
-            return bad(
-                "commit_strategy Direct with commit_dsync: a durable write stands in for \
-                 the fdatasync of a group commit round only (use Group or Auto)"
-                    .into(),
-            );
+        #[cfg(feature = "testing")]
+        {
+            let t = self.tuning;
+            if !(1..=4096).contains(&t.stripes) || !t.stripes.is_power_of_two() {
+                return bad(format!(
+                    "stripes {} is not a power of two in 1..=4096",
+                    t.stripes
+                ));
+            }
+            if !(1..=IOV_MAX).contains(&t.max_run_pages) {
+                return bad(format!(
+                    "max_run_pages {} is not in 1..={IOV_MAX}",
+                    t.max_run_pages
+                ));
+            }
+            if !(1..=1 << 30).contains(&t.max_write_bytes) {
+                return bad(format!(
+                    "max_write_bytes {} is not in 1..=1GiB",
+                    t.max_write_bytes
+                ));
+            }
         }
         if let GrowAhead::Window { bytes } = self.grow_ahead {
-            if bytes == 0 || bytes > MAX_GROW_WINDOW || !bytes.is_multiple_of(self.page_size as u64)
-            {
+            if bytes == 0 || bytes > MAX_GROW_WINDOW || !bytes.is_multiple_of(ps as u64) {
                 return bad(format!(
-                    "grow_ahead window {bytes} is not a whole number of pages ({}) in 1..={MAX_GROW_WINDOW} bytes",
-                    self.page_size
+                    "grow_ahead window {bytes} is not a whole number of pages ({ps}) in 1..={MAX_GROW_WINDOW} bytes"
                 ));
             }
             if self.torn_writes != TornWrites::Allow {
@@ -391,4 +257,258 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// How a file protects its pages from being torn by a power cut during a
+/// write ([`Config::torn_writes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum TornWrites {
+    /// No protection: a page may be left part old, part new (at 512-byte
+    /// sector boundaries) by a power cut during its write. For engines
+    /// that checksum their pages and never overwrite a live one in place
+    /// (redb, LMDB). The default.
+    #[default]
+    Allow,
+    /// Every page is written with `RWF_ATOMIC` (Linux 6.11+, `O_DIRECT`):
+    /// a run is cut into power-of-two pieces of whole pages, aligned to
+    /// their length and at most the file's atomic unit
+    /// ([`AtomicUnit`](crate::backend::AtomicUnit)), each one write from
+    /// one memory segment. Open fails with
+    /// [`Error::TornWrites`](crate::Error::TornWrites) where the file
+    /// reports no atomic unit (no `O_DIRECT`, a file system without atomic
+    /// writes such as ext4) or the page size is outside it.
+    Atomic,
+    /// Each flush first writes its pages as one record to a doublewrite
+    /// area and syncs it, then writes them in place; open repairs torn
+    /// pages from the area ([`PagedCachedFile::recovery`](crate::PagedCachedFile::recovery)).
+    /// A commit whose changes are all in durable records is acknowledged
+    /// without an `fdatasync` of the file; the file is synced when the
+    /// area passes 16 MiB (the area then starts over), when a change no
+    /// record holds (a `set_len`) is committed, before a cut, and at
+    /// `close`. The area is the file `<path>.dblwr` beside a file opened
+    /// by path, or the backend given to
+    /// [`PagedCachedFile::with_doublewrite`](crate::PagedCachedFile::with_doublewrite).
+    /// Recovery writes pages in place, so an open on a disk still full
+    /// fails with `Error::Io` (op "doublewrite recovery: write page"),
+    /// keeping the file and the area.
+    DoubleWrite,
+    /// `Atomic` where the file takes atomic writes of a page and the
+    /// device does them itself (`AtomicUnit::device_max`), else
+    /// `DoubleWrite` (atomic writes a file system emulates cost more than
+    /// the area's copy); [`IoMode`] says which and why.
+    Auto,
+}
+
+impl TornWrites {
+    /// The mode's name, as in the enum.
+    pub fn name(self) -> &'static str {
+        match self {
+            TornWrites::Allow => "Allow",
+            TornWrites::Atomic => "Atomic",
+            TornWrites::DoubleWrite => "DoubleWrite",
+            TornWrites::Auto => "Auto",
+        }
+    }
+}
+
+/// Grow-ahead ([`Config::grow_ahead`]): whether a growing file's size runs
+/// ahead of its data, so that commits into new space overwrite blocks
+/// already written instead of allocating them (each allocation, and each
+/// change of the file's size, is metadata the commit's `fdatasync` must
+/// write too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub enum GrowAhead {
+    /// Every write into new space allocates it. The default: the file's
+    /// size is always its length.
+    #[default]
+    Off,
+    /// The file's size runs up to `bytes` ahead of its data while it is
+    /// open, that space written (zeros) ahead of the writes by a filler
+    /// thread, and the true length kept in a trailer at the file's end.
+    /// `bytes`: a whole number of pages, at least one, at most
+    /// [`MAX_GROW_WINDOW`]. `close` cuts the file back to its length; a
+    /// crash leaves the window and trailer, which the next open (with any
+    /// configuration) cuts off. Needs [`TornWrites::Allow`].
+    Window {
+        /// Bytes the file's size may run ahead of the data.
+        bytes: u64,
+    },
+}
+
+/// The I/O in force for a [`PagedCachedFile`](crate::PagedCachedFile), a
+/// streaming writer or an I/O worker, decided at open.
+///
+/// `Display` gives one line for reports, e.g. `io_uring QD32, O_DIRECT
+/// (align 512)` or `pwritev (io_uring refused: Operation not permitted),
+/// buffered`; the calls named are this platform's
+/// ([`PLATFORM`](crate::backend::PLATFORM)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct IoMode {
+    /// The engine flushes use (never `Auto`).
+    pub engine: FlushEngine,
+    /// Why the engine is not the one asked for, if it is not.
+    pub engine_fallback: Option<String>,
+    /// `O_DIRECT` alignment if the file bypasses the page cache.
+    pub direct: Option<DioAlign>,
+    /// Why the file is buffered although `O_DIRECT` was asked for (`Auto`).
+    pub direct_fallback: Option<String>,
+    /// The torn-page protection in force (never `Auto`).
+    pub torn_writes: TornWrites,
+    /// Why `Auto` chose what it did (or why the streaming tools write
+    /// without protection), where there is something to say.
+    pub torn_writes_why: Option<String>,
+    /// Grow-ahead's window in bytes, where one is configured.
+    pub grow_ahead: Option<u64>,
+}
+
+impl fmt::Display for IoMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.engine {
+            FlushEngine::IoUring { queue_depth } => write!(f, "io_uring QD{queue_depth}")?,
+            other => write!(f, "{}", other.syscall())?,
+        }
+        if let Some(why) = &self.engine_fallback {
+            write!(f, " ({why})")?;
+        }
+        let direct = crate::backend::PLATFORM.direct_io.unwrap_or("direct I/O");
+        match (&self.direct, &self.direct_fallback) {
+            (Some(a), _) if a.memory == a.offset => write!(f, ", {direct} (align {})", a.offset),
+            (Some(a), _) => write!(
+                f,
+                ", {direct} (align {} memory, {} offset)",
+                a.memory, a.offset
+            ),
+            (None, Some(why)) => write!(f, ", buffered ({why})"),
+            (None, None) => write!(f, ", buffered"),
+        }?;
+        match self.torn_writes {
+            TornWrites::Allow => {}
+            TornWrites::Atomic => write!(f, ", atomic page writes")?,
+            _ => write!(f, ", doublewrite")?,
+        }
+        if let Some(why) = &self.torn_writes_why {
+            write!(f, " ({why})")?;
+        }
+        if let Some(bytes) = self.grow_ahead {
+            write!(f, ", grow-ahead {} KiB window", bytes >> 10)?;
+        }
+        Ok(())
+    }
+}
+
+/// Defines [`Stats`], its atomic twin `Counters` and the snapshot from
+/// one to the other, so a field is named once.
+macro_rules! stats {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// A snapshot of a file's counters, all since it was opened
+        /// ([`PagedCachedFile::stats`](crate::PagedCachedFile::stats)).
+        ///
+        /// Read one by one without a lock, so a snapshot taken while other
+        /// threads work can be off by the operations in progress.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+        #[non_exhaustive]
+        pub struct Stats {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            /// The counters now; the time counters kept in ns read in µs.
+            pub(crate) fn snapshot(&self) -> Stats {
+                let mut s = Stats { $($name: self.$name.load(Relaxed),)* };
+                s.write_us /= 1000;
+                s.sync_us /= 1000;
+                s
+            }
+        }
+
+        impl Stats {
+            /// The counters of two files together (a run over several
+            /// files): each summed, `peak_buffered_bytes` the larger.
+            pub fn combined(&self, o: &Stats) -> Stats {
+                let mut s = Stats { $($name: self.$name + o.$name,)* };
+                s.peak_buffered_bytes = self.peak_buffered_bytes.max(o.peak_buffered_bytes);
+                s
+            }
+        }
+    };
+}
+
+stats! {
+    /// Pages handed to the file by writers (`write_page`, `write_all_at`,
+    /// guards).
+    pages_dirtied,
+    /// Pages written to the backend (a page rewritten before a flush is
+    /// written once).
+    pages_written,
+    /// Runs (contiguous ranges) written.
+    runs,
+    /// Write calls made to the backend (`pwrite`, `pwritev`,
+    /// `io_uring_enter`).
+    write_calls,
+    /// Bytes written to the backend (in place).
+    bytes_written,
+    /// Flushes that wrote at least one page.
+    flushes,
+    /// `fdatasync` calls of the file.
+    syncs,
+    /// Commits that returned `Ok` (`sync`, `Writer::commit`, resolved
+    /// tickets' passes).
+    commits,
+    /// Time spent in backend write calls, µs.
+    write_us,
+    /// Time spent in `fdatasync`, µs.
+    sync_us,
+    /// Writes made with `RWF_ATOMIC` ([`TornWrites::Atomic`]).
+    atomic_writes,
+    /// Records written to the doublewrite area ([`TornWrites::DoubleWrite`]).
+    doublewrite_records,
+    /// Bytes written to the doublewrite area (not in `bytes_written`).
+    doublewrite_bytes,
+    /// `fdatasync`s of the doublewrite area (not in `syncs`).
+    doublewrite_syncs,
+    /// Writers that found the write buffer full and flushed or waited.
+    backpressure_waits,
+    /// Reads served from the write buffer or the pages in flight.
+    buffer_hits,
+    /// Reads served from the read cache.
+    cache_hits,
+    /// Page reads from the backend.
+    disk_reads,
+    /// Dirty and in-flight bytes held now.
+    buffered_bytes,
+    /// Highest `buffered_bytes` seen.
+    peak_buffered_bytes,
+    /// Grow-ahead: times the window moved (one size change and one
+    /// `fdatasync` each).
+    grow_extensions,
+    /// Grow-ahead: trailer records written by flushes that changed the
+    /// length.
+    grow_records,
+    /// Grow-ahead: zero bytes the filler wrote ahead of the data.
+    grow_zero_bytes,
+    /// Grow-ahead: failed fill calls (the filler stops at the first;
+    /// [`PagedCachedFile::grow_ahead_stopped`](crate::PagedCachedFile::grow_ahead_stopped)
+    /// says why).
+    grow_errors,
+}
+
+/// Adds `n` to a counter.
+#[inline]
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Relaxed);
+}
+
+/// Adds the time since `start` to a time counter (kept in ns, read in
+/// µs).
+pub(crate) fn add_elapsed(counter: &AtomicU64, start: std::time::Instant) {
+    counter.fetch_add(start.elapsed().as_nanos() as u64, Relaxed);
 }

@@ -1,148 +1,97 @@
-//! What reached the OS and what an `fdatasync` made durable: the write
-//! sequence, the durable watermark, the sync lanes `fdatasync`s run on,
-//! and the leaderless commit that waits for an `fdatasync` covering its
-//! writes or issues one ([`Durability::sync_to`]).
+//! What is durable: the write sequence, the one durable watermark, the
+//! `fdatasync`s that advance it ([`Durability::sync_to`]), and the tickets
+//! of asynchronous commits that wait on it ([`CommitTicket`], with the
+//! committer thread that makes them durable).
 //!
-//! Owns: `write_seq` (bumped after every batch that reached the OS, once
-//! its writes completed, and after every change of the file's length),
-//! `fsynced` (the `write_seq` the latest successful `fdatasync` of the
-//! file covered), `unstaged_at` (its own lock), `syncing` (how many
-//! `fdatasync`s are in flight: a hint that picks how a large write is
-//! made, never part of a promise), and under one more lock
-//! the state of the `fdatasync`s: the free sync lanes, the `write_seq`
-//! each one in flight covers, the threads waiting for one,
-//! and the first failure. Shared (`Arc`) by the file's components. Calls:
-//! the backend's `sync_data_on`; sets the file's poison flag when an
-//! `fdatasync` fails.
+//! Every durable promise of the file is one statement: *an `fdatasync`
+//! that began after write-sequence step N has returned Ok*. `write_seq`
+//! steps after every batch whose writes completed and after every change
+//! of the file's length; an `fdatasync` covers the `write_seq` read just
+//! before it began; `fsynced`, the watermark, is the highest step a
+//! successful `fdatasync` covered. This is the only place that knows N is
+//! covered (PostgreSQL's `XLogFlush(lsn)` over its flushed-up-to position
+//! is the same rule).
+//!
+//! How a commit waits for N ([`sync_to`](Durability::sync_to)): at once if
+//! the watermark covers it; if an `fdatasync` in flight began after N, it
+//! waits for that one; otherwise, with a sync lane free, it issues one
+//! itself, and with none free it waits for the one in flight and then
+//! issues one for everyone who waited meanwhile (each of them is covered:
+//! their writes completed before they waited). No leader thread: grouping
+//! emerges from commits arriving while an `fdatasync` runs.
+//!
+//! Owns: `write_seq`, `fsynced`, `unstaged_at` (its own lock), and under
+//! one more lock the `fdatasync`s: free lanes, those in flight and what
+//! each covers, the waiting threads, the first failure. Also the
+//! asynchronous requests ([`Requests`], a lock of its own). Calls: the
+//! backend's `sync_data_on`; sets the file's poison flag when an
+//! `fdatasync` fails. Lock order: both locks are leaves (wakers only
+//! unpark a thread or schedule a task).
 //!
 //! Invariants:
-//! - an `fdatasync` covers the `write_seq` read before it began: every
-//!   write counted by then has completed (the flush pipeline bumps it only
-//!   after a batch's writes returned), so the kernel has those bytes;
-//! - `fsynced` moves only on a real `fdatasync` (or a durable write with
-//!   everything before it synced), never on a commit the doublewrite area
-//!   made durable;
-//! - a commit whose writes were counted by `write_seq` up to `target` is
-//!   durable once `fsynced >= target`: an `fdatasync` that began after
-//!   they completed has returned. After the first failed `fdatasync`,
-//!   only targets the watermark covered before it count as durable
-//!   ([`Failure::good_upto`]); the ones it covered get its error, later
-//!   ones `Poisoned`;
+//! - a lane's `fdatasync`s never overlap, and each lane is its own open
+//!   file description, so each sees every writeback error since its
+//!   previous sync (Linux reports such an error once per description);
+//! - after the first failed `fdatasync` only targets the watermark covered
+//!   before it are durable ([`Failure::good_upto`]); the ones it covered
+//!   get its error, later ones `Poisoned`: no promise is kept past it;
 //! - a change no durable doublewrite record holds sets `unstaged_at` with
-//!   its `write_seq` step under `unstaged_at`'s lock, and
-//!   [`snapshot`](Durability::snapshot) reads both under it, so a reader
-//!   sees the step only together with the mark;
-//! - a lane's `fdatasync`s never overlap: a lane is taken before and given
-//!   back after each. Each lane is its own open file description, so each
-//!   sees every writeback error that happened after its previous sync
-//!   (Linux reports such an error once per description);
-//! - `sync()`'s commits (rounds, direct commits, cuts, checkpoints) use
-//!   the round lanes `0..rounds` only (`Config::sync_lanes`); a scoped
-//!   commit ([`sync_to_own`](Durability::sync_to_own)) takes a spare lane
-//!   (`rounds..`), else a round lane, else opens one more
-//!   (`StorageBackend::open_sync_lane`), so the lanes follow the number of
-//!   threads committing at once without changing `sync()`'s. A lane
-//!   opened late vouches for nothing until every `fdatasync` in flight
-//!   when it opened has returned: Linux samples the file's error state at
-//!   open, so a new description never reports an error another one saw
-//!   before, and the one that saw it may not have recorded it yet;
-//! - a waiter is woken when an `fdatasync` that covers it returned (or
-//!   failed), or, if none in flight covers it, when a lane comes back for
-//!   it to issue its own; no other event wakes it.
-//!
-//! Lock order: `unstaged_at` and the sync state are leaves; a lane may be waited for with the drain lock held (a
-//! doublewrite checkpoint), and a lane holder never waits for the drain
-//! lock.
+//!   its step under `unstaged_at`'s lock, and [`snapshot`](Durability::snapshot)
+//!   reads both under it.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::Waker;
+use std::task::{Context, Poll, Waker};
 
-use super::stats::{Counters, add, add_elapsed};
+use super::config::{Counters, add, add_elapsed};
 use crate::backend::StorageBackend;
 use crate::error::{Error, Result};
-use crate::sync::{AtomicBool, AtomicU64, Mutex, park, thread_waker};
+use crate::sync::{
+    AtomicBool, AtomicU64, Condvar, JoinHandle, Mutex, ThreadBuilder, park, thread_waker,
+};
+
+/// Most `fdatasync`s of one file in flight at once (each on its own lane).
+pub(crate) const SYNC_LANES: usize = 4;
 
 /// The write sequence, the durable watermark and the `fdatasync`s of one
 /// file (see the module docs).
 pub(crate) struct Durability {
     write_seq: AtomicU64,
+    /// The watermark: the `write_seq` the latest successful `fdatasync`
+    /// covered.
     fsynced: AtomicU64,
-    /// `fdatasync`s in flight (a hint for choosing a way of writing, read
-    /// without the sync state's lock; [`syncing`](Durability::syncing)).
-    syncing: AtomicU64,
-    /// The `write_seq` of the latest change to the file that no durable
-    /// doublewrite record holds (a `set_len`, an extension no staged record
-    /// carries). A staged batch's step does not touch it. A commit round
-    /// needs no `fdatasync` when this is at or below `fsynced`: every step
-    /// since is in the area.
+    /// The step of the latest change no durable doublewrite record holds
+    /// (a `set_len`, an extension no record carries): a commit needs an
+    /// `fdatasync` of the file unless this is at or below `fsynced`.
     unstaged_at: Mutex<u64>,
     syncs: Mutex<Syncs>,
     backend: Arc<dyn StorageBackend>,
     counters: Arc<Counters>,
-    /// The file's poison flag (the lifecycle's), set when an `fdatasync`
-    /// fails.
+    /// The file's poison flag (the lifecycle's).
     poisoned: Arc<AtomicBool>,
 }
 
-/// The `fdatasync`s: lanes, the ones in flight, who waits, what failed.
 struct Syncs {
-    /// Round lanes (`0..rounds`) not in use.
     free: Vec<usize>,
-    /// Spare lanes (`rounds..`, scoped commits' only) not in use.
-    spare: Vec<usize>,
-    /// How many lanes `sync()`'s commits use.
-    rounds: usize,
-    /// Whether the backend may give one more lane (false once it gave
-    /// none, or failed to).
-    may_open: bool,
-    /// The `fdatasync`s in flight.
     in_flight: Vec<InFlight>,
-    /// Numbers the `fdatasync`s.
     next_sync: u64,
-    /// Threads that opened a lane, woken when an `fdatasync` returns.
-    openers: Vec<Waker>,
-    /// Threads waiting, in arrival order.
     waiters: VecDeque<Waiter>,
-    /// Numbers the waiters.
     next_waiter: u64,
-    /// The first failed `fdatasync`.
     failure: Option<Failure>,
 }
 
-/// Which lanes a caller may take; for a lane given back, which kind it is.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Lanes {
-    /// The round lanes (`0..rounds`): `sync()`'s commits. A round lane
-    /// given back may go to any waiter.
-    Rounds,
-    /// Any lane, a spare one first, and one more opened where every lane
-    /// is syncing: scoped commits. A spare lane given back may go only to
-    /// a waiter that takes any lane.
-    Any,
-}
-
-impl Lanes {
-    /// Whether a waiter that takes `self` may take a lane of kind `lane`.
-    fn may_take(self, lane: Lanes) -> bool {
-        self == Lanes::Any || lane == Lanes::Rounds
-    }
-}
-
-/// An `fdatasync` in flight: its number and the `write_seq` it covers.
 struct InFlight {
     id: u64,
     covers: u64,
 }
 
-/// One waiter: durable once `fsynced >= target` (a target of `u64::MAX`
-/// waits for a lane only).
+/// A thread waiting until `fsynced >= target`.
 struct Waiter {
     id: u64,
     target: u64,
-    /// The lanes it may take.
-    takes: Lanes,
     waker: Waker,
 }
 
@@ -150,37 +99,30 @@ struct Waiter {
 struct Failure {
     /// `fsynced` when it failed: targets at or below were durable before.
     good_upto: u64,
-    /// The `write_seq` the failed `fdatasync` covered: targets up to here
-    /// get its error, later ones [`Error::Poisoned`].
+    /// What it covered: targets up to here get its error, later ones
+    /// [`Error::Poisoned`].
     covers: u64,
     error: Error,
 }
 
 impl Durability {
-    /// Nothing written yet; `lanes` round lanes (at least one) of
-    /// `backend`, whose other lanes are spare; `fdatasync`s counted in
-    /// `counters`; `poisoned` set when one fails.
+    /// Nothing written yet; `fdatasync`s on up to `lanes` of `backend`'s
+    /// lanes, counted in `counters`; `poisoned` set when one fails.
     pub(crate) fn new(
         lanes: usize,
         backend: Arc<dyn StorageBackend>,
         counters: Arc<Counters>,
         poisoned: Arc<AtomicBool>,
     ) -> Self {
-        let rounds = lanes.max(1);
-        let opened = backend.sync_lanes().max(rounds);
+        let lanes = lanes.clamp(1, backend.sync_lanes().max(1));
         Self {
             write_seq: AtomicU64::new(0),
             fsynced: AtomicU64::new(0),
-            syncing: AtomicU64::new(0),
             unstaged_at: Mutex::new(0),
             syncs: Mutex::new(Syncs {
-                free: (0..rounds).rev().collect(),
-                spare: (rounds..opened).rev().collect(),
-                rounds,
-                may_open: true,
-                in_flight: Vec::with_capacity(opened),
+                free: (0..lanes).rev().collect(),
+                in_flight: Vec::with_capacity(lanes),
                 next_sync: 0,
-                openers: Vec::new(),
                 waiters: VecDeque::new(),
                 next_waiter: 0,
                 failure: None,
@@ -197,188 +139,43 @@ impl Durability {
         self.write_seq.load(Ordering::Acquire)
     }
 
-    /// Whether an `fdatasync` of the file is in flight now: other threads
-    /// are committing. A hint only (it may change at once after).
+    /// The watermark: the `write_seq` the latest successful `fdatasync`
+    /// covered.
     #[inline]
-    pub(crate) fn syncing(&self) -> bool {
-        self.syncing.load(Ordering::Relaxed) > 0
+    pub(crate) fn fsynced(&self) -> u64 {
+        self.fsynced.load(Ordering::Acquire)
     }
 
-    /// Counts a batch that reached the OS (its writes completed), or a
-    /// change of length a durable doublewrite record carries. Returns the
-    /// new `write_seq`.
+    /// Counts a batch whose writes completed, or a change of length a
+    /// durable doublewrite record carries. Returns the new step.
     #[inline]
     pub(crate) fn step(&self) -> u64 {
         self.write_seq.fetch_add(1, Ordering::AcqRel) + 1
     }
 
     /// Counts a change no durable doublewrite record holds (a `set_len`,
-    /// an extension without a record): the next commit round must
-    /// `fdatasync` the file. The step and the mark are made under one
-    /// lock (see the module docs). Returns the step: an `fdatasync` that
-    /// covers it ([`fsynced`](Self::fsynced) at or past it) made the
-    /// change durable.
+    /// an extension, a trailer record): only an `fdatasync` of the file
+    /// makes it durable. Returns the step.
     pub(crate) fn step_unstaged(&self) -> u64 {
         let mut u = self.unstaged_at.lock();
-        *u = self.write_seq.fetch_add(1, Ordering::AcqRel) + 1;
+        *u = self.step();
         *u
     }
 
     /// `write_seq` and `unstaged_at`, read together.
     pub(crate) fn snapshot(&self) -> (u64, u64) {
         let u = self.unstaged_at.lock();
-        (self.write_seq.load(Ordering::Acquire), *u)
+        (self.write_seq(), *u)
     }
 
-    /// The `write_seq` the latest successful `fdatasync` covered.
-    #[inline]
-    pub(crate) fn fsynced(&self) -> u64 {
-        self.fsynced.load(Ordering::Acquire)
-    }
-
-    /// Records a durable write with everything before it synced (a group
-    /// commit round's `RWF_DSYNC` write), which covered `write_seq` up to
-    /// `covers`, and wakes the waiters it covers.
-    pub(crate) fn note_fsynced(&self, covers: u64) {
-        let mut st = self.syncs.lock();
-        self.fsynced.fetch_max(covers, Ordering::AcqRel);
-        self.wake_covered(&mut st);
-    }
-
-    /// Takes a free round lane, waiting while every one is syncing.
-    pub(crate) fn take_lane(&self) -> usize {
-        let mut id = None;
-        loop {
-            let mut st = self.syncs.lock();
-            if let Some(i) = id.take() {
-                st.forget(i);
-            }
-            if let Some(lane) = st.free.pop() {
-                st.pass_on();
-                return lane;
-            }
-            id = Some(st.wait_for(u64::MAX, Lanes::Rounds));
-            drop(st);
-            park();
-        }
-    }
-
-    /// Gives a lane back and wakes a waiter that needs one and may take
-    /// it (no `fdatasync` in flight covers it).
-    pub(crate) fn put_lane(&self, lane: usize) {
-        let mut st = self.syncs.lock();
-        let kind = if lane >= st.rounds {
-            st.spare.push(lane);
-            Lanes::Any
-        } else {
-            st.free.push(lane);
-            Lanes::Rounds
-        };
-        st.wake_one_for_a_lane(kind);
-    }
-
-    /// `fdatasync` of the file on `lane` (taken with
-    /// [`take_lane`](Self::take_lane)). Every write counted in `write_seq`
-    /// when it starts has completed, so it covers that much, which it
-    /// returns and records; the waiters it covers are woken. Counted in
-    /// `syncs` and `sync_ns`.
+    /// Returns once writes counted up to step `target` are durable: an
+    /// `fdatasync` that began after them returned Ok (see the module docs
+    /// for how it waits or issues one).
     ///
-    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
-    /// is poisoned, the failure recorded (see the module docs) and every
-    /// waiter woken to see it. `Error::Poisoned` if it succeeded after
-    /// another failed.
-    pub(crate) fn fdatasync_on(&self, lane: usize) -> Result<u64> {
-        let (id, covers) = {
-            let mut st = self.syncs.lock();
-            let covers = self.write_seq();
-            st.next_sync += 1;
-            let id = st.next_sync;
-            st.in_flight.push(InFlight { id, covers });
-            self.syncing.fetch_add(1, Ordering::Relaxed);
-            (id, covers)
-        };
-        add(&self.counters.syncs, 1);
-        let started = std::time::Instant::now();
-        let synced = self.backend.sync_data_on(lane);
-        add_elapsed(&self.counters.sync_ns, started);
-        let mut st = self.syncs.lock();
-        if let Some(i) = st.in_flight.iter().position(|s| s.id == id) {
-            st.in_flight.swap_remove(i);
-        }
-        self.syncing.fetch_sub(1, Ordering::Relaxed);
-        for opener in st.openers.drain(..) {
-            opener.wake();
-        }
-        match synced {
-            // An `fdatasync` failed before this one returned: the kernel
-            // reports a write-back error once per open file description,
-            // so this success does not vouch for the pages that one lost.
-            Ok(()) if st.failure.is_some() => Err(Error::Poisoned),
-            Ok(()) => {
-                self.fsynced.fetch_max(covers, Ordering::AcqRel);
-                self.wake_covered(&mut st);
-                Ok(covers)
-            }
-            Err(e) => {
-                let error = Error::io("fdatasync", None, e);
-                self.poisoned.store(true, Ordering::Release);
-                if st.failure.is_none() {
-                    st.failure = Some(Failure {
-                        good_upto: self.fsynced(),
-                        covers,
-                        error: error.clone(),
-                    });
-                }
-                st.wake_all();
-                drop(st);
-                Err(error)
-            }
-        }
-    }
-
-    /// `fdatasync` of the file on a free lane, outside a commit round
-    /// (a doublewrite checkpoint, a cut, a close). Returns the
-    /// `write_seq` it covered.
-    ///
-    /// Errors: as [`fdatasync_on`](Self::fdatasync_on); `Error::Poisoned`
-    /// without a call if an `fdatasync` failed already (a later one would
-    /// make sizes set since durable over the writes that one lost).
-    pub(crate) fn sync_file(&self) -> Result<u64> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(Error::Poisoned);
-        }
-        let lane = self.take_lane();
-        let synced = self.fdatasync_on(lane);
-        self.put_lane(lane);
-        synced
-    }
-
-    /// The leaderless commit: returns once writes counted by `write_seq`
-    /// up to `target` are durable. If an `fdatasync` that covers `target`
-    /// is in flight, waits for it (woken when it returns); else, with a
-    /// free lane, issues one from this thread; else waits for a lane (or
-    /// for an `fdatasync` issued meanwhile that covers it). No leader, no
-    /// hand-off: concurrent committers issue their own `fdatasync`s, which
-    /// the kernel merges into its cache flushes.
-    ///
-    /// On the round lanes only: `sync()`'s commits.
-    ///
-    /// Errors: as [`resolution`](Self::resolution) says.
+    /// Errors: after the first failed `fdatasync`, its error for targets
+    /// it covered, [`Error::Poisoned`] for later ones (and once the file
+    /// is poisoned otherwise); targets covered before it stay `Ok`.
     pub(crate) fn sync_to(&self, target: u64) -> Result<()> {
-        self.wait_or_sync(target, Lanes::Rounds)
-    }
-
-    /// [`sync_to`](Self::sync_to) for a scoped commit: on a spare lane,
-    /// else a round lane, else one more lane the backend opens, so a
-    /// thread committing its own writes waits for a lane only where the
-    /// backend has no more to give.
-    ///
-    /// Errors: as [`resolution`](Self::resolution) says.
-    pub(crate) fn sync_to_own(&self, target: u64) -> Result<()> {
-        self.wait_or_sync(target, Lanes::Any)
-    }
-
-    fn wait_or_sync(&self, target: u64, takes: Lanes) -> Result<()> {
         let mut id = None;
         loop {
             let mut st = self.syncs.lock();
@@ -388,77 +185,78 @@ impl Durability {
             if let Some(done) = self.resolution(&st, target) {
                 return done;
             }
-            let covered = st.in_flight.iter().any(|s| s.covers >= target);
-            if !covered {
-                let lane = match takes {
-                    Lanes::Any => st.spare.pop().or_else(|| st.free.pop()),
-                    Lanes::Rounds => st.free.pop(),
-                };
-                if let Some(lane) = lane {
-                    st.pass_on();
-                    drop(st);
-                    self.sync_on(lane);
-                    continue;
-                }
-                if takes == Lanes::Any && st.may_open {
-                    drop(st);
-                    // Every lane is syncing: one more, if the backend
-                    // gives it (if not, none is asked for again and this
-                    // waits for a lane).
-                    if let Some(lane) = self.open_lane() {
-                        self.sync_on(lane);
-                    }
-                    continue;
-                }
+            if !st.covered(target)
+                && let Some(lane) = st.free.pop()
+            {
+                drop(st);
+                self.fdatasync_on(lane);
+                continue;
             }
-            id = Some(st.wait_for(target, takes));
+            id = Some(st.wait_for(target));
             drop(st);
             park();
         }
     }
 
-    /// One more lane from the backend, counted in `sync_lanes_opened`;
-    /// `None`, and none asked for again, where it gives none.
+    /// Makes everything written so far durable (a doublewrite checkpoint,
+    /// grow-ahead's extension, a cut, `close`): [`sync_to`](Self::sync_to)
+    /// the write sequence now.
     ///
-    /// The new description reports no writeback error another description
-    /// saw before it opened (Linux samples the file's error state at open),
-    /// so its `fdatasync`s vouch for nothing until every `fdatasync` in
-    /// flight when it opened has returned: one of them may have seen an
-    /// error not yet recorded here. This waits for them (once per lane).
-    fn open_lane(&self) -> Option<usize> {
-        match self.backend.open_sync_lane() {
-            Ok(Some(lane)) => {
-                add(&self.counters.sync_lanes_opened, 1);
-                let mut st = self.syncs.lock();
-                let before: Vec<u64> = st.in_flight.iter().map(|s| s.id).collect();
-                while st.in_flight.iter().any(|s| before.contains(&s.id)) {
-                    st.openers.push(thread_waker());
-                    drop(st);
-                    park();
-                    st = self.syncs.lock();
-                }
-                Some(lane)
+    /// Errors: as `sync_to`; [`Error::Poisoned`] at once on a poisoned
+    /// file (a later `fdatasync` would make sizes set since durable over
+    /// the writes the failed one lost).
+    pub(crate) fn sync_all(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        self.sync_to(self.write_seq())
+    }
+
+    /// One `fdatasync` on `lane`, covering the `write_seq` read before it
+    /// began; then the lane goes back, the covered waiters are woken, and
+    /// one uncovered waiter is woken to issue the next. Its outcome is
+    /// what [`resolution`](Self::resolution) reads.
+    fn fdatasync_on(&self, lane: usize) {
+        let (id, covers) = {
+            let mut st = self.syncs.lock();
+            let covers = self.write_seq();
+            st.next_sync += 1;
+            let id = st.next_sync;
+            st.in_flight.push(InFlight { id, covers });
+            (id, covers)
+        };
+        add(&self.counters.syncs, 1);
+        let started = std::time::Instant::now();
+        let synced = self.backend.sync_data_on(lane);
+        add_elapsed(&self.counters.sync_us, started);
+        let mut st = self.syncs.lock();
+        st.in_flight.retain(|s| s.id != id);
+        st.free.push(lane);
+        match synced {
+            // A failure before this returned: Linux reports a writeback
+            // error once per description, so this success vouches for
+            // nothing the failed one lost.
+            Ok(()) if st.failure.is_some() => st.wake_all(),
+            Ok(()) => {
+                self.fsynced.fetch_max(covers, Ordering::AcqRel);
+                st.wake_covered(self.fsynced());
             }
-            Ok(None) | Err(_) => {
-                self.syncs.lock().may_open = false;
-                None
+            Err(e) => {
+                self.poisoned.store(true, Ordering::Release);
+                if st.failure.is_none() {
+                    st.failure = Some(Failure {
+                        good_upto: self.fsynced(),
+                        covers,
+                        error: Error::io("fdatasync", None, e),
+                    });
+                }
+                st.wake_all();
             }
         }
     }
 
-    /// `fdatasync` on `lane`, given back after. Ok or not, the caller's
-    /// next look resolves its commit (a failure as the failure says: its
-    /// error, or an earlier success).
-    fn sync_on(&self, lane: usize) {
-        let _ = self.fdatasync_on(lane);
-        self.put_lane(lane);
-    }
-
-    /// What a commit waiting for `target` gets now: `Ok` once the
-    /// watermark covers it; after the first failed `fdatasync`, `Ok` for
-    /// targets durable before it, its error for those it covered and
-    /// [`Error::Poisoned`] for later ones (also once the file is poisoned
-    /// otherwise); `None` while it must still wait.
+    /// What a commit waiting for `target` gets now, `None` while it must
+    /// still wait.
     fn resolution(&self, st: &Syncs, target: u64) -> Option<Result<()>> {
         if let Some(f) = &st.failure {
             return Some(if target <= f.good_upto {
@@ -477,30 +275,20 @@ impl Durability {
         }
         None
     }
-
-    /// Wakes the waiters the watermark now covers.
-    fn wake_covered(&self, st: &mut Syncs) {
-        let fsynced = self.fsynced();
-        st.waiters.retain(|w| {
-            let covered = w.target <= fsynced;
-            if covered {
-                w.waker.wake_by_ref();
-            }
-            !covered
-        });
-    }
 }
 
 impl Syncs {
-    /// Registers the calling thread as a waiter for `target` (it takes a
-    /// lane of a kind it `takes` that comes back, if it still needs one).
-    fn wait_for(&mut self, target: u64, takes: Lanes) -> u64 {
+    /// Whether an `fdatasync` in flight covers `target`.
+    fn covered(&self, target: u64) -> bool {
+        self.in_flight.iter().any(|s| s.covers >= target)
+    }
+
+    fn wait_for(&mut self, target: u64) -> u64 {
         self.next_waiter += 1;
         let id = self.next_waiter;
         self.waiters.push_back(Waiter {
             id,
             target,
-            takes,
             waker: thread_waker(),
         });
         id
@@ -512,35 +300,23 @@ impl Syncs {
         }
     }
 
-    /// Wakes the first waiter that no `fdatasync` in flight covers and
-    /// that may take the lane of kind `lane` that came back (a spare one,
-    /// `Lanes::Any`, is a scoped commit's only).
-    fn wake_one_for_a_lane(&mut self, lane: Lanes) {
+    /// Wakes the waiters `fsynced` covers, then one for each free lane of
+    /// those no `fdatasync` in flight covers: each issues the next for
+    /// everyone still waiting.
+    fn wake_covered(&mut self, fsynced: u64) {
+        self.waiters.retain(|w| {
+            let covered = w.target <= fsynced;
+            if covered {
+                w.waker.wake_by_ref();
+            }
+            !covered
+        });
         let in_flight = &self.in_flight;
-        if let Some(i) = self
-            .waiters
+        self.waiters
             .iter()
-            .position(|w| w.takes.may_take(lane) && !in_flight.iter().any(|s| s.covers >= w.target))
-        {
-            let w = self.waiters.remove(i).expect("found");
-            w.waker.wake();
-        }
-    }
-
-    /// After a lane was taken: wakes a waiter for each kind of lane still
-    /// free. A waiter woken for one lane may have taken another (a scoped
-    /// commit prefers a spare one), and the lane it was woken for must not
-    /// stay free while a waiter that may take it sleeps.
-    fn pass_on(&mut self) {
-        if self.waiters.is_empty() {
-            return;
-        }
-        if !self.free.is_empty() {
-            self.wake_one_for_a_lane(Lanes::Rounds);
-        }
-        if !self.spare.is_empty() {
-            self.wake_one_for_a_lane(Lanes::Any);
-        }
+            .filter(|w| !in_flight.iter().any(|s| s.covers >= w.target))
+            .take(self.free.len())
+            .for_each(|w| w.waker.wake_by_ref());
     }
 
     fn wake_all(&mut self) {
@@ -550,43 +326,465 @@ impl Syncs {
     }
 }
 
-#[cfg(all(test, feature = "testing", not(feature = "shuttle")))]
-mod tests {
-    use super::*;
-    use crate::backend::MemoryBackend;
-    use crate::testing::FaultyBackend;
+/// What the commits of one pass asked to make durable.
+pub(crate) enum Asked {
+    /// Every page written before them (a commit of the whole file among
+    /// them).
+    File,
+    /// These pages (writers' scopes, concatenated).
+    Pages(Vec<u64>),
+}
 
-    fn durability(be: &Arc<FaultyBackend<MemoryBackend>>) -> Durability {
-        Durability::new(
-            2,
-            Arc::clone(be) as Arc<dyn StorageBackend>,
-            Arc::new(Counters::default()),
-            Arc::new(AtomicBool::new(false)),
-        )
+/// A pass to lead: every request in `(lo, hi]`, made durable as one
+/// commit of what they asked.
+pub(crate) struct Pass {
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+    pub(crate) asked: Asked,
+}
+
+/// What a committing thread does next ([`Requests::step`]).
+pub(crate) enum Step {
+    /// Its request is resolved: the outcome.
+    Done(Result<()>),
+    /// No pass is writing: it leads this one (its own request among them).
+    Lead(Pass),
+    /// A pass is writing, or has its request: it waits (woken as the
+    /// write stage frees or its request resolves) and steps again.
+    Wait,
+}
+
+/// Failed passes remembered apart; past this many the two oldest merge
+/// (their requests keep failing, with the later error).
+const MAX_FAILURES: usize = 64;
+
+/// The commit queue of one file: every commit, blocking or asynchronous,
+/// is a numbered request for a scope. A pass takes every request asked so
+/// far, drains and writes the union of their scopes in one flush (the
+/// *write stage*, one pass at a time), then waits for an `fdatasync`
+/// covering it (the *sync stage*, beside the next pass's write stage) and
+/// resolves them. The pass is led by whichever committing thread finds the
+/// write stage free, or by the committer thread for asynchronous commits
+/// no blocked thread carries along: a lone commit leads its own pass at
+/// once, and commits arriving while a pass writes share the next
+/// (group commit, with no leader thread of its own).
+///
+/// Requests resolve in order: a pass that ends before an earlier one
+/// waits for it (its `fdatasync` began after the earlier pass's writes,
+/// so both are durable by then anyway).
+pub(crate) struct Requests {
+    st: Mutex<Queue>,
+    /// The committer waits here for a pass to lead.
+    lead_cv: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// The newest request number (0: none yet).
+    asked: u64,
+    /// Requests up to this one are in a pass.
+    taken: u64,
+    /// Requests up to this one are resolved.
+    done: u64,
+    /// A pass is in its write stage.
+    writing: bool,
+    /// What the requests not yet taken asked for: the whole file, or
+    /// these pages.
+    whole: bool,
+    pages: Vec<u64>,
+    /// An emptied page vector a pass gave back, for the next one (so a
+    /// steady load allocates none).
+    spare: Vec<u64>,
+    /// Passes resolved while an earlier one was not: `(lo, hi, outcome)`.
+    early: Vec<(u64, u64, Result<()>)>,
+    /// Resolved requests that failed: `(first, last, error)`, disjoint.
+    failures: VecDeque<(u64, u64, Error)>,
+    /// Threads and tickets waiting: (waiter id, request, waker).
+    waiters: Vec<(u64, u64, Waker)>,
+    next_waiter: u64,
+    /// The committer ends.
+    stop: bool,
+    /// The file was dropped without `close`: what is not resolved now
+    /// will not be (`Error::Closed`).
+    abandoned: bool,
+}
+
+impl Queue {
+    fn resolution(&self, r: u64) -> Option<Result<()>> {
+        if r <= self.done {
+            let failed = self
+                .failures
+                .iter()
+                .find(|(a, b, _)| (*a..=*b).contains(&r));
+            return Some(failed.map_or(Ok(()), |(_, _, e)| Err(e.clone())));
+        }
+        self.abandoned.then_some(Err(Error::Closed))
     }
 
-    /// One description reports a write-back error once: an `fdatasync`
-    /// that succeeds after another failed proves nothing about the pages
-    /// that one lost, so it is not a success.
-    #[test]
-    fn an_fdatasync_after_a_failed_one_is_not_a_success() {
-        let be = Arc::new(FaultyBackend::new(MemoryBackend::new()));
-        let d = durability(&be);
-        d.step(); // A write the first fdatasync covers.
-        be.schedule_syncs([Some(libc::EIO)]);
-        assert!(matches!(
-            d.fdatasync_on(0),
-            Err(Error::Io {
-                op: "fdatasync",
-                ..
-            })
-        ));
-        assert!(matches!(d.fdatasync_on(1), Err(Error::Poisoned)));
-        assert_eq!(d.fsynced(), 0, "no write is durable past the failure");
-        assert!(matches!(d.sync_to(1), Err(Error::Io { .. })));
-        // A sync outside a commit does not reach the file at all.
-        let calls = be.sync_calls();
-        assert!(matches!(d.sync_file(), Err(Error::Poisoned)));
-        assert_eq!(be.sync_calls(), calls);
+    fn push_waiter(&mut self, r: u64, waker: Waker) -> u64 {
+        self.next_waiter += 1;
+        self.waiters.push((self.next_waiter, r, waker));
+        self.next_waiter
+    }
+
+    /// Takes every pending request into a pass and marks the write stage
+    /// taken; `None` while a pass writes or nothing is pending.
+    fn lead(&mut self) -> Option<Pass> {
+        if self.writing || self.taken == self.asked {
+            return None;
+        }
+        self.writing = true;
+        let asked = if std::mem::take(&mut self.whole) {
+            self.pages.clear();
+            Asked::File
+        } else {
+            let spare = std::mem::take(&mut self.spare);
+            Asked::Pages(std::mem::replace(&mut self.pages, spare))
+        };
+        let pass = Pass {
+            lo: self.taken,
+            hi: self.asked,
+            asked,
+        };
+        self.taken = self.asked;
+        Some(pass)
+    }
+
+    /// Records `outcome` for `(lo, hi]` and moves `done` over every pass
+    /// resolved in order.
+    fn finish(&mut self, lo: u64, hi: u64, outcome: Result<()>) {
+        self.early.push((lo, hi, outcome));
+        while let Some(i) = self.early.iter().position(|e| e.0 == self.done) {
+            let (lo, hi, outcome) = self.early.swap_remove(i);
+            if let Err(e) = outcome {
+                self.failures.push_back((lo + 1, hi, e));
+                if self.failures.len() > MAX_FAILURES {
+                    let (a, _, _) = self.failures.pop_front().expect("more than one");
+                    self.failures.front_mut().expect("more than one").0 = a;
+                }
+            }
+            self.done = hi;
+        }
+    }
+
+    /// Wakes the waiters whose requests are resolved now and drops them
+    /// (a waker only unparks or schedules its task: woken under the lock,
+    /// so a steady load allocates no list of them).
+    fn wake_resolved(&mut self) {
+        let (done, abandoned) = (self.done, self.abandoned);
+        self.waiters.retain(|(_, r, w)| {
+            let resolved = *r <= done || abandoned;
+            if resolved {
+                w.wake_by_ref();
+            }
+            !resolved
+        });
+    }
+}
+
+impl Requests {
+    pub(crate) fn new() -> Self {
+        Self {
+            st: Mutex::new(Queue::default()),
+            lead_cv: Condvar::new(),
+        }
+    }
+
+    /// A new request for the whole file (`None`) or for `pages` (copied):
+    /// its number. The committer is woken to lead it if no committing
+    /// thread does.
+    pub(crate) fn ask(&self, pages: Option<&[u64]>) -> u64 {
+        let mut st = self.st.lock();
+        match pages {
+            None => st.whole = true,
+            Some(pages) => st.pages.extend_from_slice(pages),
+        }
+        st.asked += 1;
+        let r = st.asked;
+        drop(st);
+        self.lead_cv.notify_one();
+        r
+    }
+
+    /// What the thread committing request `r` does next (see [`Step`]);
+    /// with `Wait` it is registered to be woken, and parks.
+    pub(crate) fn step(&self, r: u64) -> Step {
+        let mut st = self.st.lock();
+        if let Some(done) = st.resolution(r) {
+            return Step::Done(done);
+        }
+        if let Some(pass) = st.lead() {
+            return Step::Lead(pass);
+        }
+        let id = st.push_waiter(r, thread_waker());
+        drop(st);
+        park();
+        self.st.lock().waiters.retain(|w| w.0 != id);
+        Step::Wait
+    }
+
+    /// The pass's writes are done: the next pass may write. Wakes the
+    /// first thread waiting with a request no pass holds (it leads every
+    /// pending one), and the committer.
+    pub(crate) fn wrote(&self) {
+        let mut st = self.st.lock();
+        st.writing = false;
+        let taken = st.taken;
+        if let Some(w) = st.waiters.iter().find(|w| w.1 > taken) {
+            w.2.wake_by_ref();
+        }
+        drop(st);
+        self.lead_cv.notify_one();
+    }
+
+    /// Resolves the requests `(lo, hi]` of a pass as `outcome` says, in
+    /// order with earlier passes, and wakes their waiters.
+    pub(crate) fn resolve(&self, lo: u64, hi: u64, outcome: Result<()>) {
+        let mut st = self.st.lock();
+        st.finish(lo, hi, outcome);
+        st.wake_resolved();
+    }
+
+    /// Resolves every request no pass has taken with `error` (a `close`
+    /// whose commit failed before its pass: the committer is stopped, and
+    /// no pass would come for them).
+    pub(crate) fn fail_pending(&self, error: &Error) {
+        let mut st = self.st.lock();
+        if st.taken < st.asked {
+            let (lo, hi) = (st.taken, st.asked);
+            st.taken = hi;
+            st.whole = false;
+            st.pages.clear();
+            st.finish(lo, hi, Err(error.clone()));
+            st.wake_resolved();
+        }
+    }
+
+    /// A pass is done with its page vector: kept, emptied, for the next;
+    /// with `retry` (its writes failed: those pages stay dirty) its pages
+    /// join the next pass first.
+    pub(crate) fn give_back(&self, mut pages: Vec<u64>, retry: bool) {
+        let mut st = self.st.lock();
+        if retry {
+            pages.append(&mut st.pages);
+            std::mem::swap(&mut st.pages, &mut pages);
+        }
+        pages.clear();
+        if st.spare.capacity() < pages.capacity() {
+            st.spare = pages;
+        }
+    }
+
+    /// The committer's next pass to lead: blocks until one can be led;
+    /// `None` once the committer should end.
+    fn next_pass(&self) -> Option<Pass> {
+        let mut st = self.st.lock();
+        loop {
+            if st.stop {
+                return None;
+            }
+            if let Some(pass) = st.lead() {
+                return Some(pass);
+            }
+            self.lead_cv.wait(&mut st);
+        }
+    }
+
+    /// The file was dropped without `close`: requests not resolved now
+    /// resolve `Error::Closed`.
+    pub(crate) fn abandon(&self) {
+        let mut st = self.st.lock();
+        st.abandoned = true;
+        st.wake_resolved();
+    }
+
+    /// Blocks until request `r` is resolved; its outcome.
+    fn wait(&self, r: u64) -> Result<()> {
+        let mut id = None;
+        loop {
+            let mut st = self.st.lock();
+            if let Some(i) = id.take() {
+                st.waiters.retain(|w| w.0 != i);
+            }
+            if let Some(done) = st.resolution(r) {
+                return done;
+            }
+            id = Some(st.push_waiter(r, thread_waker()));
+            drop(st);
+            park();
+        }
+    }
+}
+
+/// The promise of an asynchronous commit
+/// ([`Writer::commit_async`](crate::Writer::commit_async): the writer's
+/// pages; [`PagedCachedFile::sync_async`](crate::PagedCachedFile::sync_async):
+/// every page written before it): resolves `Ok` once those pages are
+/// durable (with the length they need), or with the error that kept them
+/// from it. The file's committer thread writes and syncs them; starting
+/// the commit did no I/O.
+///
+/// Resolve it with [`wait`](Self::wait) (blocking), poll it with
+/// [`is_durable`](Self::is_durable), or `.await` it: it is a `Future` that
+/// needs no particular runtime (its `Waker` is woken from the committer
+/// thread). Dropping it does not cancel the commit. Tickets resolve in
+/// the order their commits were asked for. `Send + Sync`; it may outlive
+/// the file.
+///
+/// Errors it resolves with: those of [`sync`](crate::PagedCachedFile::sync)
+/// for the pass that covered it ([`Error::PagesFailed`](crate::Error::PagesFailed):
+/// the pages stay dirty and the next flush or `sync` of the file writes
+/// them; `Error::Io` with op "fdatasync", the file poisoned;
+/// [`Error::Poisoned`](crate::Error::Poisoned)), and
+/// [`Error::Closed`](crate::Error::Closed) when the file was dropped
+/// without `close` first. A ticket of a file closed with `close` resolves
+/// as that close's commit did. No ticket resolves `Ok` past a failed
+/// `fdatasync`.
+#[must_use = "a ticket only says whether the commit became durable; wait for it or poll it"]
+pub struct CommitTicket {
+    /// `None`: resolved `Ok` from the start.
+    requests: Option<Arc<Requests>>,
+    request: u64,
+    /// This ticket's registration as a waiter, while polled and pending.
+    waiter: Option<u64>,
+}
+
+impl CommitTicket {
+    pub(crate) fn new(requests: Arc<Requests>, request: u64) -> Self {
+        Self {
+            requests: Some(requests),
+            request,
+            waiter: None,
+        }
+    }
+
+    /// A ticket resolved `Ok` already.
+    pub(crate) fn ready() -> Self {
+        Self {
+            requests: None,
+            request: 0,
+            waiter: None,
+        }
+    }
+
+    fn outcome(&self) -> Option<Result<()>> {
+        match &self.requests {
+            None => Some(Ok(())),
+            Some(q) => q.st.lock().resolution(self.request),
+        }
+    }
+
+    /// Whether the commit's pages are durable now (never blocks).
+    pub fn is_durable(&self) -> bool {
+        matches!(self.outcome(), Some(Ok(())))
+    }
+
+    /// Blocks until the commit is resolved: `Ok` once its pages are
+    /// durable.
+    ///
+    /// Errors: see the type's docs.
+    pub fn wait(mut self) -> Result<()> {
+        self.forget();
+        match &self.requests {
+            None => Ok(()),
+            Some(q) => q.wait(self.request),
+        }
+    }
+
+    fn forget(&mut self) {
+        if let (Some(id), Some(q)) = (self.waiter.take(), &self.requests) {
+            q.st.lock().waiters.retain(|w| w.0 != id);
+        }
+    }
+}
+
+impl Future for CommitTicket {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        this.forget();
+        let Some(q) = &this.requests else {
+            return Poll::Ready(Ok(()));
+        };
+        // The look and the registration under one lock: no wake-up falls
+        // between them.
+        let mut st = q.st.lock();
+        match st.resolution(this.request) {
+            Some(done) => Poll::Ready(done),
+            None => {
+                this.waiter = Some(st.push_waiter(this.request, cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for CommitTicket {
+    fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+impl std::fmt::Debug for CommitTicket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommitTicket")
+            .field("request", &self.request)
+            .field("durable", &self.is_durable())
+            .finish()
+    }
+}
+
+/// The committer thread of one file: started by the first asynchronous
+/// commit, it leads the passes of requests no committing thread carries
+/// along (it runs the pass it was handed) until stopped.
+pub(crate) struct Committer {
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Committer {
+    pub(crate) fn new() -> Self {
+        Self {
+            thread: Mutex::new(None),
+        }
+    }
+
+    /// Starts the thread if it is not running, running the pass `make`
+    /// returns for each pass it leads.
+    ///
+    /// Errors: the thread could not be started.
+    pub(crate) fn ensure<F>(
+        &self,
+        requests: &Arc<Requests>,
+        make: impl FnOnce() -> F,
+    ) -> std::io::Result<()>
+    where
+        F: FnMut(Pass) + Send + 'static,
+    {
+        let mut t = self.thread.lock();
+        if t.is_none() {
+            let q = Arc::clone(requests);
+            let mut run = make();
+            q.st.lock().stop = false;
+            let handle = ThreadBuilder::new()
+                .name("pagewriter-commit".into())
+                .spawn(move || {
+                    while let Some(pass) = q.next_pass() {
+                        run(pass);
+                    }
+                })?;
+            *t = Some(handle);
+        }
+        Ok(())
+    }
+
+    /// Ends the thread (after the pass it is leading) and waits for it.
+    pub(crate) fn stop(&self, requests: &Requests) {
+        let mut t = self.thread.lock();
+        if let Some(h) = t.take() {
+            requests.st.lock().stop = true;
+            requests.lead_cv.notify_all();
+            let _ = h.join();
+        }
     }
 }

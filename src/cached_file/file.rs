@@ -1,44 +1,39 @@
-//! [`PagedCachedFile`]: the file an engine holds, a thin composition of
-//! the components of `cached_file` (see the module docs there for where a
-//! page lives and the lock order). Its methods check their arguments and
-//! the file's state, then call the components; the mechanisms live in the
-//! components' own files.
+//! [`PagedCachedFile`]: the file an engine holds. Its methods check their
+//! arguments and the file's state, then call the components (see the
+//! module docs of `cached_file` for where a page lives and the lock
+//! order); the mechanisms live in the components' own files, and the
+//! durable calls (`sync`, `sync_async`, [`Writer`](crate::Writer)'s
+//! commits, `close`'s) in `commit.rs`. Opening composes the components
+//! from what each decides at open ([`PagedCachedFile::build`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use super::cache::ReadCache;
-use super::commit::Commit;
-use super::config::Config;
-use super::doublewrite::Recovery;
-use super::durability::Durability;
+use super::config::{Config, Counters, IoMode, Stats, TornWrites};
+use super::durability::{Committer, Durability, Requests, SYNC_LANES};
 use super::flush::FlushPipeline;
-use super::guard::WritablePage;
-use super::io_mode::IoMode;
+use super::grow;
 use super::length::Length;
 use super::lifecycle::{Access, Lifecycle, LockHeld};
-use super::open::{self, Opening};
-use super::pages::PageRef;
-use super::parts::Parts;
-use super::read;
-use super::stats::add;
-use super::stats::{Counters, Stats};
-use super::through::{self, Through, Written};
-use super::ticket::{CommitTicket, Committer, Requests};
-use super::torn::TornProtection;
-use super::unwritten::{MAX_RANGES, Unwritten};
-use super::write_buffer::{PartialPage, WriteBuffer};
-use crate::backend::{OpenOptions, StorageBackend};
+use super::read::{self, Parts, ReadCache};
+use super::torn::{self, Recovery, TornProtection};
+use super::write::Writers;
+use super::write_buffer::{GuardParts, PageRef, PartialPage, WritablePage, WriteBuffer};
+use crate::backend::{DirectIo, FileBackend, OpenOptions, StorageBackend, open_with_options};
 use crate::buffer::{AlignedBuf, UniqueBuf};
 use crate::error::{Error, Result};
 
 /// A file of fixed-size pages with a bounded, striped write buffer.
 ///
 /// Many threads write pages ([`write_page`](Self::write_page),
-/// [`write`](Self::write), [`overwrite`](Self::overwrite)) and read them
-/// back ([`read`](Self::read)) concurrently. [`flush`](Self::flush) hands
-/// the buffered pages to the OS, sorted and coalesced into runs, one write
-/// call per run; [`sync`](Self::sync) makes them durable with group commit.
+/// [`write_all_at`](Self::write_all_at), guards from [`write`](Self::write)
+/// and [`overwrite`](Self::overwrite)) and read them back
+/// ([`read`](Self::read), [`read_exact_at`](Self::read_exact_at))
+/// concurrently. [`flush`](Self::flush) hands the buffered pages to the
+/// OS, sorted and coalesced into runs, one write call per run;
+/// [`sync`](Self::sync) makes every page written before it durable, and a
+/// [`Writer`](crate::Writer)'s commit only its own pages; concurrent
+/// commits share `fdatasync`s.
 ///
 /// `Send + Sync`: share it with `Arc` or scoped threads.
 ///
@@ -46,58 +41,50 @@ use crate::error::{Error, Result};
 ///
 /// Dropping the file without [`close`](Self::close) makes a best-effort
 /// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
-/// successful `sync` or `close` covered is promised durable.
+/// successful commit or `close` covered is promised durable.
 pub struct PagedCachedFile {
     /// The components, shared with the committer thread.
-    core: Arc<Core>,
+    pub(super) core: Arc<Core>,
     /// The thread that makes asynchronous commits durable, started by the
     /// first.
-    committer: Committer,
+    pub(super) committer: Committer,
 }
 
 /// The components of a file: everything but its committer thread, which
 /// holds them too (an `Arc`), so it can commit while the file is borrowed
 /// elsewhere.
 pub(crate) struct Core {
-    /// Where the bytes go.
-    backend: Arc<dyn StorageBackend>,
-    config: Config,
-    /// The engine, `O_DIRECT` and torn-page protection in force.
-    io_mode: IoMode,
-    /// What the components did (shared with the durability component).
-    counters: Arc<Counters>,
+    pub(super) backend: Arc<dyn StorageBackend>,
+    pub(super) config: Config,
+    /// The engine, `O_DIRECT`, torn-page protection and grow-ahead in force.
+    pub(super) io_mode: IoMode,
+    pub(super) counters: Arc<Counters>,
     /// Dirty and in-flight pages, the page pool, room, guard latches.
-    buffer: WriteBuffer,
+    pub(super) buffer: WriteBuffer,
     /// Clean pages read or written, under their own budget.
-    cache: ReadCache,
-    /// The logical, disk and written lengths, and the largest one.
-    length: Length,
-    /// Write sequence, durable watermark, sync lanes.
-    durability: Arc<Durability>,
+    pub(super) cache: ReadCache,
+    /// The logical, disk and written lengths.
+    pub(super) length: Length,
+    /// The write sequence, the durable watermark, the `fdatasync`s.
+    pub(super) durability: Durability,
     /// Open, read-only, closing, closed or poisoned; write calls in
     /// progress.
-    life: Lifecycle,
+    pub(super) life: Lifecycle,
     /// Atomic pieces, or the doublewrite area and its recovery.
-    torn: TornProtection,
-    /// Drain, write slots, generations, the file's size on the OS.
-    flush: FlushPipeline,
-    /// Group or direct commits, and the chooser between them.
-    commit: Commit,
-    /// Asynchronous commits asked for and how each ended (shared with
-    /// their tickets and the committer thread).
-    requests: Arc<Requests>,
-    /// Pages unwritten on disk at open that no allocating scoped commit
-    /// wrote since.
-    unwritten: Unwritten,
-    /// Scoped commits may write through (`through.rs`): no torn-page
-    /// protection, no grow-ahead window.
-    through: bool,
+    pub(super) torn: TornProtection,
+    /// Drain, run writers, generations, the file's size on the OS.
+    pub(super) flush: FlushPipeline,
+    /// The commit queue: every commit asked for and how each ended
+    /// (shared with the tickets and the committer thread).
+    pub(super) requests: Arc<Requests>,
+    /// Scratch of the passes' scoped drains (a leaf lock).
+    pub(super) scratch: crate::sync::Mutex<Vec<u64>>,
 }
 
 impl Core {
     /// The components below the flush pipeline, borrowed together.
     #[inline]
-    fn parts(&self) -> Parts<'_> {
+    pub(super) fn parts(&self) -> Parts<'_> {
         Parts {
             backend: &*self.backend,
             config: &self.config,
@@ -106,22 +93,9 @@ impl Core {
             cache: &self.cache,
             length: &self.length,
             durability: &self.durability,
-            life: &self.life,
             torn: &self.torn,
-            unwritten: &self.unwritten,
             direct: self.io_mode.direct.is_some(),
         }
-    }
-
-    /// The commit of [`PagedCachedFile::sync`]: every page any thread
-    /// wrote before the call, and the length.
-    fn sync(&self) -> Result<()> {
-        if self.life.is_read_only() && !self.life.is_closed() {
-            // Nothing can have been written.
-            return Ok(());
-        }
-        self.life.check_writable()?;
-        self.commit.sync(&self.parts(), &self.flush)
     }
 }
 
@@ -136,19 +110,27 @@ impl std::fmt::Debug for PagedCachedFile {
     }
 }
 
+/// How the file under a cached file was opened.
+#[derive(Debug, Clone, Default)]
+struct Opening {
+    access: Access,
+    lock: LockHeld,
+    /// Why [`DirectIo::Auto`] fell back to buffered I/O, if it did.
+    direct_fallback: Option<String>,
+}
+
 impl PagedCachedFile {
     /// Opens (creating if missing, never truncating) the file at `path` with
-    /// a [`FileBackend`](crate::FileBackend): `O_DIRECT` per `config.direct`, write cap
-    /// `config.max_write_bytes`, `config.sync_lanes` sync lanes.
+    /// a [`FileBackend`](crate::FileBackend), `O_DIRECT` as `config.direct`
+    /// says.
     ///
     /// Errors: a bad `config` (see [`Config::validate`]); [`Error::Open`],
     /// naming the path, with op "open" if the file cannot be opened
     /// read-write (a directory, a read-only file, a missing parent
     /// directory), "open O_DIRECT" with [`DirectIo::On`](crate::DirectIo::On)
     /// where the file system refuses `O_DIRECT`, "open doublewrite area"
-    /// for the area beside the file, "reopen for sync lanes" if the extra
-    /// descriptions cannot be opened (use `sync_lanes(1)` where `/proc` is
-    /// missing); `Error::InvalidConfig` with `DirectIo::On` where the page
+    /// for the area beside the file; `Error::InvalidConfig` with
+    /// `DirectIo::On` where the page
     /// size or alignment does not fit the device's; `Error::Io` with op
     /// "io_uring setup" for [`FlushEngine::IoUring`](crate::FlushEngine::IoUring)
     /// where no ring can be set up, "grow-ahead recovery" if the end of the
@@ -175,8 +157,8 @@ impl PagedCachedFile {
         config: Config,
     ) -> Result<Self> {
         config.validate()?;
-        let (backend, direct_fallback) = open::open_file(path.as_ref(), options, &config)?;
-        let area = open::open_area(path.as_ref(), &backend, options, &config)?;
+        let (backend, direct_fallback) = open_file(path.as_ref(), options, &config)?;
+        let area = torn::open_area(path.as_ref(), &backend, options, &config)?;
         let opening = Opening {
             access: if options.is_read_only() {
                 Access::ReadOnly
@@ -229,78 +211,90 @@ impl PagedCachedFile {
     /// length), whatever this open's configuration. Errors: `Error::Io`
     /// with op "grow-ahead recovery". A writable open then asks the
     /// backend for the file's unwritten ranges
-    /// ([`StorageBackend::unwritten_ranges`]; reads only, and a failed
-    /// lookup only leaves them unknown), which steer scoped commits
-    /// ([`Writer::commit`](crate::Writer::commit)).
+    ///
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
         Self::build(backend, None, config, Opening::default())
     }
 
-    /// The composition: what `open::prepare` decided, one component each.
-    /// `config` is validated by the caller.
+    /// The composition: each component decides at open what it is built
+    /// from, in this order: the `O_DIRECT` fit and the torn-page
+    /// protection are checked (before anything is written, and before a
+    /// ring is set up: a ring dropped on a refusal would keep the file,
+    /// and its lock, until the kernel's deferred teardown); then a
+    /// grow-ahead window a crash left is cut off, the doublewrite area
+    /// recovers, and only then are the run writers (the ring) and
+    /// grow-ahead's filler set up. `config` is validated by the caller.
     fn build(
         backend: impl StorageBackend + 'static,
         area: Option<Arc<dyn StorageBackend>>,
         config: Config,
         opening: Opening,
     ) -> Result<Self> {
-        let (access, lock) = (opening.access, opening.lock);
-        let o = open::prepare(backend, area, &config, opening)?;
-        let inline_copy_align = o.io_mode.direct.map(|_| config.page_align);
-        let inline_atomic_align = o.atomic_max.map(|_| config.page_align);
-        let counters = Arc::new(Counters::default());
-        let life = Lifecycle::new(access, lock);
-        // A hint for scoped commits (see `unwritten.rs`): a lookup that
-        // fails leaves it empty. A read-only file commits nothing.
-        let unwritten = if life.is_read_only() {
-            Vec::new()
-        } else {
-            o.backend
-                .unwritten_ranges(MAX_RANGES)
-                .ok()
-                .flatten()
-                .unwrap_or_default()
+        let read_only = opening.access == Access::ReadOnly;
+        let (window, max_len) = grow::limits(&backend, &config, read_only)?;
+        check_direct(&backend, &config)?;
+        let (torn_writes, torn_writes_why) = torn::resolve_torn(&backend, &config, area.is_some())?;
+        // Whatever this open's configuration, a window a crash left (or a
+        // drop without close) is cut off now.
+        let grown = grow::recover(&backend, read_only, config.page_align())
+            .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
+        let (area, recovery) = torn::recover_area(&backend, area, torn_writes, &config, read_only)?;
+        let atomic = torn_writes == TornWrites::Atomic;
+        let (engine, engine_fallback, writers) = Writers::open(&backend, &config, atomic)?;
+        let io_mode = IoMode {
+            engine,
+            engine_fallback,
+            direct: backend.dio_align(),
+            direct_fallback: opening.direct_fallback,
+            torn_writes,
+            torn_writes_why,
+            grow_ahead: window,
         };
-        let durability = Arc::new(Durability::new(
-            o.lanes,
-            Arc::clone(&o.backend),
+        let backend: Arc<dyn StorageBackend> = Arc::new(backend);
+        let atomic_max = atomic.then(|| {
+            let unit = backend
+                .atomic_write_unit()
+                .expect("checked by resolve_torn");
+            (unit.max as usize).min(config.run_bytes())
+        });
+        // Recovery may have grown the file (a page staged past the end, or
+        // the length a record carries).
+        let len = match grown {
+            Some(found) if recovery.repaired.is_empty() && !recovery.resized => found.len,
+            _ => backend.len().map_err(|e| Error::io("fstat", None, e))?,
+        };
+        let grow = match window {
+            Some(bytes) => Some(grow::open_window(&backend, bytes, &config, len)?),
+            None => None,
+        };
+        let counters = Arc::new(Counters::default());
+        let life = Lifecycle::new(opening.access, opening.lock);
+        let durability = Durability::new(
+            SYNC_LANES,
+            Arc::clone(&backend),
             Arc::clone(&counters),
             life.poison_flag(),
-        ));
-        // Writes through need neither torn-page records nor a trailer.
-        let through = o.grow.is_none() && o.atomic_max.is_none() && o.area.is_none();
+        );
+        let stripes = config.stripe_count();
         let core = Core {
-            through,
             buffer: WriteBuffer::new(
-                config.stripes,
+                stripes,
                 config.max_write_buffer_bytes,
                 config.page_size,
-                config.page_align,
+                config.page_align(),
             ),
-            cache: ReadCache::new(config.stripes, config.read_cache_bytes),
-            length: Length::new(o.len, o.max_len, config.page_size),
+            cache: ReadCache::new(stripes, config.read_cache_bytes),
+            length: Length::new(len, max_len, config.page_size),
             durability,
             life,
-            torn: TornProtection::new(o.atomic_max, o.area, o.recovery),
-            flush: FlushPipeline::new(
-                o.len,
-                o.slots,
-                o.run_bytes,
-                inline_copy_align,
-                inline_atomic_align,
-                o.grow,
-            ),
-            commit: Commit::new(
-                config.commit_strategy,
-                config.rounds_in_flight,
-                config.commit_dsync,
-            ),
-            backend: o.backend,
-            io_mode: o.io_mode,
+            torn: TornProtection::new(atomic_max, area, recovery),
+            flush: FlushPipeline::new(len, writers, grow),
+            backend,
+            io_mode,
             counters,
             requests: Arc::new(Requests::new()),
-            unwritten: Unwritten::new(&unwritten, config.page_size),
+            scratch: crate::sync::Mutex::new(Vec::new()),
             config,
         };
         Ok(Self {
@@ -311,7 +305,7 @@ impl PagedCachedFile {
 
     /// The components below the flush pipeline, borrowed together.
     #[inline]
-    fn parts(&self) -> Parts<'_> {
+    pub(super) fn parts(&self) -> Parts<'_> {
         self.core.parts()
     }
 
@@ -373,12 +367,8 @@ impl PagedCachedFile {
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> Stats {
-        let mut s = self
-            .core
-            .counters
-            .snapshot(self.core.buffer.buffered() as u64);
-        s.direct_commits = self.core.commit.direct_commits();
-        s.strategy_switches = self.core.commit.switches();
+        let mut s = self.core.counters.snapshot();
+        s.buffered_bytes = self.core.buffer.buffered() as u64;
         (s.grow_zero_bytes, s.grow_errors, _) = self.core.flush.grow_stats();
         s
     }
@@ -398,7 +388,7 @@ impl PagedCachedFile {
     /// after the next successful [`sync`](Self::sync).
     ///
     /// If the buffer holds `max_write_buffer_bytes` or more, this call first
-    /// flushes (or waits for the flush in progress).
+    /// flushes (or waits for a flush in progress).
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::FileTooLarge`] past the file system's
@@ -551,13 +541,14 @@ impl PagedCachedFile {
         self.core.buffer.latch(first..first + (len / ps) as u64)?;
         // The guard holds the writer count until it is dropped.
         writer.keep();
-        Ok(WritablePage::new(
-            self.parts(),
-            offset,
-            buf,
-            pages_mem,
+        let parts = GuardParts {
+            buffer: &self.core.buffer,
+            length: &self.core.length,
+            counters: &self.core.counters,
+            life: &self.core.life,
             scope,
-        ))
+        };
+        Ok(WritablePage::new(parts, offset, buf, pages_mem))
     }
 
     /// The newest bytes of `len` bytes at `offset`: from the write buffer,
@@ -588,7 +579,7 @@ impl PagedCachedFile {
         }
         // A read of many pages is one buffer: memory the process cannot
         // get is a typed error, not an abort.
-        let mut out = match AlignedBuf::try_zeroed(len, self.core.config.page_align) {
+        let mut out = match AlignedBuf::try_zeroed(len, self.core.config.page_align()) {
             Ok(Some(b)) => b,
             Ok(None) | Err(_) => return Err(Error::NoMemory { bytes: len as u64 }),
         };
@@ -616,259 +607,7 @@ impl PagedCachedFile {
             return Ok(());
         }
         self.core.life.check_writable()?;
-        self.core.flush.flush(&self.parts()).map(|_| ())
-    }
-
-    /// Durable commit: flush, then `fdatasync`. When it returns `Ok`, every
-    /// page written before the call (by any thread) survives a crash, and
-    /// so does the length [`len`](Self::len) reported before the call (a
-    /// file whose last pages were discarded is extended to it with zeros).
-    ///
-    /// How, as [`Config::commit_strategy`](crate::Config::commit_strategy)
-    /// says: a group commit round (concurrent callers share one flush and
-    /// one `fdatasync`; one caller leads, the others wait and return with
-    /// its result) or a direct commit (the caller writes what is buffered
-    /// from its own thread and `fdatasync`s, beside other callers doing the
-    /// same); the default `Auto` measures both and keeps the faster. Either
-    /// way, no `fdatasync` is issued when one that began after this call's
-    /// writes completed has already returned.
-    ///
-    /// Errors: [`Error::Closed`]; [`Error::Poisoned`] if an earlier
-    /// `fdatasync` failed; [`Error::PagesFailed`] when some pages could not
-    /// be written (it names them; every other page was still made durable;
-    /// the failed ones stay dirty and a later `sync` retries them); as
-    /// [`flush`](Self::flush) for the file's length; `Error::Io` with op
-    /// "fdatasync" when the `fdatasync` failed (the file is poisoned from
-    /// then on; the pages of that commit stay in memory and readable).
-    pub fn sync(&self) -> Result<()> {
-        self.core.sync()
-    }
-
-    /// Starts the commit of [`sync`](Self::sync) (every page any thread
-    /// wrote before the call, and the length) and returns at once with a
-    /// [`CommitTicket`] that resolves when those pages are durable: the
-    /// file's committer thread writes and syncs them (one commit covers
-    /// every asynchronous commit asked for meanwhile), so this thread may
-    /// go on writing.
-    ///
-    /// Errors: [`Error::Closed`], [`Error::Poisoned`]; `Error::Io` with op
-    /// "start the committer thread". The commit's errors are the ticket's.
-    pub fn sync_async(&self) -> Result<CommitTicket> {
-        if self.core.life.is_read_only() && !self.core.life.is_closed() {
-            return Ok(CommitTicket::ready());
-        }
-        let _writer = self.core.life.begin_write()?;
-        self.start_async()
-    }
-
-    /// A [`Writer`](crate::Writer)'s commit (see `Writer::commit`) of
-    /// `pages` (its buffered scope; sorted by stripe here) and of its
-    /// writes through up to `write_seq` step `written_through`, which need
-    /// only an `fdatasync` covering them. One commit counted. `in_flight`
-    /// and `scratch` are the writer's scratch space.
-    ///
-    /// Errors: as `Writer::commit`.
-    pub(crate) fn commit_scope(
-        &self,
-        pages: &mut Vec<u64>,
-        in_flight: &mut Vec<u64>,
-        scratch: &mut Option<Box<through::Scratch>>,
-        written_through: Option<u64>,
-    ) -> Result<()> {
-        if self.core.life.is_read_only() && !self.core.life.is_closed() {
-            // Nothing can have been written.
-            return Ok(());
-        }
-        let _writer = self.core.life.begin_write()?;
-        let buffered = !pages.is_empty();
-        if buffered {
-            self.commit_pages(pages, in_flight, scratch)?;
-        }
-        if let Some(step) = written_through {
-            // At once where the pages' `fdatasync` began after these
-            // writes; not where another flush had taken those pages and
-            // they needed an older one only.
-            self.core.durability.sync_to_own(step)?;
-            if !buffered {
-                add(&self.core.counters.commits, 1);
-            }
-        }
-        Ok(())
-    }
-
-    /// The buffered half of [`commit_scope`](Self::commit_scope): `pages`
-    /// (not empty) made durable, the commit counted.
-    fn commit_pages(
-        &self,
-        pages: &mut Vec<u64>,
-        in_flight: &mut Vec<u64>,
-        scratch: &mut Option<Box<through::Scratch>>,
-    ) -> Result<()> {
-        if self.scope_extends_the_file(pages) || self.core.unwritten.touches(pages) {
-            // It allocates (grows the file, or writes space unwritten on
-            // disk): its `fdatasync` commits the allocation in the file
-            // system's journal, which every such commit needs. Grouped (as
-            // `sync` groups, or not, by the commit strategy), one such
-            // `fdatasync` serves many, where scoped ones each need their own
-            // (measured by the commit suite on growing and preallocated
-            // files). A superset of the scope's promise.
-            self.core.commit.sync(&self.parts(), &self.core.flush)?;
-            self.core.unwritten.written(pages);
-            add(&self.core.counters.allocating_scoped_commits, 1);
-            return Ok(());
-        }
-        self.core.buffer.by_stripe(pages);
-        let p = self.parts();
-        if self.core.through {
-            // The scope's pages claimed and written from the buffer, where
-            // no other thread holds them: no drain lock, no generation.
-            let scratch = scratch.get_or_insert_with(Box::default);
-            match through::commit_buffered(&p, &self.core.flush, pages, scratch)? {
-                Through::Done => return Ok(()),
-                Through::Declined => {}
-            }
-        }
-        let pass = self.core.flush.flush_scoped(&p, pages, in_flight);
-        match self.core.durability.sync_to_own(pass.target) {
-            Ok(()) => {
-                if let Some(batch) = pass.batch {
-                    self.core.flush.settle(&p, batch);
-                }
-            }
-            Err(e) => {
-                if let Some(batch) = pass.batch {
-                    self.core.flush.settle_failed(&p, batch);
-                }
-                // Writers waiting for room would wait for a settle that
-                // frees nothing: wake them to see the poison.
-                self.core.buffer.notify_room();
-                return Err(e);
-            }
-        }
-        add(&self.core.counters.commits, 1);
-        pass.error.map_or(Ok(()), Err)
-    }
-
-    /// A [`Writer`](crate::Writer)'s `write_and_commit` of `buf` at
-    /// `offset` written through (`through.rs`); [`Through::Declined`]
-    /// where it cannot be (partial pages among them: the caller then
-    /// writes and commits the buffered way, whose checks report what is
-    /// wrong). A failed write's pages go into `pages` (the writer's
-    /// scope).
-    pub(crate) fn commit_through(
-        &self,
-        offset: u64,
-        buf: &[u8],
-        pages: &mut Vec<u64>,
-    ) -> Result<Through> {
-        if !self.core.through {
-            return Ok(Through::Declined);
-        }
-        let _writer = self.core.life.begin_write()?;
-        let room = || self.wait_for_room();
-        through::commit(
-            &self.parts(),
-            &self.core.flush.through,
-            offset,
-            buf,
-            pages,
-            &room,
-        )
-    }
-
-    /// A [`Writer`](crate::Writer)'s large write of `buf` at `offset`
-    /// written through now, its commit left for later (`Writer::write_page`):
-    /// [`Written::At`] the step its commit must see covered,
-    /// [`Written::Declined`] where it cannot be (the caller then writes the
-    /// buffered way, whose checks report what is wrong). A failed write's
-    /// pages go into `pages` (the writer's scope).
-    pub(crate) fn write_through(
-        &self,
-        offset: u64,
-        buf: &[u8],
-        pages: &mut Vec<u64>,
-    ) -> Result<Written> {
-        // With other threads committing at once, the buffered way makes
-        // more commits per second (`Writer::write_page`).
-        if !self.core.through || self.core.durability.syncing() {
-            return Ok(Written::Declined);
-        }
-        let Ok(_writer) = self.core.life.begin_write() else {
-            // Closed, poisoned or read-only: the buffered way says which.
-            return Ok(Written::Declined);
-        };
-        let room = || self.wait_for_room();
-        let written = through::write(
-            &self.parts(),
-            &self.core.flush.through,
-            offset,
-            buf,
-            pages,
-            &room,
-            self.allocating(offset, buf.len()),
-        )?;
-        if let Written::At(_) = written {
-            add(&self.core.counters.through_writes, 1);
-        }
-        Ok(written)
-    }
-
-    /// How a writer's large write of `len` bytes at `offset` may
-    /// allocate. Commits that allocate are grouped: with one under way
-    /// (`sync`, or a scoped commit that allocates), the write goes into
-    /// the buffer and its commit joins theirs (measured: 8 threads on a
-    /// preallocated file made 0.88x the commits/s writing there through).
-    /// Past the file's length on disk it needs the drain lock, taken here
-    /// before the write's pass (`through::Allocating::Grow`), and only if
-    /// free: a flush holding it means other threads are writing, and
-    /// holding it across this write would stall their flushes.
-    fn allocating(&self, offset: u64, len: usize) -> through::Allocating<'_> {
-        if self.core.commit.busy() {
-            return through::Allocating::Decline;
-        }
-        let l = &self.core.length;
-        let inside = l.get().min(l.disk()).min(l.written());
-        if offset.saturating_add(len as u64) <= inside {
-            return through::Allocating::Write;
-        }
-        match self.core.flush.drain.try_lock() {
-            Some(size) => through::Allocating::Grow(size, &self.core.flush),
-            None => through::Allocating::Decline,
-        }
-    }
-
-    /// Whether the scope's `pages` reach past the file's length on disk
-    /// (their end clamped to the logical length, for a last page written
-    /// in part): its commit would grow the file.
-    fn scope_extends_the_file(&self, pages: &[u64]) -> bool {
-        let Some(&last) = pages.iter().max() else {
-            return false;
-        };
-        let end = self
-            .core
-            .buffer
-            .offset_of(last)
-            .saturating_add(self.core.config.page_size as u64);
-        end.min(self.core.length.get()) > self.core.length.disk()
-    }
-
-    /// A [`Writer`](crate::Writer)'s asynchronous commit: see
-    /// `Writer::commit_async`.
-    pub(crate) fn commit_scope_async(&self) -> Result<CommitTicket> {
-        self.sync_async()
-    }
-
-    /// A ticket for a new request, the committer thread started if it is
-    /// not running.
-    fn start_async(&self) -> Result<CommitTicket> {
-        self.committer
-            .ensure(&self.core.requests, || {
-                let core = Arc::clone(&self.core);
-                move || core.sync()
-            })
-            .map_err(|e| Error::io("start the committer thread", None, e))?;
-        let r = self.core.requests.ask();
-        Ok(CommitTicket::new(Arc::clone(&self.core.requests), r))
+        self.core.flush.flush_now(&self.parts()).map(|_| ())
     }
 
     /// Syncs and closes. Afterwards every call but [`stats`](Self::stats)
@@ -898,15 +637,7 @@ impl PagedCachedFile {
             crate::sync::yield_now();
         }
         if !self.core.life.is_read_only() {
-            // The committer ends after its pass; this commit covers every
-            // asynchronous commit asked for so far, and their tickets
-            // resolve as it does (the file stays open if it fails; a later
-            // asynchronous commit starts the committer again).
-            self.committer.stop(&self.core.requests);
-            let asked = self.core.requests.asked();
-            let synced = self.core.commit.sync(&self.parts(), &self.core.flush);
-            self.core.requests.resolve(asked, synced.clone());
-            synced?;
+            self.commit_at_close()?;
             // At rest the file's size is its length.
             self.core.flush.drop_window(&self.parts())?;
             if let Some(area) = self.core.torn.area() {
@@ -1182,7 +913,7 @@ impl PagedCachedFile {
         self.core.buffer.wait_for_room(
             &self.core.counters,
             || self.core.life.check_writable(),
-            || self.core.flush.flush(&self.parts()),
+            || self.core.flush.flush_now(&self.parts()),
         )
     }
 
@@ -1207,7 +938,7 @@ impl PagedCachedFile {
         self.core.buffer.merge(
             write,
             &self.core.length,
-            &self.core.cache,
+            |n| self.core.cache.get(n),
             &self.core.counters,
             |page| read::read_disk_page(&p, page_no, page),
         )
@@ -1218,10 +949,75 @@ impl Drop for PagedCachedFile {
     fn drop(&mut self) {
         self.committer.stop(&self.core.requests);
         if !self.core.life.is_closed() && !self.is_poisoned() && !self.core.life.is_read_only() {
-            let _ = self.core.flush.flush(&self.parts());
+            let _ = self.core.flush.flush_now(&self.parts());
         }
         // Tickets no commit covered will not be: they resolve Closed.
         self.core.requests.abandon();
         self.unlock();
     }
+}
+
+/// Opens `path` for a [`PagedCachedFile`](crate::PagedCachedFile) with
+/// `O_DIRECT` as `config.direct` asks, write caps and sync lanes set.
+fn open_file(
+    path: &std::path::Path,
+    options: &OpenOptions,
+    config: &Config,
+) -> Result<(FileBackend, Option<String>)> {
+    let (backend, why) =
+        open_with_options(path, options, config.direct, &|b| direct_misfit(b, config))?;
+    // A read-only open syncs nothing: no more descriptions.
+    let lanes = if options.is_read_only() {
+        1
+    } else {
+        SYNC_LANES
+    };
+    let backend = backend
+        .with_max_write_bytes(config.max_write())
+        .with_sync_lanes(lanes);
+    Ok((backend, why))
+}
+
+/// Why `O_DIRECT` cannot serve this configuration on this backend, if so:
+/// pages must be whole multiples of the offset alignment, page memory
+/// aligned for the memory alignment, and the file a whole number of pages.
+fn direct_misfit(backend: &dyn StorageBackend, config: &Config) -> Option<String> {
+    let a = backend.dio_align()?;
+    if !config.page_size.is_multiple_of(a.offset as usize) {
+        return Some(format!(
+            "page size {} is not a multiple of the O_DIRECT alignment {}",
+            config.page_size, a.offset
+        ));
+    }
+    if !config.page_align().is_multiple_of(a.memory as usize) {
+        return Some(format!(
+            "page memory alignment {} (the page size, at most 4096) is not a multiple of the \
+             O_DIRECT memory alignment {}",
+            config.page_align(),
+            a.memory
+        ));
+    }
+    match backend.len() {
+        Ok(len) if len % config.page_size as u64 != 0 => Some(format!(
+            "file length {len} is not a whole number of {} B pages",
+            config.page_size
+        )),
+        _ => None,
+    }
+}
+
+/// Refuses `DirectIo::On` over a buffered backend, and an `O_DIRECT`
+/// backend whose alignment the pages do not fit.
+///
+/// Errors: [`Error::InvalidConfig`].
+fn check_direct(backend: &dyn StorageBackend, config: &Config) -> Result<()> {
+    if config.direct == DirectIo::On && backend.dio_align().is_none() {
+        return Err(Error::InvalidConfig(
+            "DirectIo::On needs a backend opened with O_DIRECT (FileBackend::open_direct)".into(),
+        ));
+    }
+    if let Some(why) = direct_misfit(backend, config) {
+        return Err(Error::InvalidConfig(format!("O_DIRECT: {why}")));
+    }
+    Ok(())
 }

@@ -2,357 +2,348 @@
 //! size ordered with them.
 //!
 //! Owns: the **drain lock** (over [`FileSize`]: the file's size as the OS
-//! will hold it), the write slots, the in-flight generations, the spare
-//! batch vectors, `cut_pending`, the run cap and grow-ahead's filler.
-//! Calls: the components in [`Parts`] (the write buffer drains and takes
-//! back pages, the read cache and lengths follow retired writes, the
-//! watermark counts writes, the doublewrite area stages records), and the
-//! run writers. This file holds the pipeline and its drain loop;
-//! `batch_write.rs` writes one batch, step by step; `resize.rs` holds the
-//! size changes that are not part of a flush (`set_len`, grow-ahead's
-//! room, `refresh`).
+//! will hold it, whose methods and the size changes outside a flush are
+//! in `size.rs`), the run writers ([`Writers`]), the in-flight
+//! generations, the spare batch vectors, `cut_pending` and grow-ahead's
+//! filler. Calls: the components in [`Parts`] and the run writers.
 //!
-//! A flush drains every stripe into a [`Batch`]: one in-flight generation
-//! in every stripe it touched. A plain flush settles its batch as soon as
-//! the writes complete; a commit holds it until its `fdatasync` returned
-//! (see `commit.rs`), so that a failed `fdatasync` can put the pages back
-//! in the write buffer before the file is poisoned.
+//! A flush ([`FlushPipeline::flush`]) drains every stripe, or only the
+//! pages of a writer's scope ([`Drain`]), into a [`Batch`]: one in-flight
+//! generation in every stripe it touched. It writes the batch from the
+//! caller's thread in six steps ([`FlushPipeline::write_batch`]) and
+//! returns the `write_seq` step a commit must see covered. A commit settles
+//! the batch after its `fdatasync`, so a failed `fdatasync` puts the pages
+//! back in the write buffer before the file is poisoned; `flush()` settles
+//! at once.
 //!
-//! The drain happens under the drain lock; the writes after it is
-//! released, from a write slot of their own, so several flushes write at
-//! once. Three rules keep that safe:
+//! The drain happens under the drain lock; the writes after it is released,
+//! so several flushes write at once. Three rules keep that safe:
 //!
 //! 1. **Newest wins (the write latch).** Before a generation writes, it
-//!    waits until every older generation still in flight that holds one
-//!    of its pages has written. So two versions of a page are never in
-//!    flight at once, and the younger reaches the OS last.
-//! 2. **A sync covers what was drained before it.** A flush returns only
-//!    after every generation drained before or with its own has written
-//!    (`Generations::wait_written_then_check`), so an `fdatasync` that
-//!    starts then covers those writes. `write_seq` steps after each
-//!    batch's writes complete; an `fdatasync` covers the value read
-//!    before it began.
+//!    waits until every older generation still in flight that holds one of
+//!    its pages has written. So two versions of a page are never in flight
+//!    at once, and the younger reaches the OS last.
+//! 2. **A sync covers what was drained before it.** A flush of the whole
+//!    file returns only after every generation drained before or with its
+//!    own has written (a scoped one, after those holding its pages), so an
+//!    `fdatasync` that starts then covers those writes: `write_seq` steps
+//!    after each batch's writes complete.
 //! 3. **Failed pages are not skipped.** A failed write puts its pages back
 //!    in the write buffer, and records that it did, before its generation
-//!    counts as written. A flush that drained after that generation, and
-//!    before the pages went back, finds the record once it has waited, and
+//!    counts as written. A flush that drained after that generation and
+//!    before the pages went back finds the record once it has waited, and
 //!    drains and writes again: it never reports a page durable that an
 //!    older generation failed to write.
 //!
-//! With a doublewrite area two more hold (see `doublewrite.rs`):
-//!
-//! 4. **Staged before written.** A batch's record is durable in the area
-//!    before any of its pages is written in place, and batches stage after
-//!    their write-latch wait, so the area holds each page's versions in
-//!    write order. The area starts over only when no staged batch is still
-//!    writing, an `fdatasync` of the file covered the last in-place write,
-//!    and no page whose in-place write failed (perhaps torn) is waiting to
-//!    be written again (a `set_len` cut, which empties the area, flushes
-//!    such pages first).
-//! 5. **Durable on the area.** A commit round skips the file's
-//!    `fdatasync` only if no change since the last one is outside a
-//!    durable record (`Durability::step_unstaged`).
+//! With a doublewrite area two more hold: a batch's record is durable in
+//! the area before any of its pages is written in place, staged after its
+//! write-latch wait (so the area holds each page's versions in write
+//! order); and a commit skips the file's `fdatasync` only if no change
+//! since the last one is outside a durable record.
 //!
 //! The file's size changes (`ftruncate`, `fallocate`, grow-ahead's
 //! trailer) happen under the drain lock, before the writes they precede;
-//! one that must see no write in flight (cutting back after a failed
-//! write, or an unaligned tail) waits for every older generation under the
-//! drain lock, and a write never takes the drain lock after it left it,
-//! except with `try_lock`.
+//! one that must see no write in flight (cutting back after a failed write,
+//! or an unaligned tail) waits for every older generation under the drain
+//! lock, and a write never takes the drain lock after it left it, except
+//! with `try_lock`.
 //!
-//! Lock order: drain lock -> `slots` -> generations -> stripe -> cache
-//! stripe; a sync lane may be waited for under the drain lock (a
-//! doublewrite checkpoint).
+//! Lock order: drain lock -> ring -> generations -> stripe -> cache stripe;
+//! the write slots' lock is a leaf; `fdatasync`s (grow-ahead's extension,
+//! a doublewrite checkpoint) may be waited for under the drain lock, and a
+//! thread in `fdatasync` never takes the drain lock.
 
+use std::io;
 use std::sync::atomic::Ordering;
 
-use super::batch::{Batch, Pass, ScopedPass, Settled, SpareBatches};
-use super::doublewrite::{Area, CHECKPOINT_BYTES};
-use super::file_size::{FileSize, LengthRecord, Staging};
-use super::flush_mode::FlushMode;
-use super::gather::GatherBuf;
-use super::generations::Generations;
+use super::batch::{Batch, Settled, SpareBatches, panicked, unstaged};
+use super::config::{add, add_elapsed};
+use super::generations::{DrainHeld, Generations};
 use super::grow::{Filler, Window};
-use super::parts::Parts;
-use super::slots::{WriteSlot, WriteSlots};
-use super::through::ThroughGate;
-use super::writer::RunWriter;
-use crate::error::Result;
-use crate::sync::{AtomicBool, Mutex};
+use super::read::Parts;
+use super::torn::CHECKPOINT_BYTES;
+use super::write::{WriteFailure, WriteSlot, Writers};
+use crate::coalesce::{RunLimits, coalesce, split_for_atomic};
+use crate::error::{Error, Result};
+use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
-/// Most direct commits writing at once (each from an inline write slot of
-/// its own); more wait for a slot.
-pub const MAX_DIRECT_WRITERS: usize = 64;
+/// The state under the drain lock: the file's size as the OS will hold it
+/// once every drained write completed, and grow-ahead's trailer. A method
+/// that changes the size takes `&mut FileSize`, which only the lock's
+/// guard hands out (methods in `size.rs`).
+pub(crate) struct FileSize {
+    /// The proof that the drain lock is held, lent to the calls that need
+    /// it ([`held`](Self::held)).
+    pub(super) held: DrainHeld,
+    /// Grown at each drain by its pages, and by every `fallocate` and
+    /// `ftruncate`: what a flush compares the logical length with.
+    pub(super) os_len: u64,
+    pub(super) window: Option<Window>,
+}
+
+/// Whether a change of length is carried by a doublewrite record the
+/// caller stages ([`FileSize::extend_to`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Staging {
+    /// The caller stages a record carrying the new length.
+    Yes,
+    /// No record: only an `fdatasync` makes the change durable.
+    No,
+}
+
+/// Whether grow-ahead's room writes the length into the trailer's next
+/// slot (`FlushPipeline::make_room`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LengthRecord {
+    /// Record the length if the newest record holds another (a flush, a
+    /// `set_len` that grows).
+    Write,
+    /// No record: a cut removes the trailer, and a record that failed
+    /// partway must not make a refused cut come back after a crash.
+    Skip,
+}
+
+/// Which pages a flush drains.
+pub(crate) enum Drain<'a> {
+    /// Every dirty page (`sync`, `flush`, backpressure).
+    All,
+    /// The dirty ones among these page numbers, grouped by stripe
+    /// (`WriteBuffer::by_stripe`): a writer's scope; with scratch space
+    /// for the generations that hold its pages in flight.
+    Pages(&'a [u64], &'a mut Vec<u64>),
+}
+
+/// What a flush did.
+#[derive(Default)]
+pub(crate) struct Flushed {
+    /// The last batch written, to settle (its failed pages are already
+    /// back in the write buffer); `None` if nothing was drained.
+    pub(crate) batch: Option<Batch>,
+    /// The first error: pages that failed to write (`PagesFailed`, naming
+    /// them), or the file could not be extended or cut to its length.
+    pub(crate) error: Option<Error>,
+    /// A `write_seq` step that counts every write the flush covers: an
+    /// `fdatasync` covering it makes them durable.
+    pub(crate) target: u64,
+    /// `unstaged_at`, read together with the write sequence at the end.
+    pub(crate) unstaged_at: u64,
+    /// Something reached the OS or the file's length changed.
+    pub(crate) wrote: bool,
+}
 
 /// The flush pipeline of one file (see the module docs).
 pub(crate) struct FlushPipeline {
     /// The drain lock: drains are serialized by it and number the
     /// generations in drain order; the file's size changes under it.
     pub(super) drain: Mutex<FileSize>,
-    /// Free write slots ([`Config::rounds_in_flight`](crate::Config::rounds_in_flight)).
-    pub(super) slots: WriteSlots,
-    /// Inline write slots of direct commits (`pwritev` from the committing
-    /// thread), made on demand up to [`MAX_DIRECT_WRITERS`].
-    pub(super) inline: WriteSlots,
-    /// How an inline slot copies: under `O_DIRECT` the page alignment
-    /// (scattered runs are gathered), and with atomic pieces the page
-    /// alignment for their copy buffer.
-    pub(super) inline_copy_align: Option<usize>,
-    inline_atomic_align: Option<usize>,
-    /// In-flight generations, in drain order.
+    pub(super) writers: Writers,
     pub(super) gens: Generations<Settled>,
-    /// Emptied vectors of retired batches, reused by the next drain.
     spare: SpareBatches,
     /// A failed write left the file to be cut back to the written length;
     /// done by the next holder of the drain lock that finds no write in
     /// flight.
     pub(super) cut_pending: AtomicBool,
-    /// Most bytes of one run: `max_write_bytes`, but never more than the
-    /// write buffer holds.
-    pub(super) max_run_bytes: usize,
-    /// Grow-ahead's filler thread, with a window configured (not on a
-    /// read-only file).
+    /// Grow-ahead's filler thread, with a window (not on a read-only file).
     pub(super) filler: Option<Filler>,
-    /// Writes through in flight, held off by a cut (`through.rs`).
-    pub(crate) through: ThroughGate,
+}
+
+/// One batch on its way to the OS: what the steps of
+/// [`FlushPipeline::write_batch`] hand on to each other.
+struct BatchWrite {
+    batch: Batch,
+    /// The first run that failed, by offset (its pages are in
+    /// `batch.failed`).
+    failed_run: Option<(u64, &'static str, io::Error)>,
+    /// A failure of the batch as a whole: no room past the grow-ahead
+    /// window (no run went out), or the file could not be extended.
+    error: Option<Error>,
+    /// The size step extended the file to the logical length.
+    grown: bool,
+    /// A doublewrite record of the batch was made durable.
+    staged: bool,
+    /// Some run reached the OS (a panicking backend may have written some).
+    some_written: bool,
+}
+
+impl BatchWrite {
+    /// Keeps the first failure by offset.
+    fn fail_run(&mut self, offset: u64, op: &'static str, error: io::Error) {
+        if self.failed_run.as_ref().is_none_or(|f| offset < f.0) {
+            self.failed_run = Some((offset, op, error));
+        }
+    }
+
+    /// Notes a write that failed for some runs: their pages, the first
+    /// failure by offset, whether any run still reached the OS.
+    fn record_failure(&mut self, failure: WriteFailure) {
+        self.some_written |= failure.some_written;
+        self.fail_run(failure.offset, failure.op, failure.error);
+        self.batch.failed.extend(failure.failed);
+    }
+}
+
+/// One batch written: the batch (to settle), the error of what failed,
+/// and the `write_seq` step its writes made (none if nothing reached the
+/// OS).
+struct Written {
+    batch: Batch,
+    error: Option<Error>,
+    step: Option<u64>,
 }
 
 impl FlushPipeline {
-    /// A pipeline over a file of `os_len` bytes writing from `slots`, runs
-    /// of at most `max_run_bytes`; inline slots copy runs aligned to
-    /// `inline_copy_align` (under `O_DIRECT`) and atomic pieces aligned to
-    /// `inline_atomic_align`.
-    pub(crate) fn new(
-        os_len: u64,
-        slots: Vec<WriteSlot>,
-        max_run_bytes: usize,
-        inline_copy_align: Option<usize>,
-        inline_atomic_align: Option<usize>,
-        grow: Option<(Window, Filler)>,
-    ) -> Self {
+    /// A pipeline over a file of `os_len` bytes writing with `writers`.
+    pub(crate) fn new(os_len: u64, writers: Writers, grow: Option<(Window, Filler)>) -> Self {
         let (window, filler) = grow.unzip();
         Self {
-            filler,
-            drain: Mutex::new(FileSize::new(os_len, window)),
-            slots: WriteSlots::new(slots),
-            inline: WriteSlots::new(Vec::new()),
-            inline_copy_align,
-            inline_atomic_align,
+            drain: Mutex::new(FileSize {
+                held: DrainHeld::for_drain_lock(),
+                os_len,
+                window,
+            }),
+            writers,
             gens: Generations::new(),
             spare: SpareBatches::new(),
             cut_pending: AtomicBool::new(false),
-            max_run_bytes,
-            through: ThroughGate::new(),
+            filler,
         }
     }
 
-    /// A plain flush (no `fdatasync`): every page buffered when it was
-    /// called reaches the OS, whichever flush drains it, before it
-    /// returns; its batch is settled. Returns whether anything was written
-    /// or the file's length changed.
+    /// A plain flush (`flush()`, backpressure): every page buffered when
+    /// it was called reaches the OS before it returns, whichever flush
+    /// drains it; its batch is settled. Returns whether anything was
+    /// written or the file's length changed.
     ///
     /// Errors: pages that failed to write (`PagesFailed`; they stay dirty),
     /// or the file could not be extended to its length.
-    pub(crate) fn flush(&self, p: &Parts<'_>) -> Result<bool> {
-        let pass = self.flush_for_commit(p, FlushMode::PLAIN);
-        if let Some(batch) = pass.batch {
-            self.settle(p, batch);
+    pub(crate) fn flush_now(&self, p: &Parts<'_>) -> Result<bool> {
+        let f = self.flush(p, Drain::All);
+        if let Some(batch) = f.batch {
+            self.settle(p, batch, true);
         }
-        pass.error.map_or(Ok(pass.wrote), Err)
+        f.error.map_or(Ok(f.wrote), Err)
     }
 
     /// One flush whose batch the caller settles (a commit, after its
-    /// `fdatasync`): drains every stripe and writes what it found as
-    /// `mode` says, then waits until every generation drained before or
-    /// with it has written, and every scoped commit's claim the drain met
-    /// (pages written from the buffer outside any generation), so that
-    /// what was buffered when it started is with the OS when it returns. If a write of an older generation
-    /// failed meanwhile (its pages went back to the write buffer after this
-    /// drain), it drains and writes again; the batches of the passes
-    /// before the last are settled at once.
+    /// `fdatasync`): drains what `drain` names, writes it from this
+    /// thread, and waits until the older writes it depends on have
+    /// completed: for [`Drain::All`] every generation drained before or
+    /// with it, so what was buffered when it started is with the OS; for
+    /// [`Drain::Pages`] those holding the scope's pages in flight, and no
+    /// other. If a write of an older generation failed meanwhile (its
+    /// pages went back to the write buffer after this drain), it drains
+    /// and writes again; the batches before the last are settled at once.
     ///
-    /// Every run is tried, whatever failed before it (one bad page must not
-    /// hold the others hostage); the pages of the runs that failed are back
-    /// in the write buffer when it returns, and their error, naming their
-    /// byte ranges, is in [`Pass::error`].
-    pub(crate) fn flush_for_commit(&self, p: &Parts<'_>, mode: FlushMode) -> Pass {
-        let mut pass = Pass::default();
-        let mut mode = mode;
-        let mut claims = Vec::new();
+    /// Every run is tried, whatever failed before it; the pages of the runs
+    /// that failed are back in the write buffer when it returns, and their
+    /// error, naming their byte ranges, is in [`Flushed::error`].
+    pub(crate) fn flush(&self, p: &Parts<'_>, mut drain: Drain<'_>) -> Flushed {
+        let mut f = Flushed::default();
         loop {
-            claims.clear();
             let mut size = self.drain.lock();
             if self.cut_pending.load(Ordering::Acquire) {
                 self.cut_back_if_idle(p, &mut size);
             }
             // Read before the drain: covers every write of the callers.
             let len = p.length.get();
-            let drain_no = self.gens.begin_drain(size.held());
-            let drained = Batch::drain(
-                p,
-                &self.gens,
-                &self.spare,
-                drain_no,
-                size.held(),
-                &mut claims,
-            );
-            // Every generation below this one was drained by now.
+            let drain_no = self.gens.begin_drain(&size.held);
+            let drained = match &mut drain {
+                Drain::All => Batch::drain(p, &self.gens, &self.spare, (drain_no, &size.held)),
+                Drain::Pages(pages, in_flight) => {
+                    in_flight.clear();
+                    let at = (drain_no, &size.held);
+                    Batch::drain_pages(p, &self.gens, &self.spare, at, pages, in_flight)
+                }
+            };
+            // Every generation below this one was drained by now; every
+            // page of the scope neither drained nor in flight was written,
+            // and counted, before this.
             let mark = self.gens.next_id();
-            match drained {
-                None => {
-                    match self.extend_without_pages(p, &mut size, len) {
-                        Ok(grown) => pass.wrote |= grown,
-                        Err(e) => {
-                            pass.error.get_or_insert(e);
-                        }
-                    }
-                    drop(size);
-                }
-                Some(batch) => {
-                    let w = self.write_batch(p, size, batch, mode, len);
-                    pass.wrote = true;
-                    pass.durable_seq = w.durable_seq;
-                    if let Some(e) = w.error {
-                        pass.error.get_or_insert(e);
-                    }
-                    pass.batch = Some(w.batch);
-                }
-            }
-            let missed = self.gens.wait_written_then_check(mark, drain_no);
-            // Pages claimed from the buffer before the drain met them are
-            // being written by scoped commits outside any generation: wait
-            // for those writes too (counted before the claims go).
-            let requeued = !claims.is_empty() && p.buffer.wait_claims(&claims);
-            (pass.seq, pass.unstaged_at) = p.durability.snapshot();
-            if !missed && !requeued {
-                return pass;
-            }
-            // Pages an older generation failed to write are back in the
-            // write buffer, after this drain: write them too. A durable
-            // write stood in for an fdatasync of the first pass only.
-            mode.durable_write_at = None;
-            pass.durable_seq = None;
-            if let Some(batch) = pass.batch.take() {
-                self.settle(p, batch);
-            }
-        }
-    }
-
-    /// A scoped flush ([`Writer::commit`](crate::Writer::commit)): drains
-    /// only `pages` (page numbers grouped by stripe,
-    /// `WriteBuffer::by_stripe`), those of them that are dirty, into a
-    /// generation of its own and writes it from an inline slot on this
-    /// thread; waits for no write but its own, those of the generations
-    /// that hold its other pages in flight, and those of other commits'
-    /// claims on them (`through::commit_buffered`). Returns the batch (to settle
-    /// after the commit's `fdatasync`), the error of what failed (its
-    /// pages back in the write buffer), and the target: a `write_seq` that
-    /// counts every write of those pages, so an `fdatasync` covering it
-    /// makes them durable. Pages neither dirty nor in flight were written
-    /// before the drain, and the `write_seq` read right after it counts
-    /// them. `in_flight` is scratch space the caller keeps.
-    ///
-    /// If a write of an older generation failed meanwhile and its pages
-    /// went back to the write buffer after this drain, it drains again (the
-    /// pages of this writer among them are dirty again); the batches of the
-    /// passes before the last are settled at once.
-    pub(crate) fn flush_scoped(
-        &self,
-        p: &Parts<'_>,
-        pages: &[u64],
-        in_flight: &mut Vec<u64>,
-    ) -> ScopedPass {
-        let mut pass = ScopedPass::default();
-        let mut claims = Vec::new();
-        loop {
-            claims.clear();
-            let mut size = self.drain.lock();
-            if self.cut_pending.load(Ordering::Acquire) {
-                self.cut_back_if_idle(p, &mut size);
-            }
-            let len = p.length.get();
-            let drain_no = self.gens.begin_drain(size.held());
-            in_flight.clear();
-            let drain = (drain_no, size.held());
-            let drained = Batch::drain_pages(
-                p,
-                &self.gens,
-                &self.spare,
-                drain,
-                pages,
-                in_flight,
-                &mut claims,
-            );
-            // Every page of the scope not drained nor in flight was
-            // written, and counted, before this.
             let mut target = p.durability.write_seq();
             match drained {
                 None => {
-                    // Every page of the scope went out with other flushes,
-                    // which may have read a length from before this
-                    // writer's writes: the length is this commit's to
-                    // record (grow-ahead's trailer, or the file's size).
-                    if let Err(e) = self.extend_without_pages(p, &mut size, len) {
-                        pass.error.get_or_insert(e);
+                    // The length may still be past the file's size (pages
+                    // discarded at the end, a partial write past the last
+                    // page, a length no trailer records yet): this flush
+                    // records it.
+                    match self.extend_without_pages(p, &mut size, len) {
+                        Ok(grown) => f.wrote |= grown,
+                        Err(e) => {
+                            f.error.get_or_insert(e);
+                        }
                     }
                     drop(size);
                     target = p.durability.write_seq();
                 }
                 Some(batch) => {
-                    let w = self.write_batch(p, size, batch, FlushMode::DIRECT, len);
+                    let w = self.write_batch(p, size, batch, len);
+                    f.wrote = true;
                     target = target.max(w.step.unwrap_or(0));
                     if let Some(e) = w.error {
-                        pass.error.get_or_insert(e);
+                        f.error.get_or_insert(e);
                     }
-                    pass.batch = Some(w.batch);
+                    f.batch = Some(w.batch);
                 }
             }
-            let (step, missed) = self.gens.wait_ids_then_check(in_flight, drain_no);
-            // Pages of the scope another commit claimed from the buffer:
-            // their writes are counted before the claims go.
-            let requeued = !claims.is_empty() && p.buffer.wait_claims(&claims);
-            pass.target = match step {
-                Some(s) if claims.is_empty() => target.max(s),
-                // One retired meanwhile, or a claim was released: its step
-                // is below what is counted now.
-                _ => p.durability.write_seq(),
+            let missed = match &drain {
+                Drain::All => {
+                    let missed = self.gens.wait_written_then_check(mark, drain_no);
+                    target = p.durability.write_seq();
+                    missed
+                }
+                Drain::Pages(_, in_flight) => {
+                    let (step, missed) = self.gens.wait_ids_then_check(in_flight, drain_no);
+                    target = match step {
+                        Some(s) => target.max(s),
+                        // One retired meanwhile: its step is below what is
+                        // counted now.
+                        None => p.durability.write_seq(),
+                    };
+                    missed
+                }
             };
-            if !missed && !requeued {
-                return pass;
+            (_, f.unstaged_at) = p.durability.snapshot();
+            f.target = target;
+            if !missed {
+                return f;
             }
-            if let Some(batch) = pass.batch.take() {
-                self.settle(p, batch);
+            // Pages an older generation failed to write are back in the
+            // write buffer, after this drain: write them too.
+            if let Some(batch) = f.batch.take() {
+                self.settle(p, batch, true);
             }
         }
     }
 
-    /// A flush that drained nothing: the logical length `len` may still be
-    /// past the file's size (pages discarded at the end, a `write_all_at`
-    /// that reached past the last page written, a length no trailer
-    /// records yet). Returns whether the file changed.
+    /// Ends a batch: with `ok`, the entries in `batch.failed` (ranges of
+    /// the sorted batch) did not reach the OS and go back to the write
+    /// buffer (`Batch::requeue`), the rest did; without (its `fdatasync`
+    /// failed, or the file was poisoned meanwhile), every entry goes back.
+    /// Writers waiting for room are woken either way.
     ///
-    /// Errors: grow-ahead's (see `make_room`); "ftruncate".
-    fn extend_without_pages(&self, p: &Parts<'_>, size: &mut FileSize, len: u64) -> Result<bool> {
-        self.make_room(p, size, len, len, LengthRecord::Write)?;
-        size.extend_to(p, len, Staging::No)
-    }
-
-    /// A write slot of a direct commit: `pwritev` from the committing
-    /// thread (no writer threads, no ring), copying scattered runs under
-    /// `O_DIRECT` as the pwritev engine does.
-    pub(super) fn inline_slot(&self) -> WriteSlot {
-        let writer = RunWriter::Vectored {
-            iovecs: Vec::new(),
-            pool: None,
-            copy: self.inline_copy_align.map(GatherBuf::new),
-        };
-        WriteSlot::new(writer, self.inline_atomic_align)
+    /// The generation then retires: at once if it shares no page with an
+    /// older generation in flight, else only after every older generation
+    /// did (a younger generation shadows an older one for readers).
+    pub(crate) fn settle(&self, p: &Parts<'_>, mut batch: Batch, ok: bool) {
+        if !ok {
+            batch.fail_all();
+        }
+        let id = batch.id;
+        let settled = batch.into_settled(p);
+        self.gens.settle(id, settled, |s, cap| {
+            Batch::retire(s, cap, p, &self.spare, self.gens.peak())
+        });
+        if !ok {
+            // Writers waiting for room would wait for a settle that frees
+            // nothing (the pages went back): wake them to see the poison.
+            p.buffer.notify_room();
+        }
     }
 
     /// After a failed write (`cut_pending`): once no write is in flight
-    /// (the caller holds the drain lock, so none starts), cuts the file back
-    /// to its written length ([`FileSize::cut_back`]); while writes are in
-    /// flight, leaves it to the next holder of the drain lock.
+    /// (the caller holds the drain lock, so none starts), cuts the file
+    /// back to its written length; while writes are in flight, leaves it
+    /// to the next holder of the drain lock.
     pub(super) fn cut_back_if_idle(&self, p: &Parts<'_>, size: &mut FileSize) {
         if !self.gens.all_written() {
             return;
@@ -361,62 +352,265 @@ impl FlushPipeline {
         size.cut_back(p);
     }
 
-    /// Ends a batch: the entries in `batch.failed` (ranges of the sorted
-    /// batch) did not reach the OS (for a commit: or were not synced) and
-    /// go back to the write buffer (`Batch::requeue`); the rest did.
-    ///
-    /// The generation then retires: at once if it shares no page with an
-    /// older generation in flight, else only after every older generation
-    /// did (a younger generation shadows an older one for readers, so
-    /// removing it first would let a reader find the older version of a
-    /// page).
-    pub(crate) fn settle(&self, p: &Parts<'_>, batch: Batch) {
-        let id = batch.id;
-        let settled = batch.into_settled(p);
-        self.gens.settle(id, settled, |s, cap| {
-            Batch::retire(s, cap, p, &self.spare, self.gens.peak())
-        });
-    }
-
-    /// Settles a batch all of whose pages failed.
-    pub(crate) fn settle_failed(&self, p: &Parts<'_>, mut batch: Batch) {
-        batch.fail_all();
-        self.settle(p, batch);
-    }
-
-    /// `fdatasync` of the file on a free sync lane, outside a commit round
-    /// (a doublewrite checkpoint, a cut, a close); tells the doublewrite
-    /// area its records up to here are durable in place.
-    ///
-    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"); the file
-    /// is poisoned, and writers waiting for room are woken to see it.
-    pub(crate) fn sync_file(&self, p: &Parts<'_>) -> Result<()> {
-        match p.durability.sync_file() {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                p.buffer.notify_room();
-                Err(e)
-            }
-        }
-    }
-
-    /// With the doublewrite area past its checkpoint size: `fdatasync` the
-    /// file on a free sync lane, so every page written in place so far is
-    /// durable and the area can start over at the next record.
-    ///
-    /// Errors: the `fdatasync`'s; the file is poisoned.
-    pub(super) fn checkpoint_if_due(&self, p: &Parts<'_>, area: &Area) -> Result<()> {
-        if !area.wants_checkpoint(CHECKPOINT_BYTES, p.durability.fsynced()) {
-            return Ok(());
-        }
-        self.sync_file(p)
-    }
-
     /// Zero bytes grow-ahead's filler wrote, its failed calls and why it
     /// stopped, if it did.
     pub(crate) fn grow_stats(&self) -> (u64, u64, Option<String>) {
         self.filler
             .as_ref()
             .map_or((0, 0, None), |f| (f.bytes(), f.errors(), f.failed()))
+    }
+
+    /// Writes `batch`, drained under the drain lock `size`, in six steps
+    /// handing a [`BatchWrite`] on: **plan** (a write slot, the runs, the
+    /// ring if free), **size** (under the drain lock: grow-ahead room,
+    /// preallocation, the logical length `len`), **turn** (the write
+    /// latch), **stage** (the doublewrite record), **write**, **account**
+    /// (the write sequence, lengths, failed pages back in the buffer).
+    fn write_batch(
+        &self,
+        p: &Parts<'_>,
+        mut size: MutexGuard<'_, FileSize>,
+        batch: Batch,
+        len: u64,
+    ) -> Written {
+        let (mut w, mut slot) = self.plan(p, batch);
+        let mut ring = self.writers.ring_for(slot.runs.len());
+        self.size_for(p, &mut size, &mut w, &mut slot, len, ring.is_some());
+        let held = self.take_turn(p, size, &w, len);
+        let started = std::time::Instant::now();
+        self.stage(p, &mut w, &mut slot);
+        if !slot.runs.is_empty() {
+            for run in &slot.runs {
+                p.length.overwriting(run.offset, run.len as u64);
+            }
+            let entries = &w.batch.entries;
+            let ring = ring.as_deref_mut();
+            // A backend that panics fails the write like one that errs:
+            // the generation must still be marked written and the slot
+            // given back, or every later flush would wait for them.
+            let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.writers
+                    .write(p.backend, &mut slot, ring, entries, p.counters)
+            }))
+            .unwrap_or_else(|_| Err(panicked(&slot.runs)));
+            match written {
+                Ok(()) => w.some_written = true,
+                Err(failure) => w.record_failure(failure),
+            }
+        }
+        drop(ring);
+        self.writers.put_slot(slot);
+        add_elapsed(&p.counters.write_us, started);
+        self.account(p, w, held)
+    }
+
+    /// Plan: a write slot holding the batch's runs (cut into atomic pieces
+    /// where writes must be untearable).
+    fn plan(&self, p: &Parts<'_>, mut batch: Batch) -> (BatchWrite, WriteSlot) {
+        let mut slot = self.writers.take_slot();
+        let limits = RunLimits {
+            max_pages: p.config.run_pages(),
+            max_bytes: p.config.run_bytes(),
+        };
+        if coalesce(&mut batch.entries, limits, &mut slot.runs).is_err() {
+            // Not reached: drained pages have distinct page numbers. The
+            // batch goes back whole and writes nothing.
+            debug_assert!(false, "coalesce failed on drained pages");
+            batch.failed.push(0..batch.entries.len());
+            slot.runs.clear();
+        }
+        if let (Some(max), Some((_, spare))) = (p.torn.atomic_max(), slot.atomic.as_mut()) {
+            split_for_atomic(&mut slot.runs, p.config.page_size, max, spare);
+        }
+        let w = BatchWrite {
+            batch,
+            failed_run: None,
+            error: None,
+            grown: false,
+            staged: false,
+            some_written: false,
+        };
+        (w, slot)
+    }
+
+    /// Size, under the drain lock: grow-ahead room up to the runs' end
+    /// (its filler writes no zero below them from here on), blocks for the
+    /// runs past the end where they go out through the ring
+    /// (`FileSize::preallocate`), and the file extended to `len`.
+    fn size_for(
+        &self,
+        p: &Parts<'_>,
+        size: &mut FileSize,
+        w: &mut BatchWrite,
+        slot: &mut WriteSlot,
+        len: u64,
+        ring: bool,
+    ) {
+        let end = slot.runs.last().map_or(0, |r| r.offset + r.len as u64);
+        if let Some(filler) = &self.filler
+            && end > 0
+        {
+            filler.drained(end);
+        }
+        if let Err(e) = self.make_room(p, size, end, len, LengthRecord::Write) {
+            // No room past the window: no run may go out (they would reach
+            // the trailer); they stay dirty for the next flush.
+            for run in &slot.runs {
+                w.batch.failed.push(run.entries());
+            }
+            slot.runs.clear();
+            w.error = Some(e);
+            return;
+        }
+        if ring && p.direct {
+            let mut first = None;
+            size.preallocate(p, slot, &mut w.batch, &mut first);
+            if let Some((offset, op, error)) = first {
+                w.fail_run(offset, op, error);
+            }
+        }
+        if let Some(run) = slot.runs.last() {
+            size.expect_end(run.offset + run.len as u64);
+        }
+        let staged = p.torn.area().is_some() && !slot.runs.is_empty();
+        match size.extend_to(p, len, if staged { Staging::Yes } else { Staging::No }) {
+            Ok(grown) => w.grown = grown,
+            Err(e) => w.error = Some(e),
+        }
+    }
+
+    /// Turn: the batch's wait for the older generations. Usually the drain
+    /// lock is released and the batch waits for those holding its pages
+    /// (the write latch). A batch over an unaligned length, whose tail the
+    /// account step cuts, keeps the lock (returned) and waits for every
+    /// older generation: it writes alone.
+    fn take_turn<'g>(
+        &self,
+        p: &Parts<'_>,
+        size: MutexGuard<'g, FileSize>,
+        w: &BatchWrite,
+        len: u64,
+    ) -> Option<MutexGuard<'g, FileSize>> {
+        if len.is_multiple_of(p.config.page_size as u64) {
+            drop(size);
+            if let Some(after) = w.batch.after {
+                self.gens.wait_written(after + 1);
+            }
+            return None;
+        }
+        self.gens.wait_written(w.batch.id);
+        Some(size)
+    }
+
+    /// Stage: with a doublewrite area (and runs to write), a checkpoint if
+    /// one is due, then the batch's record, made durable, before any of its
+    /// pages goes in place. After the turn, so the area holds each page's
+    /// versions in order. A record that cannot be staged fails every run.
+    fn stage(&self, p: &Parts<'_>, w: &mut BatchWrite, slot: &mut WriteSlot) {
+        let Some(area) = p.torn.area() else { return };
+        if slot.runs.is_empty() {
+            return;
+        }
+        let checkpoint = if area.wants_checkpoint(CHECKPOINT_BYTES, p.durability.fsynced()) {
+            p.durability
+                .sync_all()
+                .inspect_err(|_| p.buffer.notify_room())
+        } else {
+            Ok(())
+        };
+        // The length now, not at the drain: pages written after that read
+        // and drained with the batch reach past it.
+        let staged = checkpoint.and_then(|()| {
+            area.stage(
+                &w.batch.entries,
+                p.length.get(),
+                p.durability.fsynced(),
+                p.counters,
+            )
+            .map_err(|e| Error::io("doublewrite area", None, e))
+        });
+        match staged {
+            Ok(()) => {
+                w.staged = true;
+                if w.grown {
+                    // The length `extend_to` set counts once its record is
+                    // durable.
+                    p.durability.step();
+                }
+            }
+            Err(e) => {
+                if w.grown {
+                    // No durable record carries it: only an fdatasync does.
+                    p.durability.step_unstaged();
+                }
+                w.record_failure(unstaged(&slot.runs, &e));
+                slot.runs.clear();
+            }
+        }
+    }
+
+    /// Account: what reached the OS is counted (`write_seq` steps: a later
+    /// sync must cover it) and the lengths follow; a batch that wrote alone
+    /// past an unaligned length cuts the tail; the doublewrite area learns
+    /// what went in place; failed pages go back to the write buffer and
+    /// that is recorded before the generation counts as written; after a
+    /// failure the file is cut back to its written length once no write is
+    /// in flight.
+    fn account(
+        &self,
+        p: &Parts<'_>,
+        mut w: BatchWrite,
+        mut held: Option<MutexGuard<'_, FileSize>>,
+    ) -> Written {
+        let mut step = None;
+        if w.some_written {
+            step = Some(p.durability.step());
+            add(&p.counters.flushes, 1);
+            if let Some(end) = w.batch.written_end() {
+                p.length.grow_written(end);
+            }
+            if let Some(size) = held.as_mut()
+                && let Err(e) = size.cut_tail(p, &mut w.batch, &self.gens)
+            {
+                w.error.get_or_insert(e);
+            }
+        }
+        if let (Some(area), true) = (p.torn.area(), w.staged) {
+            area.written(step, &w.batch.entries, &w.batch.failed);
+        }
+        let mut error = w.error.take();
+        if let Some((_, op, e)) = w.failed_run.take() {
+            if let Some(filler) = &self.filler
+                && super::grow::is_full(&e)
+            {
+                filler.full(p.backend);
+            }
+            w.batch.failed.sort_by_key(|r| r.start);
+            error = Some(Error::PagesFailed {
+                failed: w.batch.failed_ranges(),
+                op,
+                source: e.into(),
+            });
+        }
+        let mut batch = w.batch;
+        let failed = !batch.failed.is_empty();
+        batch.requeue(p);
+        if failed {
+            self.gens.log_requeue(batch.drain_no);
+        }
+        self.gens.mark_written(batch.id, step);
+        if failed {
+            self.cut_pending.store(true, Ordering::Release);
+            match held.as_mut() {
+                Some(size) => self.cut_back_if_idle(p, size),
+                None => {
+                    if let Some(mut size) = self.drain.try_lock() {
+                        self.cut_back_if_idle(p, &mut size);
+                    }
+                }
+            }
+        }
+        drop(held);
+        Written { batch, error, step }
     }
 }

@@ -68,41 +68,11 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::config::{Config, GrowAhead};
 use crate::backend::StorageBackend;
 use crate::buffer::AlignedBuf;
+use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Condvar, JoinHandle, Mutex, ThreadBuilder};
-
-/// Grow-ahead: whether a growing file's size runs ahead of its data, so
-/// that commits into new space overwrite blocks already written instead
-/// of allocating them (each allocation, and each change of the file's
-/// size, is metadata the commit's `fdatasync` must write too).
-///
-/// Component: the flush pipeline's size changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub enum GrowAhead {
-    /// Every write into new space allocates it, and every change of length
-    /// is a change of the file's size, both in the commit's `fdatasync`.
-    /// The default: the file's size is always its length.
-    #[default]
-    Off,
-    /// The file's size runs up to `bytes` ahead of its data while it is
-    /// open, that space written (zeros) ahead of the writes by a filler
-    /// thread, and the true length kept in a trailer at the file's end
-    /// (a sector or the direct I/O alignment, twice). `bytes`: a whole
-    /// number of pages, at least one, at most [`MAX_GROW_WINDOW`].
-    /// `close` cuts the file back to its length; a crash leaves the
-    /// window and trailer, which the next open (with any configuration)
-    /// cuts off. Needs [`TornWrites::Allow`](crate::TornWrites::Allow)
-    /// (the doublewrite area keeps the length in its own records).
-    Window {
-        /// Bytes the file's size may run ahead of the data.
-        bytes: u64,
-    },
-}
-
-/// Largest grow-ahead window: 1 GiB.
-pub const MAX_GROW_WINDOW: u64 = 1 << 30;
 
 /// Zeros the filler writes per call: 1 MiB.
 pub(crate) const FILL_CHUNK: u64 = 1 << 20;
@@ -715,6 +685,51 @@ fn fill_loop(s: &Shared, backend: &dyn StorageBackend) {
         }
         s.cv.notify_all();
     }
+}
+
+/// Grow-ahead's window in bytes (none on a read-only file or without
+/// [`GrowAhead::Window`]) and the largest length a write may reach: the
+/// file system's largest file, less the trailer with a window.
+///
+/// Errors: [`Error::InvalidConfig`] for a window past that largest file.
+pub(crate) fn limits(
+    backend: &dyn StorageBackend,
+    config: &Config,
+    read_only: bool,
+) -> Result<(Option<u64>, u64)> {
+    let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
+    let window_bytes = match config.grow_ahead {
+        GrowAhead::Window { bytes } if !read_only => bytes,
+        _ => return Ok((None, fs_max)),
+    };
+    let max = Window::max_len(fs_max, slot_bytes(backend), config.page_size as u64);
+    if window_bytes > max {
+        return Err(Error::InvalidConfig(format!(
+            "grow_ahead window {window_bytes} is larger than the file system's largest file ({fs_max} bytes)"
+        )));
+    }
+    Ok((Some(window_bytes), max))
+}
+
+/// Grow-ahead's trailer state and its filler thread, for a window of
+/// `bytes` over a file of `len` bytes.
+///
+/// Errors: [`Error::NoMemory`] for the trailer's slots; `Error::Io` with
+/// op "grow-ahead: start the filler thread".
+pub(crate) fn open_window(
+    backend: &Arc<dyn StorageBackend>,
+    bytes: u64,
+    config: &Config,
+    len: u64,
+) -> Result<(Window, Filler)> {
+    let slot = slot_bytes(&**backend);
+    let fs_max = backend.max_file_size().unwrap_or(u64::MAX);
+    let page = config.page_size as u64;
+    let window = Window::new(bytes, slot, page, config.page_align(), fs_max)
+        .ok_or(Error::NoMemory { bytes: 2 * slot })?;
+    let filler = Filler::start(Arc::clone(backend), bytes, len)
+        .map_err(|e| Error::io("grow-ahead: start the filler thread", None, e))?;
+    Ok((window, filler))
 }
 
 #[cfg(test)]

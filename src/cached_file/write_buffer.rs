@@ -1,13 +1,15 @@
 //! The write buffer: dirty pages and the pages in flight, in lock
 //! stripes; the page pool; the bound on buffered bytes and the writers
-//! waiting for room; and the page latches of live guards.
+//! waiting for room; and the page latches of live guards
+//! ([`WritablePage`]). Also the page types ([`PageRef`], `PageMap`).
 //!
 //! Owns: the stripes (each its own lock, with a condvar for its guard
 //! waiters), the pool, `buffered` (dirty plus in-flight bytes), `guards`
 //! (live guards) and the room counter (a lock and a condvar). Calls: the
-//! lengths ([`Length::grow`], under a stripe lock) and the read cache
-//! (under a stripe lock: stripe before cache stripe). No I/O happens in
-//! here but the one disk read of a partial write, made with no lock held.
+//! lengths ([`Length::grow`], under a stripe lock); a partial write's
+//! look into the read cache is a closure it is handed (under a stripe
+//! lock: stripe before cache stripe). No I/O happens in here but the one
+//! disk read of a partial write, made with no lock held.
 //!
 //! Invariants:
 //! - page `n` lives in stripe `n & (stripes - 1)`; its newest version is
@@ -19,14 +21,6 @@
 //! - a page under a live guard is written by no one but the guard's drop;
 //!   the thread that holds the guard is refused (`Busy`) instead of
 //!   waiting on itself;
-//! - a page claimed for a write through (`claim_through`: a scoped commit
-//!   writing the caller's bytes straight to disk; `claim_buffered`: one
-//!   writing its dirty pages from the buffer) is in neither `dirty` nor a
-//!   generation, and is written by no one until the claim is released:
-//!   writers of it wait, and so do readers unless the claim holds the
-//!   page (from the buffer: they read it there); a claim from the buffer
-//!   is taken only of a page no generation holds, and a drain that meets
-//!   one reports it, so `sync` and scoped commits can wait for its write;
 //! - every event that may free room (a retire, pages put back, a poison)
 //!   bumps `room` and notifies under its lock, so a writer that looked
 //!   before the event never sleeps through it.
@@ -35,17 +29,49 @@
 //! a requeue and a retire take one stripe at a time; a cut and a refresh
 //! take every stripe, in order.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::cache::ReadCache;
+use super::config::{Counters, add};
 use super::generations::DrainHeld;
 use super::length::Length;
-use super::pages::{PageMap, PageRef};
-use super::stats::{Counters, add};
+use super::lifecycle::Lifecycle;
 use crate::buffer::{AlignedBuf, BufferPool, UniqueBuf};
 use crate::error::{Error, Result};
 use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, ThreadId, current_thread_id};
+
+/// A page (or a range of pages) as returned by
+/// [`PagedCachedFile::read`](crate::PagedCachedFile::read): shared,
+/// immutable, aligned to the page size (at most 4096 bytes). Derefs to
+/// `[u8]`.
+pub type PageRef = Arc<AlignedBuf>;
+
+/// Hash for page numbers: Fibonacci multiply, enough for keys that are
+/// dense integers (SipHash costs more than it buys here).
+#[derive(Default)]
+pub(crate) struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        let h = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+
+/// Page number -> page: a stripe's dirty pages, a generation's pages in
+/// flight.
+pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
 
 /// Fewest and most emptied maps a stripe keeps for its next drains
 /// (`Stripe::spare`): as many as generations have been in flight at once
@@ -84,10 +110,6 @@ pub(crate) struct Stripe {
     /// Pages under a live guard, with the thread that took the guard
     /// (few; usually none).
     guarded: Vec<(u64, ThreadId)>,
-    /// Pages claimed for a write through (few; usually none): their bytes
-    /// are on their way to disk, from a caller's buffer (`None`: readers
-    /// wait) or from the write buffer (the page: readers read it).
-    through: Vec<(u64, Option<PageRef>)>,
     /// Pages discarded while a version of them was in flight: if that
     /// write fails, the page is not put back. Cleared when nothing of this
     /// stripe is in flight any more.
@@ -108,41 +130,7 @@ impl Stripe {
     fn newest(&self, n: u64) -> Option<&PageRef> {
         self.dirty
             .get(&n)
-            .or_else(|| self.claimed(n).and_then(Option::as_ref))
             .or_else(|| self.flushing.iter().rev().find_map(|g| g.get(&n)))
-    }
-
-    /// Page `n`'s claim for a write through, if it is claimed: the page
-    /// where the bytes come from the write buffer.
-    #[inline]
-    fn claimed(&self, n: u64) -> Option<&Option<PageRef>> {
-        if self.through.is_empty() {
-            return None;
-        }
-        self.through
-            .iter()
-            .find(|(p, _)| *p == n)
-            .map(|(_, page)| page)
-    }
-
-    /// Appends the pages claimed from the write buffer
-    /// ([`WriteBuffer::claim_buffered`]) to `out`.
-    #[inline]
-    fn buffered_claims(&self, out: &mut Vec<u64>) {
-        if !self.through.is_empty() {
-            out.extend(
-                self.through
-                    .iter()
-                    .filter(|(_, page)| page.is_some())
-                    .map(|(p, _)| *p),
-            );
-        }
-    }
-
-    /// Drops page `n`'s claim, returning its page if it had one.
-    fn unclaim(&mut self, n: u64) -> Option<PageRef> {
-        let i = self.through.iter().position(|(p, _)| *p == n)?;
-        self.through.swap_remove(i).1
     }
 }
 
@@ -311,12 +299,6 @@ impl WriteBuffer {
         })
     }
 
-    /// A page holding a copy of `bytes` (one page long), shared;
-    /// [`Error::NoMemory`] where the process cannot get one.
-    pub(crate) fn page_copy_of(&self, bytes: &[u8]) -> Result<PageRef> {
-        self.page_copy(bytes).map(UniqueBuf::share)
-    }
-
     // ---- room (the bound on buffered bytes) ----
 
     /// Dirty plus in-flight bytes.
@@ -460,7 +442,7 @@ impl WriteBuffer {
     /// Merges `write.bytes` at `write.within` into page `write.page_no`
     /// and buffers the result; the logical length grows to `write.end`.
     /// The page to merge into
-    /// is the buffered or in-flight version, else the cached one, else
+    /// is the buffered or in-flight version, else the cached one (`cached`), else
     /// `read_disk` reads it (into a zeroed page, with no lock held); the
     /// merge goes in only if the stripe did not change meanwhile
     /// (`Stripe::seq`), else it is redone. So two partial writes to one
@@ -472,7 +454,7 @@ impl WriteBuffer {
         &self,
         write: PartialPage<'_>,
         length: &Length,
-        cache: &ReadCache,
+        cached: impl Fn(u64) -> Option<PageRef>,
         counters: &Counters,
         mut read_disk: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
@@ -495,7 +477,7 @@ impl WriteBuffer {
                     add(&counters.pages_dirtied, 1);
                     return Ok(());
                 }
-                let newest = s.newest(page_no).cloned().or_else(|| cache.get(page_no));
+                let newest = s.newest(page_no).cloned().or_else(|| cached(page_no));
                 if let Some(cur) = newest {
                     let mut page = self.page_copy(&cur)?;
                     page[within..within + bytes.len()].copy_from_slice(bytes);
@@ -523,18 +505,14 @@ impl WriteBuffer {
 
     /// The newest buffered or in-flight version of page `page_no`.
     pub(crate) fn find(&self, page_no: u64) -> Option<PageRef> {
-        let mut s = self.stripe(page_no).lock();
-        self.wait_readable(&mut s, page_no);
-        s.newest(page_no).cloned()
+        self.stripe(page_no).lock().newest(page_no).cloned()
     }
 
     /// Copies bytes `within..` of the newest buffered or in-flight version
     /// of page `page_no` into `dst` (under the stripe lock, no reference
     /// taken); `false` if it is in neither.
     pub(crate) fn copy_newest(&self, page_no: u64, within: usize, dst: &mut [u8]) -> bool {
-        let mut s = self.stripe(page_no).lock();
-        self.wait_readable(&mut s, page_no);
-        match s.newest(page_no) {
+        match self.stripe(page_no).lock().newest(page_no) {
             Some(page) => {
                 dst.copy_from_slice(&page[within..within + dst.len()]);
                 true
@@ -631,7 +609,6 @@ impl WriteBuffer {
     /// holds the page. A guard this thread holds would never be dropped
     /// while it waits: [`Error::Busy`] instead.
     fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) -> Result<()> {
-        self.wait_not_through(s, page_no);
         if s.guarded.is_empty() {
             return Ok(());
         }
@@ -647,202 +624,6 @@ impl WriteBuffer {
         Ok(())
     }
 
-    /// Waits, with page `page_no`'s stripe locked (`s`), until no write
-    /// through holds the page (its claimant never waits on this stripe,
-    /// so the claim is released).
-    #[inline]
-    fn wait_not_through(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
-        while s.claimed(page_no).is_some() {
-            self.unguarded[self.stripe_no(page_no)].wait(s);
-        }
-    }
-
-    /// Waits, with page `page_no`'s stripe locked (`s`), until no write
-    /// through of a caller's bytes holds the page (one from the write
-    /// buffer leaves its page readable).
-    #[inline]
-    fn wait_readable(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) {
-        while matches!(s.claimed(page_no), Some(None)) {
-            self.unguarded[self.stripe_no(page_no)].wait(s);
-        }
-    }
-
-    // ---- writes through (a scoped commit that skips the buffer) ----
-
-    /// Claims pages `pages` for a write through, if none of them is
-    /// buffered, in flight, guarded or claimed: from here until
-    /// [`release_through`](Self::release_through) no one reads or writes
-    /// them (they wait at their stripe, before the read cache, whose
-    /// copies the release drops). All or nothing: `false` leaves nothing
-    /// claimed.
-    pub(crate) fn claim_through(&self, pages: std::ops::Range<u64>, cache: &ReadCache) -> bool {
-        for p in pages.clone() {
-            let mut s = self.stripe(p).lock();
-            let taken = s.dirty.contains_key(&p)
-                || s.flushing.iter().any(|g| g.contains_key(&p))
-                || s.guarded.iter().any(|&(g, _)| g == p)
-                || s.claimed(p).is_some();
-            if taken {
-                drop(s);
-                self.release_through(pages.start..p, cache);
-                return false;
-            }
-            s.through.push((p, None));
-            s.seq = s.seq.wrapping_add(1);
-        }
-        true
-    }
-
-    /// Releases the claims of `pages` ([`claim_through`](Self::claim_through))
-    /// and wakes whoever waits for them. Their bytes are on disk now: the
-    /// read cache drops its copies, and its `seq` moves, so a disk read
-    /// that began before is not cached.
-    pub(crate) fn release_through(&self, pages: std::ops::Range<u64>, cache: &ReadCache) {
-        for p in pages {
-            let mut s = self.stripe(p).lock();
-            s.unclaim(p);
-            s.seq = s.seq.wrapping_add(1);
-            cache.forget(p, &self.pool);
-            drop(s);
-            self.unguarded[self.stripe_no(p)].notify_all();
-        }
-    }
-
-    /// Releases the claims of `pages` after a write through failed,
-    /// buffering `copies` (one page each, the caller's bytes) as their
-    /// dirty versions under the same lock, so no reader meets the disk's
-    /// unknown bytes and a later flush writes them; counted in `buffered`
-    /// (no wait for room: like a failed flush's pages, they were on their
-    /// way out). The logical length already covers them.
-    pub(crate) fn requeue_through(
-        &self,
-        first: u64,
-        copies: impl IntoIterator<Item = PageRef>,
-        cache: &ReadCache,
-        length: &Length,
-        counters: &Counters,
-    ) {
-        for (p, page) in (first..).zip(copies) {
-            let mut s = self.stripe(p).lock();
-            s.unclaim(p);
-            let end = (p + 1) << self.page_shift;
-            self.insert_locked(&mut s, p, page, end, length, counters);
-            cache.forget(p, &self.pool);
-            drop(s);
-            self.unguarded[self.stripe_no(p)].notify_all();
-        }
-    }
-
-    /// Claims the buffered versions of `pages` (page numbers grouped by
-    /// stripe, [`by_stripe`](Self::by_stripe)) for a scoped commit written
-    /// from the write buffer (`through::commit_buffered`): each dirty one
-    /// leaves `dirty` for a claim that holds its page, pushed to `out` as
-    /// (byte offset, page). Until the claim is released, reads find the
-    /// page there and writers of it wait; the pages stay counted in
-    /// `buffered`. Pages neither dirty nor elsewhere were written before
-    /// (a flush took and retired them). `false`, with nothing claimed, if
-    /// any of `pages` is in flight in a generation, under a guard or
-    /// claimed already: the commit then takes the drain's way, which
-    /// waits for those.
-    pub(crate) fn claim_buffered(&self, pages: &[u64], out: &mut Vec<(u64, PageRef)>) -> bool {
-        out.clear();
-        for (i, group) in self.stripe_groups(pages) {
-            let mut s = self.stripes[i].lock();
-            for &p in group {
-                let busy = s.claimed(p).is_some()
-                    || s.flushing.iter().any(|g| g.contains_key(&p))
-                    || s.guarded.iter().any(|&(g, _)| g == p);
-                if busy {
-                    drop(s);
-                    self.requeue_buffered(out.drain(..));
-                    return false;
-                }
-                if let Some(page) = s.dirty.remove(&p) {
-                    s.through.push((p, Some(Arc::clone(&page))));
-                    s.seq = s.seq.wrapping_add(1);
-                    out.push((p << self.page_shift, page));
-                }
-            }
-        }
-        true
-    }
-
-    /// Releases claims made by [`claim_buffered`](Self::claim_buffered)
-    /// whose pages were written (`entries`: byte offset, page): the read
-    /// cache takes the pages as the disk now holds them, waiters wake, and
-    /// the pages leave the buffer bound (their memory goes back to the
-    /// pool where nothing else holds it).
-    pub(crate) fn release_buffered(&self, entries: &mut Vec<(u64, PageRef)>, cache: &ReadCache) {
-        let mut freed = 0usize;
-        for (off, page) in entries.iter() {
-            let p = off >> self.page_shift;
-            let mut s = self.stripe(p).lock();
-            s.unclaim(p);
-            s.seq = s.seq.wrapping_add(1);
-            if cache.is_enabled() {
-                cache.update(p, Arc::clone(page), &self.pool);
-            }
-            drop(s);
-            self.unguarded[self.stripe_no(p)].notify_all();
-            freed += page.len();
-        }
-        self.pool.put_all(entries.drain(..).map(|(_, page)| page));
-        self.release(freed);
-    }
-
-    /// Puts pages claimed by [`claim_buffered`](Self::claim_buffered) back
-    /// in `dirty` (their write failed, or the claim was given up): no
-    /// newer version can have come meanwhile (writers of a claimed page
-    /// wait), and they are still counted in `buffered`. A page the engine
-    /// discarded meanwhile stays gone, as one in flight does.
-    pub(crate) fn requeue_buffered(&self, entries: impl Iterator<Item = (u64, PageRef)>) {
-        let mut any = false;
-        let mut freed = 0usize;
-        for (off, page) in entries {
-            let p = off >> self.page_shift;
-            let mut s = self.stripe(p).lock();
-            s.unclaim(p);
-            if let Some(i) = s.discarded.iter().position(|&d| d == p) {
-                if s.flushing.is_empty() {
-                    s.discarded.swap_remove(i);
-                }
-                freed += page.len();
-            } else {
-                let was = s.dirty.insert(p, page);
-                debug_assert!(was.is_none(), "a claimed page got a newer version");
-                s.seq = s.seq.wrapping_add(1);
-            }
-            drop(s);
-            self.unguarded[self.stripe_no(p)].notify_all();
-            any = true;
-        }
-        self.uncount(freed);
-        if any {
-            // Pages went back to the buffer, or left it: a writer waiting
-            // for room may flush them itself, or take the room.
-            self.notify_room();
-        }
-    }
-
-    /// Waits until none of `pages` (claimed from the buffer when a drain
-    /// met them) is claimed from the buffer any more: each such write has
-    /// completed and been counted in `write_seq` (a claim is released
-    /// after its count). Returns whether any of them is dirty again (its
-    /// write failed, or it was written anew): the caller drains again.
-    pub(crate) fn wait_claims(&self, pages: &[u64]) -> bool {
-        let mut dirty = false;
-        for &p in pages {
-            let mut s = self.stripe(p).lock();
-            while matches!(s.claimed(p), Some(Some(_))) {
-                self.unguarded[self.stripe_no(p)].wait(&mut s);
-            }
-            dirty |= s.dirty.contains_key(&p);
-        }
-        dirty
-    }
-
-    /// Refuses `discard` or `set_len` over a page under a live guard
-    /// (checked up front, so a refused call changes nothing).
     pub(crate) fn check_unguarded(&self, offset: u64, len: u64) -> Result<()> {
         self.check_guards(offset, len, None)
     }
@@ -912,9 +693,7 @@ impl WriteBuffer {
 
     /// Moves every stripe's dirty pages to in-flight generation `id` (one
     /// swap per stripe under its lock), appending each stripe's number and
-    /// map to `drained`, and the pages claimed from the buffer
-    /// (`claim_buffered`: on their way to disk outside any generation) to
-    /// `claims`, for the caller to wait for ([`wait_claims`](Self::wait_claims)). Returns the youngest older generation still in
+    /// map to `drained`. Returns the youngest older generation still in
     /// flight that holds one of these pages (the write latch: this
     /// generation writes only after every generation up to it has).
     /// Called with the drain lock held, so generations follow drain order.
@@ -923,12 +702,10 @@ impl WriteBuffer {
         _drain: &DrainHeld,
         id: u64,
         drained: &mut Vec<(usize, Arc<PageMap>)>,
-        claims: &mut Vec<u64>,
     ) -> Option<u64> {
         let mut after: Option<u64> = None;
         for (i, stripe) in self.stripes.iter().enumerate() {
             let mut s = stripe.lock();
-            s.buffered_claims(claims);
             if s.dirty.is_empty() {
                 continue;
             }
@@ -961,8 +738,7 @@ impl WriteBuffer {
     /// generation `id`, one map per stripe touched, appending each stripe's
     /// number and map to `drained`. For each of `pages` not dirty but in
     /// flight, pushes the youngest generation holding it to `in_flight`
-    /// (its write is the one the scoped commit must wait for), and each
-    /// claimed from the buffer by another commit to `claims`. Returns the
+    /// (its write is the one the scoped commit must wait for). Returns the
     /// youngest older generation in flight that holds one of the pages
     /// drained (the write latch), as [`drain`](Self::drain) does. Called
     /// with the drain lock held.
@@ -973,7 +749,6 @@ impl WriteBuffer {
         pages: &[u64],
         drained: &mut Vec<(usize, Arc<PageMap>)>,
         in_flight: &mut Vec<u64>,
-        claims: &mut Vec<u64>,
     ) -> Option<u64> {
         let mut after: Option<u64> = None;
         for (i, group) in self.stripe_groups(pages) {
@@ -995,9 +770,6 @@ impl WriteBuffer {
                             unreachable!("a map being filled is not shared yet")
                         };
                         m.insert(p, page);
-                    }
-                    None if older.is_none() && matches!(s.claimed(p), Some(Some(_))) => {
-                        claims.push(p);
                     }
                     None => in_flight.extend(older),
                 }
@@ -1068,7 +840,7 @@ impl WriteBuffer {
         let total = map.values().map(|p| p.len()).sum::<usize>();
         let mut s = self.stripes[stripe_no].lock();
         s.flushing.retain(|g| !Arc::ptr_eq(&g.pages, &map));
-        if s.flushing.is_empty() && s.through.is_empty() {
+        if s.flushing.is_empty() {
             s.discarded.clear();
         }
         // Out of `flushing`, the batch held the map's last reference.
@@ -1101,8 +873,7 @@ impl WriteBuffer {
                 *freed += page.len();
                 s.seq = s.seq.wrapping_add(1);
             }
-            let in_flight = s.flushing.iter().any(|g| g.contains_key(&p))
-                || matches!(s.claimed(p), Some(Some(_)));
+            let in_flight = s.flushing.iter().any(|g| g.contains_key(&p));
             if in_flight && !s.discarded.contains(&p) {
                 s.discarded.push(p);
             }
@@ -1183,5 +954,110 @@ impl WriteBuffer {
             return Err(Error::Buffered { bytes });
         }
         f()
+    }
+}
+
+/// Write access to one or more pages, from
+/// [`PagedCachedFile::write`](crate::PagedCachedFile::write) or
+/// [`PagedCachedFile::overwrite`](crate::PagedCachedFile::overwrite) (or a
+/// [`Writer`](crate::Writer)'s). Derefs to the page bytes; dropping it puts
+/// them into the write buffer (newest wins over anything written to those
+/// pages before the drop). While it lives its pages are latched
+/// ([`WriteBuffer::latch`]).
+pub struct WritablePage<'a> {
+    buffer: &'a WriteBuffer,
+    length: &'a Length,
+    counters: &'a Counters,
+    life: &'a Lifecycle,
+    offset: u64,
+    buf: Option<UniqueBuf>,
+    /// For a guard over several pages: the pages it is split into when
+    /// dropped, taken with the guard so the drop cannot fail.
+    pages: Vec<UniqueBuf>,
+    /// A writer's scope: the guard's page numbers go there when it is
+    /// dropped (buffered).
+    scope: Option<&'a mut Vec<u64>>,
+}
+
+/// What a guard is made of: the components it writes to, and a writer's
+/// scope to record its pages in.
+pub(crate) struct GuardParts<'a> {
+    pub(crate) buffer: &'a WriteBuffer,
+    pub(crate) length: &'a Length,
+    pub(crate) counters: &'a Counters,
+    pub(crate) life: &'a Lifecycle,
+    pub(crate) scope: Option<&'a mut Vec<u64>>,
+}
+
+impl<'a> WritablePage<'a> {
+    /// A guard over the pages at byte `offset` that `buf` holds, already
+    /// latched and counted as a write call; `pages` as the split memory.
+    pub(crate) fn new(
+        parts: GuardParts<'a>,
+        offset: u64,
+        buf: UniqueBuf,
+        pages: Vec<UniqueBuf>,
+    ) -> Self {
+        Self {
+            buffer: parts.buffer,
+            length: parts.length,
+            counters: parts.counters,
+            life: parts.life,
+            offset,
+            buf: Some(buf),
+            pages,
+            scope: parts.scope,
+        }
+    }
+
+    /// Byte offset of the first page.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Drops the guard without writing its pages.
+    pub(crate) fn abandon(mut self) {
+        if let Some(buf) = self.buf.take() {
+            let first = self.buffer.page_no(self.offset);
+            let count = (buf.len() / self.buffer.page_size) as u64;
+            self.buffer
+                .unlatch(first..first + count, buf, std::mem::take(&mut self.pages));
+            self.life.end_kept_write();
+        }
+    }
+}
+
+impl Deref for WritablePage<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.buf {
+            Some(b) => b,
+            None => &[],
+        }
+    }
+}
+
+impl DerefMut for WritablePage<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.buf {
+            Some(b) => b,
+            None => &mut [],
+        }
+    }
+}
+
+impl Drop for WritablePage<'_> {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            let pages = std::mem::take(&mut self.pages);
+            let first = self.buffer.page_no(self.offset);
+            let count = (buf.len() / self.buffer.page_size) as u64;
+            self.buffer
+                .insert_guarded(self.offset, buf, pages, self.length, self.counters);
+            if let Some(scope) = self.scope.as_mut() {
+                scope.extend(first..first + count);
+            }
+            self.life.end_kept_write();
+        }
     }
 }

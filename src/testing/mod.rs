@@ -9,16 +9,6 @@ mod scratch_fs;
 
 pub use scratch_fs::{FsKind, ScratchFs};
 
-/// For tests of an engine on top, and the crate's own: makes
-/// [`CommitStrategy::Auto`](crate::CommitStrategy::Auto) end an epoch
-/// every `commits` commits (at least 1) and probe the other way after
-/// `probe_every` epochs of the incumbent, so a short test sees both ways
-/// and the switches between them. Process-wide; `0` restores the built-in
-/// tuning (epochs of 128 commits, a probe every 8 epochs).
-pub fn auto_commit_epochs(commits: usize, probe_every: u32) {
-    crate::cached_file::set_test_tuning(commits, probe_every);
-}
-
 /// Whether this machine lets a process set up an io_uring ring (the kernel
 /// has it, `io_uring_disabled` allows it, seccomp does not refuse it), so
 /// tests can skip io_uring cases with a message instead of failing.
@@ -331,10 +321,6 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
         self.inner.free_bytes()
     }
 
-    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
-        self.inner.unwritten_ranges(max)
-    }
-
     fn sync_data(&self) -> io::Result<()> {
         self.sync_data_on(0)
     }
@@ -353,10 +339,6 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
             None => self.inner.sync_data_on(lane),
         }
     }
-
-    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
-        self.inner.open_sync_lane()
-    }
 }
 
 /// A file that remembers what was durable. The live image takes every
@@ -371,11 +353,9 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
 /// later successful `fdatasync` does not write them. As on Linux (each file
 /// description samples the file's `errseq_t` and reports an error it has
 /// not seen once), the error is also reported once by the next sync on
-/// every other lane, which syncs its log first; a lane opened later
-/// ([`open_sync_lane`](StorageBackend::open_sync_lane)) reports none seen
-/// before it opened. It has 8 lanes at first
-/// ([`with_sync_lanes`](Self::with_sync_lanes) sets another number) and
-/// opens up to 64. Under the model check's scheduler other threads may
+/// every other lane, which syncs its log first. It has 8 lanes
+/// ([`with_sync_lanes`](Self::with_sync_lanes) sets another number).
+/// Under the model check's scheduler other threads may
 /// run while a sync is in progress, and two syncs on one lane at once
 /// panic.
 ///
@@ -396,8 +376,6 @@ struct CrashState {
     log: Vec<Logged>,
     /// The atomic unit this file reports (`with_atomic_unit`).
     atomic: Option<crate::backend::AtomicUnit>,
-    /// The unwritten ranges this file reports (`report_unwritten`).
-    unwritten: Option<Vec<std::ops::Range<u64>>>,
     /// Atomic writes so far (numbers their log entries).
     atomic_writes: u64,
     /// `set_len` since the last sync: the shortest length it set (a sync
@@ -414,8 +392,6 @@ struct CrashState {
     seen: Vec<u64>,
     /// Per lane: a sync is in progress.
     syncing: Vec<bool>,
-    /// Most lanes (`most_sync_lanes`; 0: `CRASH_MAX_LANES`).
-    most_lanes: usize,
     /// Crash images to take at the start of every sync
     /// (`images_at_every_sync`), and those taken.
     images_per_sync: u64,
@@ -458,11 +434,8 @@ impl CrashState {
     }
 }
 
-/// Sync lanes of a [`CrashBackend`] at first.
+/// Sync lanes of a [`CrashBackend`] by default.
 const CRASH_LANES: usize = 8;
-
-/// Most sync lanes of a [`CrashBackend`].
-const CRASH_MAX_LANES: usize = 64;
 
 /// One unsynced write (or what is left of it once later durable writes
 /// covered part of it).
@@ -535,20 +508,9 @@ impl CrashBackend {
         Self::with_sync_lanes(CRASH_LANES)
     }
 
-    /// Opens no more sync lanes than `most` in all (at least the lanes it
-    /// has).
-    pub fn most_sync_lanes(self, most: usize) -> Self {
-        {
-            let mut st = self.state.lock();
-            st.most_lanes = most.clamp(st.seen.len(), CRASH_MAX_LANES);
-        }
-        self
-    }
-
-    /// An empty file with `lanes` sync lanes at first (at least 1; more
-    /// open on demand up to 64).
+    /// An empty file with `lanes` sync lanes (1..=64).
     pub fn with_sync_lanes(lanes: usize) -> Self {
-        let lanes = lanes.clamp(1, CRASH_MAX_LANES);
+        let lanes = lanes.clamp(1, 64);
         Self {
             state: Mutex::new(CrashState {
                 seen: vec![0; lanes],
@@ -572,14 +534,6 @@ impl CrashBackend {
     pub fn with_atomic_unit(self, unit: crate::backend::AtomicUnit) -> Self {
         self.state.lock().atomic = Some(unit);
         self
-    }
-
-    /// Makes the file report `ranges` (bytes) from
-    /// [`unwritten_ranges`](StorageBackend::unwritten_ranges), as a file
-    /// system reports space reserved but never written. A report only:
-    /// the bytes there read as they are.
-    pub fn report_unwritten(&self, ranges: Vec<std::ops::Range<u64>>) {
-        self.state.lock().unwritten = Some(ranges);
     }
 
     /// Takes `seeds` crash images ([`crash_image`](Self::crash_image)
@@ -670,14 +624,6 @@ impl CrashBackend {
 impl StorageBackend for CrashBackend {
     fn len(&self) -> io::Result<u64> {
         Ok(self.state.lock().live.len() as u64)
-    }
-    fn unwritten_ranges(&self, max: usize) -> io::Result<Option<Vec<std::ops::Range<u64>>>> {
-        Ok(self
-            .state
-            .lock()
-            .unwritten
-            .clone()
-            .filter(|r| r.len() <= max))
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = self.state.lock();
@@ -797,23 +743,6 @@ impl StorageBackend for CrashBackend {
     }
     fn sync_lanes(&self) -> usize {
         self.state.lock().seen.len()
-    }
-    fn open_sync_lane(&self) -> io::Result<Option<usize>> {
-        let mut st = self.state.lock();
-        let lane = st.seen.len();
-        let most = match st.most_lanes {
-            0 => CRASH_MAX_LANES,
-            n => n,
-        };
-        if lane >= most {
-            return Ok(None);
-        }
-        // Every failure so far was reported where it happened: a new
-        // description samples them as seen.
-        let errors = st.errors;
-        st.seen.push(errors);
-        st.syncing.push(false);
-        Ok(Some(lane))
     }
     fn sync_data(&self) -> io::Result<()> {
         self.sync_data_on(0)

@@ -28,7 +28,7 @@ use super::Rng;
 use super::{CrashBackend, FaultyBackend, WriteFault};
 use crate::backend::AtomicUnit;
 use crate::backend::{FileBackend, FlushEngine, StorageBackend};
-use crate::cached_file::{CommitStrategy, Config, GrowAhead, PagedCachedFile, TornWrites};
+use crate::cached_file::{Config, GrowAhead, PagedCachedFile, TornWrites};
 use crate::error::Error;
 
 /// Pages the model addresses: 0..MAX_PAGES.
@@ -97,12 +97,10 @@ pub enum Op {
         ticket: bool,
     },
     /// A scoped transaction in one call: a new [`Writer`](crate::Writer)'s
-    /// `write_and_commit` of `pages` (1..=3) pages from `page`, written
-    /// through (straight from the caller's bytes) where it can. When it
+    /// `write_and_commit` of `pages` (1..=3) pages from `page`. When it
     /// says Ok, those pages are durable at the versions written or later
-    /// ones. On an error a read tells whether the bytes were taken (all of
-    /// them or none; then they count as written, as a failed commit's
-    /// pages do).
+    /// ones. On an error a read tells which pages the write took (they
+    /// count as written, as a failed commit's pages do).
     Through {
         /// First page.
         page: u64,
@@ -129,14 +127,6 @@ pub struct ModelConfig {
     pub cache_pages: usize,
     /// Lock stripes.
     pub stripes: usize,
-    /// Sync lanes.
-    pub sync_lanes: usize,
-    /// [`Config::commit_dsync`].
-    pub commit_dsync: bool,
-    /// [`Config::rounds_in_flight`] (the sequences are one thread's, so
-    /// this exercises the write slots; the shuttle model check and the
-    /// hot-page test run rounds that overlap).
-    pub rounds_in_flight: usize,
     /// `None`: the file lives in a [`CrashBackend`] (crashes simulated;
     /// io_uring runs as its reported fallback, having no descriptor).
     /// `Some(dir)`: a real file in `dir` (io_uring runs for real; `Crash`
@@ -147,11 +137,6 @@ pub struct ModelConfig {
     /// ([`FileBackend::open_direct`]), so the aligned write paths and the
     /// preallocation of a growing file run too. Ignored without `dir`.
     pub direct: bool,
-    /// [`Config::commit_strategy`]. `Direct` with `commit_dsync` runs as
-    /// `Auto` (the pair is refused). With `Auto`, call
-    /// [`auto_commit_epochs`](crate::testing::auto_commit_epochs) for
-    /// switches within a short sequence.
-    pub commit_strategy: CommitStrategy,
     /// [`Config::torn_writes`]. In memory, the file takes atomic writes of
     /// [`MODEL_ATOMIC_UNIT`] and has a doublewrite area beside it (a
     /// second [`CrashBackend`], crashed with the file); on a real file
@@ -163,10 +148,6 @@ pub struct ModelConfig {
     /// or one set since, never more: the window and its trailer never
     /// count as data.
     pub grow_ahead: Option<u64>,
-    /// [`Config::write_through_min_bytes`] in pages (`None`: off): with
-    /// `Some(2)`, a scoped transaction of two or three pages writes them
-    /// straight to disk where it can, and its commit only syncs.
-    pub write_through_pages: Option<usize>,
 }
 
 /// The atomic write unit of the model's in-memory file: 512 B to 8 KiB,
@@ -186,20 +167,12 @@ impl ModelConfig {
             .max_write_buffer_bytes(self.buffer_pages.max(1) * self.page_size)
             .read_cache_bytes(self.cache_pages * self.page_size)
             .stripes(self.stripes)
-            .sync_lanes(self.sync_lanes)
-            .commit_dsync(self.commit_dsync)
-            .commit_strategy(match self.commit_strategy {
-                CommitStrategy::Direct if self.commit_dsync => CommitStrategy::Auto,
-                s => s,
-            })
-            .rounds_in_flight(self.rounds_in_flight)
             .torn_writes(self.torn_writes)
             .grow_ahead(match self.grow_ahead {
                 Some(bytes) if self.torn_writes == TornWrites::Allow => GrowAhead::Window { bytes },
                 _ => GrowAhead::Off,
             })
             .max_run_pages(5)
-            .write_through_min_bytes(self.write_through_pages.map(|n| n * self.page_size))
     }
 }
 

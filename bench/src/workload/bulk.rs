@@ -42,9 +42,6 @@ pub struct BulkConfig {
     /// overwrite (1.3-1.9x faster than a fresh file here, O_DIRECT).
     /// Default 1.
     pub warmup: usize,
-    /// Threads writing the runs with the vectored engine
-    /// ([`Config::write_threads`]). Default 1.
-    pub write_threads: usize,
     /// Skip the free-space check (`crate::room`). Default `false`.
     pub force: bool,
 }
@@ -64,7 +61,6 @@ impl Default for BulkConfig {
             file: None,
             dir: PathBuf::from("."),
             warmup: 1,
-            write_threads: 1,
             force: false,
         }
     }
@@ -143,7 +139,6 @@ pub fn run(config: &BulkConfig, mut progress: impl FnMut(&BulkRun)) -> Result<Ve
         Config::default()
             .page_size(config.page_size)
             .max_write_bytes(config.max_write_bytes)
-            .write_threads(config.write_threads)
             .engine(engine)
             .validate()?;
     }
@@ -215,7 +210,6 @@ fn run_one(
                 .saturating_add(ps),
         )
         .direct(config.direct)
-        .write_threads(config.write_threads)
         .engine(engine);
     let file = PagedCachedFile::open(&path, cfg)?;
     let mut rng = WyRand::new(repeat as u64 + 1);

@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::io::{self, IoSlice};
-use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -162,58 +161,6 @@ pub(crate) fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
         offset,
         len,
     )
-}
-
-/// The byte ranges of `[0, len)` of `file` that hold no data: holes, and
-/// unwritten extents with no page cached (ext4, XFS and btrfs report
-/// those as holes), as `lseek(SEEK_DATA)` and `lseek(SEEK_HOLE)` find
-/// them from the start; sorted. `None` past `max` ranges. Moves the
-/// description's file offset, which nothing here reads (every I/O is
-/// positional).
-///
-/// Errors: `lseek`'s but `ENXIO` (no data past an offset), e.g. `EINVAL`
-/// where the file system does not support them.
-pub(crate) fn holes(file: &File, len: u64, max: usize) -> io::Result<Option<Vec<Range<u64>>>> {
-    let seek = |at: u64, whence: libc::c_int| -> io::Result<u64> {
-        let off = libc::off_t::try_from(at).map_err(|_| io::ErrorKind::InvalidInput)?;
-        // SAFETY: lseek takes only integers; the fd is open for as long as
-        // `file` lives, which outlives this call.
-        let r = unsafe { libc::lseek(file.as_raw_fd(), off, whence) };
-        match u64::try_from(r) {
-            Ok(to) => Ok(to),
-            Err(_) => {
-                let e = io::Error::last_os_error();
-                // ENXIO: no data (or hole) at or past `at`: the end.
-                if e.raw_os_error() == Some(libc::ENXIO) {
-                    Ok(len)
-                } else {
-                    Err(e)
-                }
-            }
-        }
-    };
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < len {
-        let data = seek(at, libc::SEEK_DATA)?.min(len);
-        if data > at {
-            if out.len() == max {
-                return Ok(None);
-            }
-            out.push(at..data);
-        }
-        if data >= len {
-            break;
-        }
-        let hole = seek(data, libc::SEEK_HOLE)?;
-        if hole <= data {
-            // Not reached (a data region ends past its start); stop
-            // rather than loop.
-            break;
-        }
-        at = hole;
-    }
-    Ok(Some(out))
 }
 
 fn fallocate_mode(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
@@ -377,44 +324,4 @@ pub(crate) fn queue_attr(file: &File, name: &str) -> Option<String> {
         .iter()
         .find_map(|dir| std::fs::read_to_string(format!("{base}/{dir}/{name}")).ok())
         .map(|s| s.trim().to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::FileExt;
-
-    /// A file with data at 1 MiB inside 4 MiB reserved with `fallocate`:
-    /// the reserved space around it reads as holes (unwritten extents);
-    /// skipped, with the reason printed, where the file system reports
-    /// them as data.
-    #[test]
-    fn holes_are_the_space_around_the_data() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(dir.path().join("f"))
-            .unwrap();
-        let (mib, len) = (1u64 << 20, 4u64 << 20);
-        file.write_all_at(&[7u8; 65536], mib).unwrap();
-        if let Err(e) = fallocate_mode(&file, 0, 0, len) {
-            eprintln!("skipped: fallocate: {e}");
-            return;
-        }
-        file.sync_all().unwrap();
-        let found = holes(&file, len, 8).unwrap().expect("two ranges");
-        if found.is_empty() {
-            eprintln!("skipped: this file system reports unwritten extents as data");
-            return;
-        }
-        assert_eq!(found, vec![0..mib, mib + 65536..len]);
-        assert_eq!(holes(&file, len, 1).unwrap(), None, "more than max");
-        let half = 0..mib / 2;
-        assert_eq!(holes(&file, mib / 2, 8).unwrap(), Some(vec![half]));
-        file.write_all_at(&[7u8; 4096], 0).unwrap();
-        let found = holes(&file, len, 8).unwrap().unwrap();
-        assert_eq!(found.first(), Some(&(4096..mib)));
-    }
 }

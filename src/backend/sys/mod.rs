@@ -38,17 +38,6 @@ compile_error!("pagewriter's file backend needs a Unix or Windows target");
 
 pub(crate) use imp::*;
 
-/// The holes of a file: `Ok(None)`, not looked up on this platform (Linux:
-/// `linux.rs`).
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn holes(
-    _file: &std::fs::File,
-    _len: u64,
-    _max: usize,
-) -> std::io::Result<Option<Vec<std::ops::Range<u64>>>> {
-    Ok(None)
-}
-
 /// What this platform's file backend does: the calls behind each part of
 /// `FileBackend`, for reports and for an engine
 /// deciding what to ask for. [`PLATFORM`] is the one in force.

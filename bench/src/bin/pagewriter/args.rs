@@ -32,8 +32,6 @@ Columns (one row per thread count and mode: the median of --repeats cells):
   p50 us, p99 us   commit latency percentiles (a transaction's write_page calls with --fill fixed, then its commit call), microseconds
   CPU us/commit    user + system CPU of the whole process per commit, page fill included
                    (--json also gives its user-space part: cpu_user_us_per_commit)
-  rounds           mean group commit rounds in flight (writing or syncing) when a round
-                   started, that one included: 1.00 = no overlap; 0 = no round (direct commits)
   vs per-page      pages/s over the per-page mode's at the same thread count
 
 The I/O lines above the table say what each mode really used (engine, O_DIRECT and its
@@ -349,28 +347,6 @@ impl From<DirectArg> for DirectIo {
     }
 }
 
-/// `--commit-strategy`: how sync() commits.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
-pub(crate) enum StrategyArg {
-    /// Measure group and direct commits while running; keep the faster.
-    Auto,
-    /// Group commit rounds (one leader writes and syncs for many callers).
-    Group,
-    /// Each caller writes what it drained and syncs itself, unless a
-    /// completed fdatasync already covers its writes.
-    Direct,
-}
-
-impl From<StrategyArg> for pagewriter::CommitStrategy {
-    fn from(s: StrategyArg) -> Self {
-        match s {
-            StrategyArg::Auto => pagewriter::CommitStrategy::Auto,
-            StrategyArg::Group => pagewriter::CommitStrategy::Group,
-            StrategyArg::Direct => pagewriter::CommitStrategy::Direct,
-        }
-    }
-}
-
 /// `scale --fill`: how transactions fill their pages.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub(crate) enum FillArg {
@@ -378,6 +354,8 @@ pub(crate) enum FillArg {
     Random,
     /// A buffer filled once, stamped and copied in per transaction.
     Fixed,
+    /// As fixed, from an unaligned Vec<u8>, copied in with write_all_at.
+    Bytes,
 }
 
 /// `scale --layout`: how each cell's file is laid out.
@@ -436,13 +414,6 @@ pub(crate) struct ScaleArgs {
     /// Write buffer bound in MiB (at least 1).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 24))]
     pub(crate) buffer_mib: u64,
-    /// Commit rounds allowed in fdatasync at once (1 = strictly serial).
-    #[arg(long, default_value_t = 4)]
-    pub(crate) sync_lanes: usize,
-    /// Commit rounds writing at once: a round drains and writes while
-    /// earlier rounds' writes are in flight (1 = one round writes at a time)
-    #[arg(long, default_value_t = pagewriter::Config::default().rounds_in_flight)]
-    pub(crate) rounds_in_flight: usize,
     /// Torn-page protection of the cached file (`Config::torn_writes`).
     #[arg(long, value_enum, default_value = "allow")]
     pub(crate) torn_writes: TornArg,
@@ -451,29 +422,9 @@ pub(crate) struct ScaleArgs {
     /// units accepted).
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub(crate) grow_ahead: u64,
-    /// How sync() commits (`Config::commit_strategy`): auto measures group
-    /// and direct commits while it runs and keeps the faster.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub(crate) commit_strategy: StrategyArg,
     /// io_uring queue depth (SQEs in flight) of the io-uring mode.
     #[arg(long, default_value_t = 32)]
     pub(crate) queue_depth: u32,
-    /// Write a commit round that is one run with RWF_DSYNC instead of a
-    /// write and an fdatasync (`Config::commit_dsync`).
-    #[arg(long)]
-    pub(crate) commit_dsync: bool,
-    /// Threads writing a flush's runs in the vectored modes, the flushing
-    /// thread included (`Config::write_threads`; 1 = runs one after another;
-    /// at most 64).
-    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
-              .range(1..=pagewriter::MAX_WRITE_THREADS as u64))]
-    pub(crate) write_threads: usize,
-    /// Most bytes one write call carries: longer runs are cut there
-    /// (`Config::max_write_bytes`; bytes, units accepted; 1..=1GiB).
-    #[arg(long, default_value = "1MiB",
-          value_parser = size_in(1, pagewriter::MAX_WRITE_BYTES as u64))]
-    pub(crate) max_write_bytes: u64,
     /// O_DIRECT (auto: where the file system takes it; buffered I/O lets
     /// the kernel coalesce per-page writes and hides what is measured).
     #[arg(long, value_enum, default_value = "auto")]
@@ -542,7 +493,7 @@ pub(crate) struct FlushArgs {
     /// Bytes per write call (like fio's bs), e.g. 1MiB: at least a page
     /// (4KiB), at most 1GiB.
     #[arg(long, default_value = "1MiB",
-          value_parser = size_in(4096, pagewriter::MAX_WRITE_BYTES as u64))]
+          value_parser = size_in(4096, 1 << 30))]
     pub(crate) bs: u64,
     /// O_DIRECT.
     #[arg(long, value_enum, default_value = "off")]
@@ -565,12 +516,6 @@ pub(crate) struct FlushArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Threads writing the runs with the vectored engine, the flushing
-    /// thread included (`Config::write_threads`; at most 64).
-    #[arg(long, default_value_t = pagewriter::DEFAULT_WRITE_THREADS,
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
-              .range(1..=pagewriter::MAX_WRITE_THREADS as u64))]
-    pub(crate) write_threads: usize,
     /// Write even if the file system has less free space than --size.
     #[arg(long)]
     pub(crate) force: bool,

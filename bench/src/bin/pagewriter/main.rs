@@ -71,15 +71,8 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         seed: a.seed,
         max_write_buffer_bytes: usize::try_from(a.buffer_mib << 20)
             .map_err(|_| format!("--buffer-mib {} is too large here", a.buffer_mib))?,
-        sync_lanes: a.sync_lanes,
-        rounds_in_flight: a.rounds_in_flight,
         torn_writes: a.torn_writes.into(),
         grow_ahead: a.grow_ahead,
-        commit_dsync: a.commit_dsync,
-        commit_strategy: a.commit_strategy.into(),
-        write_threads: a.write_threads,
-        max_write_bytes: usize::try_from(a.max_write_bytes)
-            .map_err(|_| "--max-write-bytes too large")?,
         direct: a.direct.into(),
         dedup_ratio: a.dedup,
         compress_ratio: a.compress,
@@ -89,6 +82,7 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
         fill: match a.fill {
             FillArg::Random => Fill::Random,
             FillArg::Fixed => Fill::Fixed,
+            FillArg::Bytes => Fill::Bytes,
         },
         preallocate_bytes,
         force: a.force,
@@ -167,7 +161,6 @@ fn cmd_flush(a: FlushArgs) -> Result<(), Box<dyn std::error::Error>> {
         file: a.file,
         dir: a.path,
         warmup: a.warmup,
-        write_threads: a.write_threads,
         force: a.force,
     };
     let runs = bulk::run(&config, |r: &BulkRun| {

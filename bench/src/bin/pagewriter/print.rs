@@ -12,20 +12,18 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         c.dedup_ratio, c.compress_ratio, c.seed
     );
     println!(
-        "commit: {} ({}); layout: {}; fill: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
+        "commit: {}; layout: {}; fill: {}; txn: {} x {} B pages ({} rewrites); {} s per cell, median of {}",
         match c.commit {
             CommitKind::Sync => "global (sync(): every page any thread wrote)".to_string(),
             CommitKind::Flush => "flush (no fdatasync)".to_string(),
             CommitKind::Scoped => "scoped (Writer::commit: each thread's own pages)".to_string(),
             CommitKind::Through => {
-                "through (Writer::write_and_commit: each thread's own pages, no copy where it can)"
-                    .to_string()
+                "through (Writer::write_and_commit: each thread's own pages, one call)".to_string()
             }
             CommitKind::Async { in_flight } => {
                 format!("async ({in_flight} tickets in flight per thread)")
             }
         },
-        c.commit_strategy.name(),
         c.layout.name(),
         c.fill.name(),
         c.pages_per_txn,
@@ -35,7 +33,7 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         c.repeats
     );
     println!(
-        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>11} {:>8} {:>8} {:>13} {:>6} {:>11}",
+        "{:>7}  {:<15} {:>11} {:>10} {:>8} {:>13} {:>12} {:>11} {:>8} {:>8} {:>13} {:>11}",
         "threads",
         "mode",
         "pages/s",
@@ -47,12 +45,11 @@ pub(crate) fn print_scale(r: &ScaleReport) {
         "p50 us",
         "p99 us",
         "CPU us/commit",
-        "rounds",
         "vs per-page"
     );
     for row in &r.rows {
         println!(
-            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>11.1} {:>8} {:>8} {:>13.1} {:>6.2} {:>11}",
+            "{:>7}  {:<15} {:>11.0} {:>10.0} {:>8.1} {:>13.2} {:>12.2} {:>11.1} {:>8} {:>8} {:>13.1} {:>11}",
             row.threads,
             row.mode.name(),
             row.page_writes_per_s,
@@ -64,7 +61,6 @@ pub(crate) fn print_scale(r: &ScaleReport) {
             row.p50_us,
             row.p99_us,
             row.cpu_us_per_commit,
-            row.rounds_in_flight,
             match (row.ranked, row.vs_per_page) {
                 (false, _) => "too few".to_string(),
                 (true, Some(v)) => format!("{v:.2}x"),

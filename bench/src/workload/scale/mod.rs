@@ -25,17 +25,9 @@ mod streams;
 use crate::rng::WyRand;
 use pagewriter::buffer::AlignedBuf;
 use pagewriter::{
-    CommitStrategy, Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats,
-    StorageBackend, TornWrites,
+    Config, DirectIo, FileBackend, FlushEngine, PagedCachedFile, Stats, StorageBackend, TornWrites,
 };
 use sink::Sink;
-
-fn strategy_name<S: serde::Serializer>(
-    s: &CommitStrategy,
-    ser: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    ser.serialize_str(s.name())
-}
 
 /// What a cell measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,11 +118,9 @@ pub enum CommitKind {
     /// commits with `Writer::commit`: durable, its own pages only, no
     /// leader.
     Scoped,
-    /// As `Scoped`, with a transaction's fresh pages (`--fill fixed`: one
-    /// run) and its commit in one `Writer::write_and_commit` call, which
-    /// writes them straight from the thread's buffer where it can (no copy
-    /// into the write buffer); rewrites are written first, and then the
-    /// call commits them too (the buffered way).
+    /// As `Scoped`, with a transaction's fresh pages (`--fill fixed` or
+    /// `bytes`: one run) and its commit in one `Writer::write_and_commit`
+    /// call; rewrites are written first, and the call commits them too.
     Through,
     /// As `Scoped` with `Writer::commit_async`: each thread keeps up to
     /// `in_flight` tickets and waits for the oldest when it has that many;
@@ -239,6 +229,10 @@ pub enum Fill {
     /// has, and the CPU cost per write of fio's own jobs, for comparisons
     /// with fio.
     Fixed,
+    /// As `Fixed`, from a `Vec<u8>` of the thread's own that is not
+    /// page-aligned, copied in with `write_all_at`: an engine writing bytes
+    /// from its own buffers (redb's adapter does).
+    Bytes,
 }
 
 impl Fill {
@@ -247,6 +241,7 @@ impl Fill {
         match self {
             Fill::Random => "random",
             Fill::Fixed => "fixed",
+            Fill::Bytes => "bytes",
         }
     }
 }
@@ -278,31 +273,12 @@ pub struct ScaleConfig {
     pub seed: u64,
     /// Write buffer bound in bytes. Default 64 MiB.
     pub max_write_buffer_bytes: usize,
-    /// Commit rounds in `fdatasync` at once ([`Config::sync_lanes`]).
-    /// Default 4.
-    pub sync_lanes: usize,
-    /// Commit rounds writing at once ([`Config::rounds_in_flight`]).
-    /// Default 1.
-    pub rounds_in_flight: usize,
-    /// How `sync` commits ([`Config::commit_strategy`]). Default
-    /// [`CommitStrategy::Auto`].
-    #[serde(serialize_with = "strategy_name")]
-    pub commit_strategy: CommitStrategy,
-    /// One-run commit rounds write with `RWF_DSYNC`
-    /// ([`Config::commit_dsync`]). Default off.
-    pub commit_dsync: bool,
     /// Torn-page protection ([`Config::torn_writes`]). Default
     /// [`TornWrites::Allow`]. A doublewrite area is a scratch file too.
     pub torn_writes: TornWrites,
     /// Grow-ahead window in bytes ([`Config::grow_ahead`]), 0 = off.
     /// Default 0.
     pub grow_ahead: u64,
-    /// Threads writing a flush's runs in the vectored modes
-    /// ([`Config::write_threads`]). Default [`Config::default`]'s (4).
-    pub write_threads: usize,
-    /// Most bytes one write call carries ([`Config::max_write_bytes`]).
-    /// Default 1 MiB.
-    pub max_write_bytes: usize,
     /// Dedup ratio of the page contents (`datagen`). Default 1.
     pub dedup_ratio: f64,
     /// Compression ratio of the page contents (`datagen`). Default 1
@@ -352,14 +328,8 @@ impl Default for ScaleConfig {
             dir: PathBuf::from("."),
             seed: 0x5eed,
             max_write_buffer_bytes: 64 << 20,
-            sync_lanes: Config::default().sync_lanes,
-            rounds_in_flight: Config::default().rounds_in_flight,
-            commit_dsync: Config::default().commit_dsync,
-            commit_strategy: Config::default().commit_strategy,
             torn_writes: Config::default().torn_writes,
             grow_ahead: 0,
-            write_threads: Config::default().write_threads,
-            max_write_bytes: Config::default().max_write_bytes,
             direct: DirectIo::Auto,
             dedup_ratio: 1.0,
             compress_ratio: 1.0,
@@ -514,12 +484,6 @@ impl ScaleConfig {
             Config::default()
                 .page_size(self.page_size)
                 .max_write_buffer_bytes(self.max_write_buffer_bytes)
-                .sync_lanes(self.sync_lanes)
-                .rounds_in_flight(self.rounds_in_flight)
-                .write_threads(self.write_threads)
-                .max_write_bytes(self.max_write_bytes)
-                .commit_strategy(self.commit_strategy)
-                .commit_dsync(self.commit_dsync)
                 .engine(engine)
                 .validate()?;
         }
@@ -607,10 +571,6 @@ pub struct Row {
     /// `cpu_us_per_commit` outside the kernel: page fill, the write
     /// buffer, the commit's own bookkeeping).
     pub cpu_user_us_per_commit: f64,
-    /// Median of the mean commit rounds in flight (writing or syncing)
-    /// when a round started, that round included
-    /// ([`Stats::mean_rounds_in_flight`]); 1.0 = no overlap.
-    pub rounds_in_flight: f64,
     /// Commit latency over all repeats, µs.
     pub p50_us: u64,
     /// See `p50_us`.
@@ -757,17 +717,11 @@ fn open_cached(
     let cfg = Config::default()
         .page_size(config.page_size)
         .max_write_buffer_bytes(config.max_write_buffer_bytes)
-        .sync_lanes(config.sync_lanes)
-        .rounds_in_flight(config.rounds_in_flight)
-        .commit_dsync(config.commit_dsync)
-        .commit_strategy(config.commit_strategy)
         .torn_writes(config.torn_writes)
         .grow_ahead(match config.grow_ahead {
             0 => pagewriter::GrowAhead::Off,
             bytes => pagewriter::GrowAhead::Window { bytes },
         })
-        .write_threads(config.write_threads)
-        .max_write_bytes(config.max_write_bytes)
         .read_cache_bytes(config.read_cache_bytes)
         .direct(config.direct)
         .engine(engine);
@@ -961,6 +915,45 @@ impl Room<'_> {
     }
 }
 
+/// A thread's transaction buffer for `--fill fixed` (page-aligned, as an
+/// engine's page buffers are, so `O_DIRECT` can write from them) or
+/// `bytes` (a `Vec<u8>` eight bytes off page alignment).
+enum Fixed {
+    Aligned(AlignedBuf),
+    Unaligned(Vec<u8>),
+}
+
+impl Fixed {
+    fn new(fill: Fill, len: usize, init: impl FnOnce(&mut [u8]) -> Result<()>) -> Result<Fixed> {
+        let mut f = match fill {
+            Fill::Bytes => {
+                let mut v = vec![0u8; len + 8];
+                // Off page alignment whatever the allocator gave.
+                let skew = if (v.as_ptr() as usize).is_multiple_of(4096) {
+                    8
+                } else {
+                    0
+                };
+                v.drain(..skew);
+                v.truncate(len);
+                Fixed::Unaligned(v)
+            }
+            _ => Fixed::Aligned(
+                AlignedBuf::zeroed(len, 4096).ok_or(CoreError::NoMemory { bytes: len as u64 })?,
+            ),
+        };
+        init(f.bytes())?;
+        Ok(f)
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        match self {
+            Fixed::Aligned(b) => b,
+            Fixed::Unaligned(v) => v,
+        }
+    }
+}
+
 /// One writer thread: transactions until `stop`, or until the next one
 /// would grow the file past `room` (then it stops the cell).
 fn writer(
@@ -982,15 +975,14 @@ fn writer(
     // Fill::Fixed: one transaction's pages, filled once (page-aligned, as
     // an engine's page buffers are, so `O_DIRECT` can write from them).
     let mut fixed = match config.fill {
-        Fill::Fixed => {
-            let len = (fresh.max(1) * ps) as usize;
-            let mut b =
-                AlignedBuf::zeroed(len, 4096).ok_or(CoreError::NoMemory { bytes: len as u64 })?;
-            data.fill_at(seed.wrapping_mul(ps) % (1 << 40), &mut b)?;
-            Some(b)
-        }
+        Fill::Fixed | Fill::Bytes => Some(Fixed::new(
+            config.fill,
+            (fresh.max(1) * ps) as usize,
+            |b| data.fill_at(seed.wrapping_mul(ps) % (1 << 40), b),
+        )?),
         Fill::Random => None,
     };
+    let bytes = config.fill == Fill::Bytes;
     // `through`: the fresh pages go with the commit, in one call.
     let through = matches!(config.commit, CommitKind::Through) && fixed.is_some() && fresh > 0;
     while !stop.load(Ordering::Relaxed) {
@@ -1007,18 +999,18 @@ fn writer(
                     data.fill_at(p * ps, &mut page)?;
                 }
             }
-            Fill::Fixed if fresh > 0 => {
-                let fixed = fixed.as_deref_mut().expect("filled for Fill::Fixed");
+            Fill::Fixed | Fill::Bytes if fresh > 0 => {
+                let fixed = fixed.as_mut().expect("filled").bytes();
                 for page in fixed.chunks_mut(ps as usize) {
                     page[..8].copy_from_slice(&commits.to_le_bytes());
                 }
                 if !through {
                     let t0 = Instant::now();
-                    sink.write_page(first * ps, fixed)?;
+                    sink.write(first * ps, fixed, bytes)?;
                     wrote += t0.elapsed();
                 }
             }
-            Fill::Fixed => {}
+            Fill::Fixed | Fill::Bytes => {}
         }
         for _ in 0..rewrites {
             let mut high = alloc.load(Ordering::Relaxed);
@@ -1033,12 +1025,12 @@ fn writer(
                     // further on.
                     data.fill_at(((p + (1 << 30)) * ps) % (1 << 44), &mut page)?;
                 }
-                Fill::Fixed => {
-                    let fixed = fixed.as_deref_mut().expect("filled for Fill::Fixed");
+                Fill::Fixed | Fill::Bytes => {
+                    let fixed = fixed.as_mut().expect("filled").bytes();
                     let page = &mut fixed[..ps as usize];
                     page[..8].copy_from_slice(&(!commits).to_le_bytes());
                     let t0 = Instant::now();
-                    sink.write_page(p * ps, page)?;
+                    sink.write(p * ps, page, bytes)?;
                     wrote += t0.elapsed();
                     if through {
                         // Its fresh pages go out at the commit, from here.
@@ -1065,9 +1057,9 @@ fn writer(
                 reads += 1;
             }
         }
-        commits += match fixed.as_deref() {
+        commits += match fixed.as_mut() {
             Some(fixed) if through => {
-                sink.write_and_commit(first * ps, fixed, wrote, &mut latency)?
+                sink.write_and_commit(first * ps, fixed.bytes(), wrote, &mut latency)?
             }
             _ => sink.commit(wrote, &mut latency)?,
         };
@@ -1144,7 +1136,6 @@ pub fn summarize(config: &ScaleConfig, cells: &[Cell]) -> Vec<Row> {
                 }),
                 cpu_us_per_commit: per(&|c| c.cpu_s * 1e6 / c.commits.max(1) as f64),
                 cpu_user_us_per_commit: per(&|c| c.cpu_user_s * 1e6 / c.commits.max(1) as f64),
-                rounds_in_flight: per(&|c| c.stats.mean_rounds_in_flight()),
                 p50_us: latency.value_at_quantile(0.50),
                 p99_us: latency.value_at_quantile(0.99),
                 vs_per_page: None,

@@ -53,11 +53,14 @@ impl<'a> Sink<'a> {
         })
     }
 
-    /// Whole pages at `offset` (`write_page`).
-    pub(super) fn write_page(&mut self, offset: u64, data: &[u8]) -> Result<()> {
-        match self {
-            Sink::File { file, .. } => file.write_page(offset, data)?,
-            Sink::Writer { writer, .. } => writer.write_page(offset, data)?,
+    /// Whole pages at `offset`: `write_page`, or with `bytes`
+    /// `write_all_at` (an engine's bytes from its own buffer).
+    pub(super) fn write(&mut self, offset: u64, data: &[u8], bytes: bool) -> Result<()> {
+        match (self, bytes) {
+            (Sink::File { file, .. }, false) => file.write_page(offset, data)?,
+            (Sink::File { file, .. }, true) => file.write_all_at(offset, data)?,
+            (Sink::Writer { writer, .. }, false) => writer.write_page(offset, data)?,
+            (Sink::Writer { writer, .. }, true) => writer.write_all_at(offset, data)?,
         }
         Ok(())
     }
@@ -135,7 +138,7 @@ impl<'a> Sink<'a> {
             }
             _ => {
                 let t0 = Instant::now();
-                self.write_page(offset, data)?;
+                self.write(offset, data, true)?;
                 self.commit(wrote + t0.elapsed(), latency)
             }
         }

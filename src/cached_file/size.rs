@@ -1,0 +1,610 @@
+//! The file's size: the methods of [`FileSize`] (the state under the
+//! flush pipeline's drain lock, `flush.rs`) for every change of the
+//! file's size a flush makes (the `ftruncate` to the logical length, the
+//! `fallocate` of runs past the end, the cut of a tail past an unaligned
+//! length, the cut back after a failed write), and the changes outside a
+//! flush: `set_len` (grow and cut, ordered with every buffered page),
+//! grow-ahead's room (the window extended, the trailer's length record),
+//! the window dropped at `close`, and `refresh`.
+//!
+//! Owns: nothing (the state is `FileSize`'s, under the drain lock; a
+//! method that changes the size takes `&mut FileSize`, which only the
+//! lock's guard hands out). Calls: the backend (`ftruncate`, `fallocate`),
+//! grow-ahead's `Window` and `Filler`, the write buffer (a cut), the read
+//! cache and lengths, the doublewrite area (emptied by a cut), and the
+//! durability watermark (a change of length is a `write_seq` step the
+//! next `fdatasync` must cover; a cut is made durable).
+//!
+//! Invariant: sizes change only with the drain lock held, before the
+//! writes they precede; one that must see no write in flight (a cut) is
+//! made only when every older generation has written.
+
+use super::batch::{Batch, Settled};
+use super::config::add;
+use super::flush::{FileSize, FlushPipeline, LengthRecord, Staging};
+use super::generations::Generations;
+use super::grow::Window;
+use super::read::Parts;
+use super::write::WriteSlot;
+use crate::error::{Error, Result};
+
+/// Largest hole between two runs past the end of an `O_DIRECT` file that
+/// one `fallocate` covers (bytes): 64 KiB. Writers filling fresh pages side
+/// by side leave such holes for a moment; a page further out gets its own
+/// call, so sparse files stay sparse.
+pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
+
+impl FileSize {
+    /// The file's length as the OS will hold it once every drained write
+    /// completed.
+    pub(crate) fn os_len(&self) -> u64 {
+        self.os_len
+    }
+
+    /// Grow-ahead's trailer, if configured.
+    pub(crate) fn window(&mut self) -> Option<&mut Window> {
+        self.window.as_mut()
+    }
+
+    /// Whether a grow-ahead window is in place: the file's size on the OS
+    /// is its end, not the length, and nothing cuts it to the length.
+    pub(crate) fn in_window(&self) -> bool {
+        self.window.as_ref().is_some_and(Window::active)
+    }
+
+    /// An extension moved the file's end to `end` (its trailer's).
+    pub(crate) fn window_moved(&mut self, end: u64) {
+        self.os_len = self.os_len.max(end);
+    }
+
+    /// The runs of a batch just drained end at `end`: the file will be at
+    /// least that long once they are written.
+    pub(crate) fn expect_end(&mut self, end: u64) {
+        self.os_len = self.os_len.max(end);
+    }
+
+    /// Extends the file to `len` bytes (the logical length read before the
+    /// flush drained) where its writes will leave it shorter: the pages at
+    /// the end were discarded, or `write_all_at` reached past the last page
+    /// written. Length is data: what `len()` reports when a `sync` returns
+    /// is what is durable. Bumps `write_seq`, so the next `fdatasync`
+    /// covers the new length. Returns whether it extended.
+    ///
+    /// Called before the flush's writes: every write in flight ends at or
+    /// below `os_len`, so this only ever grows the file.
+    ///
+    /// [`Staging::Yes`]: the caller stages a doublewrite record carrying
+    /// `len` and makes the `write_seq` step itself once it knows whether
+    /// the record is durable (a plain step if it is, else
+    /// `Durability::step_unstaged`). Otherwise the step is marked unstaged
+    /// here.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate".
+    pub(crate) fn extend_to(&mut self, p: &Parts<'_>, len: u64, staging: Staging) -> Result<bool> {
+        if len <= self.os_len {
+            return Ok(false);
+        }
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        self.os_len = len;
+        p.length.grow_written(len);
+        p.length.grow_disk(len);
+        if staging == Staging::No {
+            p.durability.step_unstaged();
+        }
+        Ok(true)
+    }
+
+    /// A page straddling an unaligned logical length was written whole, so
+    /// the file grew past the length: cut it back (the bytes past it are
+    /// zeros in the page, but nothing past the end may be left on disk).
+    /// Returns whether it cut. With no other write in flight (every older
+    /// generation written).
+    ///
+    /// The cut is one readers see ([`Length::begin_cut`](super::length::Length::begin_cut)),
+    /// and the disk length follows it down: an older generation may have
+    /// written the same page whole after reading an aligned length (a
+    /// writer grew the length to mid-page during its drain), and its
+    /// retire grew the disk length past the cut, or will, capped by
+    /// `gens` ([`Generations::cut_under`]). A read of the page from disk
+    /// must not meet the file's end.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate".
+    pub(crate) fn cut_tail(
+        &mut self,
+        p: &Parts<'_>,
+        batch: &mut Batch,
+        gens: &Generations<Settled>,
+    ) -> Result<bool> {
+        if self.in_window() {
+            // The tail lies in the window, which the trailer's length
+            // already leaves out.
+            return Ok(false);
+        }
+        let len = p.length.get();
+        let Some(end) = batch.written_end() else {
+            return Ok(false);
+        };
+        if end <= len {
+            return Ok(false);
+        }
+        batch.disk_cap = len;
+        p.length.begin_cut();
+        if let Err(e) = p.backend.set_len(len) {
+            p.length.end_cut();
+            return Err(Error::io("ftruncate", Some(len), e));
+        }
+        gens.cut_under(batch.id, len, || p.length.lower_disk(len));
+        p.length.end_cut();
+        self.os_len = len;
+        p.length.set_written(len);
+        Ok(true)
+    }
+
+    /// After a failed write, with no write in flight: a write that failed
+    /// partway may have extended the file (a short write into a full disk
+    /// ends mid-page where blocks are smaller than pages), and nothing past
+    /// what completed is data. Cuts the file back to the written length, so
+    /// it stays a whole number of pages and an `O_DIRECT` open with the
+    /// same options takes it again. The failed pages are back in the write
+    /// buffer and are written again whole. Best effort: the write's error
+    /// is what the caller reports.
+    pub(crate) fn cut_back(&mut self, p: &Parts<'_>) {
+        if self.in_window() {
+            // Writes into the window never move the file's size.
+            return;
+        }
+        let to = p.length.written();
+        if let Ok(len) = p.backend.len()
+            && len > to
+        {
+            let _ = p.backend.set_len(to);
+        }
+        self.os_len = to;
+    }
+
+    /// `set_len` growing the file to `len` bytes: extends it with zeros
+    /// now (past a grow-ahead window, with `ftruncate`: a hole, whose
+    /// whole pages join the unwritten pages); every length follows, and
+    /// the step is one only an `fdatasync` covers.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate" (nothing changed).
+    pub(crate) fn grow(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
+        if self.window.as_ref().is_some_and(|w| w.covers(len)) {
+            // Inside the window: the trailer's next record carries it.
+            p.length.grow_all(len);
+            p.durability.step_unstaged();
+            return Ok(());
+        }
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        self.os_len = self.os_len.max(len);
+        p.length.grow_all(len);
+        p.durability.step_unstaged();
+        Ok(())
+    }
+
+    /// `set_len` cutting the file to `len` bytes, with nothing in flight:
+    /// begins the cut readers see ([`Length::begin_cut`](super::length::Length::begin_cut);
+    /// the caller ends it once the buffer and the lengths follow) and cuts
+    /// the file.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate" (nothing changed, the cut
+    /// ended).
+    pub(crate) fn shrink(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
+        // Readers that meet the new end early read again (`read_disk`).
+        p.length.begin_cut();
+        if let Err(e) = p.backend.set_len(len) {
+            p.length.end_cut();
+            return Err(Error::io("ftruncate", Some(len), e));
+        }
+        // The cut took the window and its trailer: a plain file again.
+        if let Some(w) = self.window.as_mut() {
+            w.clear();
+        }
+        self.os_len = len;
+        p.length.set_written(len);
+        Ok(())
+    }
+
+    /// The file was found `len` bytes long on the OS (a refresh).
+    pub(crate) fn reset(&mut self, len: u64) {
+        self.os_len = len;
+    }
+
+    /// Cuts a grow-ahead window off (the file's size becomes its length,
+    /// the trailer goes): `close`. Returns whether there was one; the
+    /// caller makes the new size durable.
+    ///
+    /// Errors: `Error::Io` with op "ftruncate" (the window stays).
+    pub(crate) fn drop_window(&mut self, p: &Parts<'_>) -> Result<bool> {
+        if !self.in_window() {
+            return Ok(false);
+        }
+        let len = p.length.get();
+        p.backend
+            .set_len(len)
+            .map_err(|e| Error::io("ftruncate", Some(len), e))?;
+        if let Some(w) = self.window.as_mut() {
+            w.clear();
+        }
+        self.os_len = len;
+        p.length.set_written(len);
+        p.durability.step_unstaged();
+        Ok(true)
+    }
+
+    /// With `O_DIRECT`, reserves blocks for the runs that write past the
+    /// file's end before writing them: `fallocate` mode 0 over each group of
+    /// such runs whose gaps are at most [`PREALLOC_MAX_GAP`] bytes, so a far
+    /// page allocates its own page, never the gap before it, while pages
+    /// that concurrent writers left a few pages apart cost one call.
+    /// ext4 serializes `O_DIRECT` writes that extend the file under the
+    /// exclusive inode lock, and io_uring then queues them in worker
+    /// threads; inside the file, over allocated blocks, they run under the
+    /// shared lock, in parallel. So only a flush whose runs go out through
+    /// the ring, in flight beside each other, preallocates. One that
+    /// writes one call at a time gains nothing from it and pays for it: the
+    /// blocks `fallocate` reserves are unwritten extents, which each write
+    /// then converts, while an extending write allocates written blocks at
+    /// once. A backend that cannot preallocate is written as is.
+    /// Runs whose `fallocate` fails (`ENOSPC`) are not written: they leave
+    /// `slot.runs`, their entries go to `batch.failed` and the error into
+    /// `first` (lowest offset wins).
+    pub(crate) fn preallocate(
+        &mut self,
+        p: &Parts<'_>,
+        slot: &mut WriteSlot,
+        batch: &mut Batch,
+        first: &mut Option<(u64, &'static str, std::io::Error)>,
+    ) {
+        let disk = p.length.disk();
+        let Some(start) = slot
+            .runs
+            .iter()
+            .position(|r| r.offset + r.len as u64 > disk)
+        else {
+            return;
+        };
+        slot.alloc_failed.clear();
+        slot.alloc_failed.resize(slot.runs.len(), false);
+        let mut i = start;
+        while i < slot.runs.len() {
+            // One group: runs i..j, each within PREALLOC_MAX_GAP of the last.
+            let from = slot.runs[i].offset;
+            let mut to = from + slot.runs[i].len as u64;
+            let mut j = i + 1;
+            while j < slot.runs.len() && slot.runs[j].offset - to <= PREALLOC_MAX_GAP {
+                to = slot.runs[j].offset + slot.runs[j].len as u64;
+                j += 1;
+            }
+            match p.backend.allocate(from, to - from) {
+                Ok(()) => {
+                    p.length.grow_disk(to);
+                    p.length.grow_written(to);
+                    self.os_len = self.os_len.max(to);
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Unsupported
+                        || e.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+                {
+                    return;
+                }
+                Err(e) => {
+                    slot.alloc_failed[i..j].fill(true);
+                    for run in &slot.runs[i..j] {
+                        batch.failed.push(run.entries());
+                    }
+                    if first.as_ref().is_none_or(|(at, ..)| from < *at) {
+                        *first = Some((from, "fallocate", e));
+                    }
+                }
+            }
+            i = j;
+        }
+        let mut k = 0;
+        let failed = &slot.alloc_failed;
+        slot.runs.retain(|_| {
+            k += 1;
+            !failed[k - 1]
+        });
+    }
+}
+
+impl FlushPipeline {
+    /// A flush that drained nothing: the logical length `len` may still be
+    /// past the file's size (pages discarded at the end, a `write_all_at`
+    /// that reached past the last page written, a length no trailer
+    /// records yet). Returns whether the file changed.
+    ///
+    /// Errors: grow-ahead's (see `make_room`); "ftruncate".
+    pub(super) fn extend_without_pages(
+        &self,
+        p: &Parts<'_>,
+        size: &mut FileSize,
+        len: u64,
+    ) -> Result<bool> {
+        self.make_room(p, size, len, len, LengthRecord::Write)?;
+        size.extend_to(p, len, Staging::No)
+    }
+
+    /// Makes everything written so far durable, outside a commit
+    /// (grow-ahead's extension, a cut, a close).
+    ///
+    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"; the file is
+    /// poisoned, and writers waiting for room are woken to see it).
+    pub(crate) fn sync_file(&self, p: &Parts<'_>) -> Result<()> {
+        p.durability
+            .sync_all()
+            .inspect_err(|_| p.buffer.notify_room())
+    }
+
+    /// Grow-ahead, under the drain lock, before a flush's writes (a no-op
+    /// without a window): if data up to `need` bytes or the length `len`
+    /// would reach the trailer's page, extends the window ([`Window::extend`]:
+    /// the trailer moves to the new end, an `fdatasync` makes it durable,
+    /// then the old slots are zeroed); then, with `record`, writes `len`
+    /// into the next trailer slot if the newest record holds another
+    /// length, a write the next `fdatasync` must cover (`write_seq`
+    /// steps).
+    ///
+    /// Errors: `Error::Io` with op "grow-ahead trailer" (the extension or
+    /// the record could not be written: an extending write is cut back)
+    /// or "fdatasync" (the file is poisoned); `Error::Poisoned` after an
+    /// extension whose `fdatasync` failed.
+    pub(super) fn make_room(
+        &self,
+        p: &Parts<'_>,
+        size: &mut FileSize,
+        need: u64,
+        len: u64,
+        record: LengthRecord,
+    ) -> Result<()> {
+        let os_len = size.os_len();
+        let Some(w) = size.window() else {
+            return Ok(());
+        };
+        let trailer = |e| Error::io("grow-ahead trailer", None, e);
+        if w.unconfirmed() {
+            // The last extension's `fdatasync` failed (the mark is set only
+            // across that sync, under this lock), so the file is poisoned
+            // and its new end and trailer may not be durable: a round
+            // already on its way writes nothing more. Data past the old
+            // space could leave a crash a file longer than the old window
+            // with the old trailer inside its data and none at its end; a
+            // length record in the new trailer could be the one a crash
+            // keeps, and it points back one window only, past an older
+            // trailer whose zeroing the failed sync lost.
+            return Err(Error::Poisoned);
+        }
+        let grows = if w.active() {
+            !w.covers(need.max(len))
+        } else {
+            // A plain file gets a window once it grows.
+            need.max(len) > os_len
+        };
+        if grows {
+            // An old trailer whose zeroing failed goes first: the new
+            // trailer's records point back to this window's only, so a
+            // crash after the extension could not find it again.
+            Self::zero_stale(p, w).map_err(trailer)?;
+            // The old trailer zeroed since the last `fdatasync` (this
+            // window's predecessor's) durable first, for the same reason:
+            // a crash could keep the new trailer and lose that zeroing,
+            // and recovery zeros only the trailer the new one names.
+            if w.zeroing_unsynced(p.durability.fsynced()) {
+                self.sync_file(p)?;
+            }
+            let old_end = w.end();
+            let extended = match w.extend(p.backend, need, len) {
+                Ok(x) => x,
+                Err(e) => {
+                    // The write may have moved the size, and left part of
+                    // a trailer past the old end: cut back to it (the old
+                    // trailer's, or the plain file's end) and make that
+                    // durable, or a later trailer further out could bring
+                    // this one back inside the data after a crash.
+                    let _ = p
+                        .backend
+                        .set_len(if old_end > 0 { old_end } else { os_len });
+                    p.durability.step_unstaged();
+                    self.sync_file(p)?;
+                    return Err(trailer(e));
+                }
+            };
+            w.set_unconfirmed();
+            let (end, usable, slots_len) = (w.end(), w.usable(), w.slots_len());
+            add(&p.counters.grow_extensions, 1);
+            p.durability.step_unstaged();
+            // Until the old slots are zeroed they lie inside the file's
+            // range: reads see zeros over them, as over any page never
+            // written (`Length::keep_trailer`).
+            let old = extended.old_slots.map(|at| at..at + slots_len);
+            if let Some(old) = &old {
+                p.length.keep_trailer(old.clone());
+            }
+            size.window_moved(end);
+            // The new end and trailer durable before anything is written
+            // below them: zeros or data written into the window before its
+            // end is durable could bring a crash back with the file's size
+            // at their end and no trailer there (a file system writes back
+            // blocks in any order), and the old trailer must stay valid
+            // until the new one is. If that sync fails (the file is
+            // poisoned), the old trailer stays: it holds the length the
+            // last successful sync made durable, which a crash must keep
+            // (the new end may not be durable), until a write covers it.
+            self.sync_file(p)?;
+            if let Some(w) = size.window() {
+                w.confirm();
+            }
+            if let Some(filler) = &self.filler {
+                filler.set_limit(usable);
+            }
+            if let Some(old) = old
+                && let Some(w) = size.window()
+            {
+                // A failed zeroing is tried again before the next write
+                // (`zero_stale`).
+                w.zero_old(p.backend, Some(old.start)).map_err(trailer)?;
+                p.length.trailer_zeroed(&old);
+                w.zeroed(p.durability.step_unstaged());
+            }
+            return Ok(());
+        }
+        Self::zero_stale(p, w).map_err(trailer)?;
+        if record == LengthRecord::Write && w.record(p.backend, len).map_err(trailer)? {
+            add(&p.counters.grow_records, 1);
+            p.durability.step_unstaged();
+        }
+        Ok(())
+    }
+
+    /// Zeros the old trailer a failed zeroing left in the data's range, if
+    /// any, before anything else is written: no data is written over it
+    /// until then, and reads see zeros over it meanwhile.
+    ///
+    /// Errors: the write's (it stays, tried again at the next call).
+    fn zero_stale(p: &Parts<'_>, w: &mut Window) -> std::io::Result<()> {
+        let Some(at) = w.stale() else {
+            return Ok(());
+        };
+        w.zero_old(p.backend, None)?;
+        p.length.trailer_zeroed(&(at..at + w.slots_len()));
+        w.zeroed(p.durability.step_unstaged());
+        Ok(())
+    }
+
+    /// Cuts a grow-ahead window off and makes that durable (`close`): the
+    /// file at rest is its length. A no-op without one.
+    ///
+    /// Errors: "ftruncate", "fdatasync" (`Error::Io`).
+    pub(crate) fn drop_window(&self, p: &Parts<'_>) -> Result<()> {
+        let mut size = self.drain.lock();
+        if !size.in_window() {
+            return Ok(());
+        }
+        // The file at rest holds no trailer inside its data: the close's
+        // commit went through `make_room`, which zeroed any old one.
+        debug_assert!(size.window().is_none_or(|w| w.stale().is_none()));
+        if let Some(filler) = &self.filler {
+            filler.reset(p.length.get());
+        }
+        size.drop_window(p)?;
+        drop(size);
+        self.sync_file(p)
+    }
+
+    /// `set_len` to `len` bytes (validated by the caller), ordered with
+    /// everything buffered: growing extends the file with zeros now;
+    /// shrinking first waits for the in-flight writes (a round waiting for
+    /// its `fdatasync` included), cuts the file, then drops every buffered
+    /// and cached page past `len` and zeroes the buffered tail of the page
+    /// `len` falls in, so nothing past the new end is written afterwards.
+    /// With a doublewrite area a shrink first writes whole any page whose
+    /// earlier write failed, then makes the pages written in place durable
+    /// and empties the area.
+    ///
+    /// Errors: as `PagedCachedFile::set_len`.
+    pub(crate) fn set_len(&self, p: &Parts<'_>, len: u64) -> Result<()> {
+        let mut size = self.drain.lock();
+        if len >= p.length.get() {
+            self.make_room(p, &mut size, len, len, LengthRecord::Write)?;
+            return size.grow(p, len);
+        }
+        // A guard at or past the cut (even past the old end) would write
+        // there when dropped.
+        p.buffer.check_unguarded(len, u64::MAX - len)?;
+        // Memory for the zeroed tail first: past the ftruncate nothing
+        // may fail.
+        let tail_buf = if len.is_multiple_of(p.config.page_size as u64) {
+            None
+        } else {
+            Some(p.buffer.page_buf()?)
+        };
+        self.gens.wait_all_settled();
+        if let Some(area) = p.torn.area()
+            && area.has_failed()
+        {
+            // The cut empties the area, so a page a failed write may have
+            // torn must first be written whole: a flush retries it (its
+            // error is this call's, and nothing changed), then the cut
+            // starts again (no write is in flight and none can start while
+            // the drain lock is held, so the check above is final).
+            drop(size);
+            self.flush_now(p)?;
+            return self.set_len(p, len);
+        }
+        if let Some(area) = p.torn.area() {
+            // A record may hold pages past the cut, which recovery would
+            // write back after a later sync made the cut durable: make
+            // every page written in place durable, then empty the area.
+            self.sync_file(p)?;
+            area.clear()
+                .map_err(|e| Error::io("doublewrite area: empty", None, e))?;
+        }
+        // A length buffered past the window (no flush since) may put the cut
+        // inside the trailer: move the trailer past it first, so the cut
+        // takes all of it. No record of the shorter length: the cut
+        // removes the trailer, and a record that failed partway must not
+        // make a refused cut come back after a crash.
+        self.make_room(p, &mut size, 0, len, LengthRecord::Skip)?;
+        if let Some(filler) = &self.filler {
+            // No zero may be in flight past the cut (it would grow the
+            // file again).
+            filler.reset(len);
+        }
+        size.shrink(p, len)?;
+        // Pages wholly past `len` go; the one it falls in keeps its head.
+        // The read cache loses the cut pages before any stripe opens again:
+        // a write that merges into a page past the cut must not find its
+        // old bytes there and bring them back (stripe locks before cache
+        // locks, as in `WriteBuffer::merge`). Aligned or not, the first
+        // page touched is the one `len` falls in.
+        let first_gone = p.buffer.page_no(len);
+        p.buffer.cut(len, tail_buf, || {
+            p.cache.remove_where(|n| n >= first_gone, p.buffer.pool());
+            p.length.cut_to(len);
+        });
+        p.durability.step_unstaged();
+        if self.filler.is_some() {
+            // With grow-ahead the next extension may put a trailer below
+            // the old end: the cut must be durable first (the drain lock
+            // still held), or a crash could bring the old end back with trailer
+            // bytes inside the data.
+            self.sync_file(p)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the file's length from the OS and drops the read cache (a
+    /// refresh), with nothing buffered or in flight.
+    ///
+    /// Errors: [`Error::Buffered`] (nothing changed); `Error::Io` with op
+    /// "fstat".
+    pub(crate) fn refresh(&self, p: &Parts<'_>) -> Result<()> {
+        let mut size = self.drain.lock();
+        if size.in_window() {
+            return Err(Error::InvalidConfig(
+                "refresh: a grow-ahead window is in place (the file's size is not its length); \
+                 open without one to follow another writer"
+                    .into(),
+            ));
+        }
+        if !self.gens.is_empty() {
+            return Err(Error::Buffered {
+                bytes: p.buffer.buffered(),
+            });
+        }
+        p.buffer.with_nothing_buffered(|| {
+            let len = p.backend.len().map_err(|e| Error::io("fstat", None, e))?;
+            p.length.begin_cut();
+            p.cache.remove_where(|_| true, p.buffer.pool());
+            size.reset(len);
+            p.length.reset(len);
+            p.length.end_cut();
+            Ok(())
+        })
+    }
+}
