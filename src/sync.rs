@@ -18,8 +18,6 @@ pub(crate) use std::thread::{Builder as ThreadBuilder, JoinHandle};
 /// a page it holds a guard on is refused instead of waiting on itself).
 /// Kept per thread: `std::thread::current()` clones the thread's handle
 /// (an atomic count up and down) on every call.
-// 2.3% of scale's CPU samples at 8 committers with a guard per page;
-// kept per thread, 0.98x CPU per GB (scripts/ab-scale.sh, 7 rounds).
 #[cfg(not(feature = "shuttle"))]
 pub(crate) fn current_thread_id() -> ThreadId {
     std::thread_local! {
@@ -63,6 +61,39 @@ pub(crate) fn current_thread_id() -> ThreadId {
 }
 #[cfg(feature = "shuttle")]
 pub(crate) use shuttle::thread::ThreadId;
+
+/// Wakers taken out under a lock, to be woken once it is dropped (a woken
+/// thread's first step is usually to take that lock): fill it with
+/// [`push`](Self::push) under the lock, then [`wake`](Self::wake). The
+/// list is kept per thread, so a steady load allocates none.
+pub(crate) struct Woken(Vec<std::task::Waker>);
+
+std::thread_local! {
+    static WOKEN: std::cell::Cell<Vec<std::task::Waker>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl Woken {
+    /// An empty list (this thread's kept one).
+    pub(crate) fn new() -> Self {
+        Self(WOKEN.take())
+    }
+
+    pub(crate) fn push(&mut self, waker: std::task::Waker) {
+        self.0.push(waker);
+    }
+
+    /// Wakes every waker in the list (with no lock held).
+    pub(crate) fn wake(mut self) {
+        self.0.drain(..).for_each(std::task::Waker::wake);
+    }
+}
+
+impl Drop for Woken {
+    fn drop(&mut self) {
+        self.0.clear();
+        WOKEN.set(std::mem::take(&mut self.0));
+    }
+}
 
 /// A `Waker` that unparks the calling thread, and [`park`] to wait for
 /// it: how a thread blocks until the event it registered for (an

@@ -50,7 +50,7 @@ use super::config::{Counters, add, add_elapsed};
 use crate::backend::StorageBackend;
 use crate::error::{Error, Result};
 use crate::sync::{
-    AtomicBool, AtomicU64, Condvar, JoinHandle, Mutex, ThreadBuilder, park, thread_waker,
+    AtomicBool, AtomicU64, Condvar, JoinHandle, Mutex, ThreadBuilder, Woken, park, thread_waker,
 };
 
 /// Most `fdatasync`s of one file in flight at once (each on its own lane).
@@ -232,14 +232,14 @@ impl Durability {
         let mut st = self.syncs.lock();
         st.in_flight.retain(|s| s.id != id);
         st.free.push(lane);
-        match synced {
+        let woken = match synced {
             // A failure before this returned: Linux reports a writeback
             // error once per description, so this success vouches for
             // nothing the failed one lost.
-            Ok(()) if st.failure.is_some() => st.wake_all(),
+            Ok(()) if st.failure.is_some() => st.take_all(),
             Ok(()) => {
                 self.fsynced.fetch_max(covers, Ordering::AcqRel);
-                st.wake_covered(self.fsynced());
+                st.take_covered(self.fsynced())
             }
             Err(e) => {
                 self.poisoned.store(true, Ordering::Release);
@@ -250,9 +250,11 @@ impl Durability {
                         error: Error::io("fdatasync", None, e),
                     });
                 }
-                st.wake_all();
+                st.take_all()
             }
-        }
+        };
+        drop(st);
+        woken.wake();
     }
 
     /// What a commit waiting for `target` gets now, `None` while it must
@@ -300,29 +302,35 @@ impl Syncs {
         }
     }
 
-    /// Wakes the waiters `fsynced` covers, then one for each free lane of
-    /// those no `fdatasync` in flight covers: each issues the next for
-    /// everyone still waiting.
-    fn wake_covered(&mut self, fsynced: u64) {
+    /// The wakers of the waiters `fsynced` covers (dropped from the
+    /// list), then of one for each free lane of those no `fdatasync` in
+    /// flight covers: each issues the next for everyone still waiting.
+    /// Woken once the lock is dropped (a woken thread's first step is to
+    /// take it).
+    fn take_covered(&mut self, fsynced: u64) -> Woken {
+        let mut woken = Woken::new();
         self.waiters.retain(|w| {
             let covered = w.target <= fsynced;
             if covered {
-                w.waker.wake_by_ref();
+                woken.push(w.waker.clone());
             }
             !covered
         });
         let in_flight = &self.in_flight;
-        self.waiters
+        let next = self
+            .waiters
             .iter()
             .filter(|w| !in_flight.iter().any(|s| s.covers >= w.target))
-            .take(self.free.len())
-            .for_each(|w| w.waker.wake_by_ref());
+            .take(self.free.len());
+        next.for_each(|w| woken.push(w.waker.clone()));
+        woken
     }
 
-    fn wake_all(&mut self) {
-        for w in self.waiters.drain(..) {
-            w.waker.wake();
-        }
+    /// The wakers of every waiter, dropped from the list.
+    fn take_all(&mut self) -> Woken {
+        let mut woken = Woken::new();
+        self.waiters.drain(..).for_each(|w| woken.push(w.waker));
+        woken
     }
 }
 
@@ -467,18 +475,20 @@ impl Queue {
         }
     }
 
-    /// Wakes the waiters whose requests are resolved now and drops them
-    /// (a waker only unparks or schedules its task: woken under the lock,
-    /// so a steady load allocates no list of them).
-    fn wake_resolved(&mut self) {
+    /// Takes out the wakers of the waiters whose requests are resolved
+    /// now, to be woken once the lock is dropped (a woken thread's first
+    /// step is to take this lock).
+    fn take_resolved(&mut self) -> Woken {
         let (done, abandoned) = (self.done, self.abandoned);
+        let mut woken = Woken::new();
         self.waiters.retain(|(_, r, w)| {
             let resolved = *r <= done || abandoned;
             if resolved {
-                w.wake_by_ref();
+                woken.push(w.clone());
             }
             !resolved
         });
+        woken
     }
 }
 
@@ -530,10 +540,11 @@ impl Requests {
         let mut st = self.st.lock();
         st.writing = false;
         let taken = st.taken;
-        if let Some(w) = st.waiters.iter().find(|w| w.1 > taken) {
-            w.2.wake_by_ref();
-        }
+        let next = st.waiters.iter().find(|w| w.1 > taken).map(|w| w.2.clone());
         drop(st);
+        if let Some(w) = next {
+            w.wake();
+        }
         self.lead_cv.notify_one();
     }
 
@@ -542,7 +553,9 @@ impl Requests {
     pub(crate) fn resolve(&self, lo: u64, hi: u64, outcome: Result<()>) {
         let mut st = self.st.lock();
         st.finish(lo, hi, outcome);
-        st.wake_resolved();
+        let woken = st.take_resolved();
+        drop(st);
+        woken.wake();
     }
 
     /// Resolves every request no pass has taken with `error` (a `close`
@@ -556,7 +569,9 @@ impl Requests {
             st.whole = false;
             st.pages.clear();
             st.finish(lo, hi, Err(error.clone()));
-            st.wake_resolved();
+            let woken = st.take_resolved();
+            drop(st);
+            woken.wake();
         }
     }
 
@@ -595,7 +610,9 @@ impl Requests {
     pub(crate) fn abandon(&self) {
         let mut st = self.st.lock();
         st.abandoned = true;
-        st.wake_resolved();
+        let woken = st.take_resolved();
+        drop(st);
+        woken.wake();
     }
 
     /// Blocks until request `r` is resolved; its outcome.
