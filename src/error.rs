@@ -19,8 +19,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Returned by every component; a refusal changes nothing. `Clone`: the
 /// operating system's errors are shared (`Arc`), so one failure can be
-/// handed to every caller it concerns (the committers of a failed round,
-/// the tickets of a failed `fdatasync`).
+/// handed to every caller it concerns (the commits of a failed pass, the
+/// tickets of a failed `fdatasync`).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {

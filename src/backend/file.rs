@@ -361,15 +361,9 @@ impl FileBackend {
         }
     }
 
-    /// Writes all of `bufs` at `offset` (durably on return with `dsync`,
-    /// where [`sys::DSYNC_WRITES`]), in windows of at most
+    /// Writes all of `bufs` at `offset`, in windows of at most
     /// `max_write_bytes`.
-    fn pwritev_all(
-        &self,
-        mut offset: u64,
-        mut bufs: &mut [IoSlice<'_>],
-        dsync: bool,
-    ) -> io::Result<()> {
+    fn pwritev_all(&self, mut offset: u64, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         // Empty slices would make a window of zero bytes look like a
         // zero-byte write; drop them up front.
         IoSlice::advance_slices(&mut bufs, 0);
@@ -377,7 +371,7 @@ impl FileBackend {
             let n = window(bufs, self.max_write_bytes);
             let written = loop {
                 self.write_calls.fetch_add(1, Ordering::Relaxed);
-                match sys::write_gather_at(&self.file, &bufs[..n], offset, dsync) {
+                match sys::write_gather_at(&self.file, &bufs[..n], offset) {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     r => break r?,
                 }
@@ -495,17 +489,7 @@ impl StorageBackend for FileBackend {
     }
 
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.pwritev_all(offset, bufs, false)
-    }
-
-    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        if !sys::DSYNC_WRITES {
-            self.pwritev_all(offset, bufs, false)?;
-            return self.sync_data();
-        }
-        // Each call is durable on its own return, so a write split at a
-        // window or a short write is durable once the loop ends.
-        self.pwritev_all(offset, bufs, true)
+        self.pwritev_all(offset, bufs)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -568,13 +552,13 @@ impl StorageBackend for FileBackend {
         self.atomic
     }
 
-    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
+    fn write_atomic_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         if self.atomic.is_none() {
             return Err(io::ErrorKind::Unsupported.into());
         }
         loop {
             self.write_calls.fetch_add(1, Ordering::Relaxed);
-            match sys::write_atomic_at(&self.file, buf, offset, dsync) {
+            match sys::write_atomic_at(&self.file, buf, offset) {
                 Ok(n) if n == buf.len() => return Ok(()),
                 Ok(n) => {
                     return Err(io::Error::new(

@@ -99,21 +99,6 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
-    /// Writes like [`write_vectored_all_at`](Self::write_vectored_all_at),
-    /// and returns only once those bytes, and the metadata needed to read
-    /// them back, are durable: `O_DSYNC` semantics for this one call. An
-    /// error means the bytes may or may not have reached the device; the
-    /// caller writes them again.
-    ///
-    /// The default writes, then calls [`sync_data`](Self::sync_data).
-    /// [`FileBackend`](crate::FileBackend) overrides it with `pwritev2(RWF_DSYNC)` on Linux:
-    /// one system call, and a FUA write instead of a cache flush where the
-    /// device and file system allow it.
-    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.write_vectored_all_at(offset, bufs)?;
-        self.sync_data()
-    }
-
     /// Reserves blocks for `len` bytes at `offset` and extends the file to
     /// cover them (`fallocate` mode 0); existing data is kept, new bytes
     /// read as zeros. Default: `Unsupported`, which callers treat as "not
@@ -206,7 +191,7 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     }
 
     /// Writes `buf` at `offset` as one atomic write (`pwritev2` with
-    /// `RWF_ATOMIC`, and `RWF_DSYNC` too if `dsync`): after a power cut the
+    /// `RWF_ATOMIC`): after a power cut the
     /// device holds all of it or none of it. `buf` is one memory segment;
     /// its length and `offset` must fit [`atomic_write_unit`](Self::atomic_write_unit).
     ///
@@ -214,8 +199,8 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// writes; `InvalidInput` (`EINVAL`) for a size or offset the unit does
     /// not take; a short write is an error (`WriteZero`), never continued:
     /// the rest would not be atomic with it. The caller writes it again.
-    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
-        let _ = (offset, buf, dsync);
+    fn write_atomic_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        let _ = (offset, buf);
         Err(io::ErrorKind::Unsupported.into())
     }
 
@@ -255,9 +240,6 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         (**self).write_vectored_all_at(offset, bufs)
     }
-    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        (**self).write_vectored_all_at_dsync(offset, bufs)
-    }
     fn sync_data(&self) -> io::Result<()> {
         (**self).sync_data()
     }
@@ -285,8 +267,8 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     fn atomic_write_unit(&self) -> Option<AtomicUnit> {
         (**self).atomic_write_unit()
     }
-    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
-        (**self).write_atomic_at(offset, buf, dsync)
+    fn write_atomic_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        (**self).write_atomic_at(offset, buf)
     }
     #[cfg(feature = "testing")]
     fn uring_fault(&self, offset: u64, len: usize) -> Option<UringFault> {

@@ -188,8 +188,8 @@ impl Batch {
     /// before the generation counts as written: a flush that drained after
     /// this batch, without these pages, finds the record once it waited
     /// for this generation and drains again, so it never tells a caller who
-    /// wrote them Ok (a round that trusted its first drain could: found by
-    /// the shuttle model check,
+    /// wrote them Ok (a flush that trusted its first drain could: the
+    /// shuttle model check's
     /// `an_ok_sync_covers_pages_an_earlier_round_failed_to_write`).
     pub(crate) fn requeue(&mut self, p: &Parts<'_>) {
         if self.failed.is_empty() {

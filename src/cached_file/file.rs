@@ -209,8 +209,7 @@ impl PagedCachedFile {
     /// a trailer holding its length, and is cut to that length there (an
     /// `ftruncate` and an `fdatasync`; a read-only open only takes the
     /// length), whatever this open's configuration. Errors: `Error::Io`
-    /// with op "grow-ahead recovery". A writable open then asks the
-    /// backend for the file's unwritten ranges
+    /// with op "grow-ahead recovery".
     ///
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
@@ -829,7 +828,7 @@ impl PagedCachedFile {
 
     /// Sets the logical length to `len` bytes, ordered with everything
     /// buffered: growing extends the file with zeros now; shrinking first
-    /// waits for the in-flight writes (a round waiting for its `fdatasync`
+    /// waits for the in-flight writes (a pass waiting for its `fdatasync`
     /// included), cuts the file, then drops every buffered and cached page
     /// past `len` and zeroes the buffered tail of the page `len` falls in,
     /// so nothing past the new end is written afterwards. [`len`](Self::len)
@@ -907,7 +906,7 @@ impl PagedCachedFile {
     }
 
     /// Backpressure before a write (see `WriteBuffer::wait_for_room`): a
-    /// full buffer is flushed here, or the call waits for a round to
+    /// full buffer is flushed here, or the call waits for a pass to
     /// settle.
     fn wait_for_room(&self) -> Result<()> {
         self.core.buffer.wait_for_room(

@@ -313,7 +313,7 @@ impl<T> Generations<T> {
         lower();
     }
 
-    /// Waits until no generation is in flight (a round waiting for its
+    /// Waits until no generation is in flight (a pass waiting for its
     /// `fdatasync` included).
     pub(crate) fn wait_all_settled(&self) {
         let mut g = self.state.lock();

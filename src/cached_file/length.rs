@@ -8,8 +8,7 @@
 //! there; a lock taken only while there is one). Calls: nothing.
 //! Invariants:
 //! - the logical length only grows under a stripe lock of the write buffer
-//!   (an insert) or with the drain lock held (`set_len`, a write through
-//!   past the end once it completed); it is lowered only
+//!   (an insert) or with the drain lock held (`set_len`); it is lowered only
 //!   with the drain lock and every stripe lock held, so no page can be left
 //!   buffered past it;
 //! - the disk length grows as writes complete, `fallocate`s and

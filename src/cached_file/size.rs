@@ -165,8 +165,7 @@ impl FileSize {
     }
 
     /// `set_len` growing the file to `len` bytes: extends it with zeros
-    /// now (past a grow-ahead window, with `ftruncate`: a hole, whose
-    /// whole pages join the unwritten pages); every length follows, and
+    /// now (past a grow-ahead window, with `ftruncate`: a hole); every length follows, and
     /// the step is one only an `fdatasync` covers.
     ///
     /// Errors: `Error::Io` with op "ftruncate" (nothing changed).
@@ -370,7 +369,7 @@ impl FlushPipeline {
         if w.unconfirmed() {
             // The last extension's `fdatasync` failed (the mark is set only
             // across that sync, under this lock), so the file is poisoned
-            // and its new end and trailer may not be durable: a round
+            // and its new end and trailer may not be durable: a pass
             // already on its way writes nothing more. Data past the old
             // space could leave a crash a file longer than the old window
             // with the old trailer inside its data and none at its end; a
@@ -498,7 +497,7 @@ impl FlushPipeline {
 
     /// `set_len` to `len` bytes (validated by the caller), ordered with
     /// everything buffered: growing extends the file with zeros now;
-    /// shrinking first waits for the in-flight writes (a round waiting for
+    /// shrinking first waits for the in-flight writes (a pass waiting for
     /// its `fdatasync` included), cuts the file, then drops every buffered
     /// and cached page past `len` and zeroes the buffered tail of the page
     /// `len` falls in, so nothing past the new end is written afterwards.

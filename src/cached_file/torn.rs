@@ -37,7 +37,7 @@
 //! whole and its `seq` is the last one's plus one, never reaches them.
 //!
 //! A commit whose pages are all in durable records needs no `fdatasync` of
-//! the file: the area holds them, so a commit round skips it when every
+//! the file: the area holds them, so a commit's pass skips it when every
 //! change to the file since the last `fdatasync` was a staged batch (or
 //! the length its record carries). The file is synced when the area grows
 //! past [`CHECKPOINT_BYTES`] (then the area starts over), at `close`, and
@@ -139,7 +139,6 @@ struct AreaState {
 /// durable (an `fdatasync` of the file), so the area starts over and its
 /// next records overwrite blocks already allocated (an `fdatasync` of a
 /// growing area also commits its new size and blocks).
-// 16 MiB measured 1.11-1.54x the commits/s of 256 MiB (.project/torn-writes.md).
 pub(crate) const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 impl Area {
@@ -619,7 +618,6 @@ fn atomic_fit(backend: &dyn StorageBackend, config: &Config) -> std::result::Res
 /// the device does them itself (its atomic unit holds a page). Atomic
 /// writes a file system emulates (XFS writing out of place and remapping)
 /// cost more than the doublewrite area's copy.
-// Measured in .project/torn-writes.md.
 fn auto_atomic(backend: &dyn StorageBackend, config: &Config) -> std::result::Result<(), String> {
     atomic_fit(backend, config)?;
     let unit = backend.atomic_write_unit().expect("checked by atomic_fit");

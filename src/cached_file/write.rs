@@ -365,9 +365,9 @@ fn write_atomic(
     for (i, run) in runs.iter().enumerate() {
         let pages = &entries[run.entries()];
         let r = match pages {
-            [(_, page)] => backend.write_atomic_at(run.offset, page, false),
+            [(_, page)] => backend.write_atomic_at(run.offset, page),
             _ => match scratch.gather(pages, run.len) {
-                Some(b) => backend.write_atomic_at(run.offset, b, false),
+                Some(b) => backend.write_atomic_at(run.offset, b),
                 None => Err(std::io::ErrorKind::OutOfMemory.into()),
             },
         };

@@ -75,8 +75,8 @@ pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
 
 /// Fewest and most emptied maps a stripe keeps for its next drains
 /// (`Stripe::spare`): as many as generations have been in flight at once
-/// (each holds a map: rounds being written, syncing and settling, or one
-/// per committer writing its own), within these bounds.
+/// (each holds a map: passes being written, syncing and settling), within
+/// these bounds.
 const SPARE_MAPS: std::ops::RangeInclusive<usize> = 4..=64;
 
 /// Largest capacity (pages) of a map kept as a spare: one grown by a bulk
@@ -115,9 +115,8 @@ pub(crate) struct Stripe {
     /// stripe is in flight any more.
     discarded: Vec<u64>,
     /// What each flush in progress drained from this stripe, oldest first,
-    /// until its writes (and for a commit round, its fdatasync) completed.
-    /// At most a few: the generations being written
-    /// (`Config::rounds_in_flight`), a few waiting to sync or syncing.
+    /// until its writes (and for a commit, its fdatasync) completed. At
+    /// most a few: the one being written, a few waiting to sync or syncing.
     flushing: Vec<InFlight>,
     /// Emptied maps of retired generations, each with its one `Arc` and
     /// its capacity: the next drain swaps one in for `dirty`, so a steady
@@ -310,7 +309,7 @@ impl WriteBuffer {
     /// Backpressure: while the buffer is at or over its bound, `flush`
     /// (which writes what is dirty, or waits for the running flush, and
     /// says whether anything was written); if nothing was left to flush,
-    /// the bytes are in flight in commit rounds waiting for their
+    /// the bytes are in flight in commits waiting for their
     /// `fdatasync`: wait until one settles. `check` refuses a file that
     /// takes no writes. Called before a writer's pages exist, so a writer
     /// holding a guard never waits on memory its own guard holds; the
@@ -353,7 +352,7 @@ impl WriteBuffer {
                     // it, so this cannot miss one (a settle between the
                     // flush finding nothing and this check would otherwise
                     // go unseen). The timeout only bounds a wait on a
-                    // round whose fdatasync hangs.
+                    // pass whose fdatasync hangs.
                     self.room_freed
                         .wait_for(&mut room, std::time::Duration::from_millis(100));
                 }

@@ -154,9 +154,9 @@ impl<B: StorageBackend> FaultyBackend<B> {
             .unwrap_or(WriteFault::Pass)
     }
 
-    fn write_vectored(&self, offset: u64, bufs: &mut [IoSlice<'_>], dsync: bool) -> io::Result<()> {
+    fn write_vectored(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         match self.next_write_fault() {
-            WriteFault::Pass => self.pass(offset, bufs, dsync),
+            WriteFault::Pass => self.inner.write_vectored_all_at(offset, bufs),
             WriteFault::Errno(code) => Err(io::Error::from_raw_os_error(code)),
             WriteFault::TornThenEio(n) => {
                 let mut left = n;
@@ -186,28 +186,10 @@ impl<B: StorageBackend> FaultyBackend<B> {
                     left -= k;
                 }
                 let written: usize = head.iter().map(|b| b.len()).sum();
-                self.pass(offset, &mut head, dsync)?;
-                self.pass(offset + written as u64, &mut tail, dsync)
+                self.inner.write_vectored_all_at(offset, &mut head)?;
+                self.inner
+                    .write_vectored_all_at(offset + written as u64, &mut tail)
             }
-        }
-    }
-
-    /// One write that reached the backend: with `dsync`, durable unless the
-    /// sync schedule fails it (the bytes are written all the same).
-    fn pass(&self, offset: u64, bufs: &mut [IoSlice<'_>], dsync: bool) -> io::Result<()> {
-        if !dsync {
-            return self.inner.write_vectored_all_at(offset, bufs);
-        }
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        // The fault is taken first: the queue's lock is not held over the
-        // inner call (another lane's sync may run meanwhile).
-        let fault = self.sync_faults.lock().pop_front().flatten();
-        match fault {
-            Some(code) => {
-                self.inner.write_vectored_all_at(offset, bufs)?;
-                Err(io::Error::from_raw_os_error(code))
-            }
-            None => self.inner.write_vectored_all_at_dsync(offset, bufs),
         }
     }
 }
@@ -243,12 +225,7 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
     }
 
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.write_vectored(offset, bufs, false)
-    }
-    /// Takes a write fault for the write, then a sync fault for the sync:
-    /// a sync fault leaves the bytes written but not durable.
-    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        self.write_vectored(offset, bufs, true)
+        self.write_vectored(offset, bufs)
     }
     fn uring_fault(&self, _offset: u64, _len: usize) -> Option<UringFault> {
         match self.next_write_fault() {
@@ -271,28 +248,14 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
 
     /// Takes a write fault: `Errno` and `TornThenEio` fail with nothing
     /// written (an atomic write is never torn), `Short` passes whole (an
-    /// atomic write is never short); with `dsync`, a sync fault leaves the
-    /// bytes written but not durable.
-    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
+    /// atomic write is never short).
+    fn write_atomic_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         match self.next_write_fault() {
             WriteFault::Errno(code) => return Err(io::Error::from_raw_os_error(code)),
             WriteFault::TornThenEio(_) => return Err(io::Error::from_raw_os_error(libc::EIO)),
             WriteFault::Pass | WriteFault::Short(_) => {}
         }
-        if !dsync {
-            return self.inner.write_atomic_at(offset, buf, false);
-        }
-        self.syncs.fetch_add(1, Ordering::Relaxed);
-        // The fault is taken first: the queue's lock is not held over the
-        // inner call (another lane's sync may run meanwhile).
-        let fault = self.sync_faults.lock().pop_front().flatten();
-        match fault {
-            Some(code) => {
-                self.inner.write_atomic_at(offset, buf, false)?;
-                Err(io::Error::from_raw_os_error(code))
-            }
-            None => self.inner.write_atomic_at(offset, buf, true),
-        }
+        self.inner.write_atomic_at(offset, buf)
     }
 
     fn max_file_size(&self) -> Option<u64> {
@@ -461,41 +424,6 @@ fn apply(image: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
     image[start..end].copy_from_slice(bytes);
 }
 
-/// Drops `[offset, offset + len)` from the unsynced writes in `log`: once a
-/// later write of those bytes is durable, no power cut can bring an earlier
-/// one back (the page cache and the device both hold the later bytes, and
-/// writes to one block do not pass each other once completed). Bytes of an
-/// earlier write outside the range stay unsynced.
-fn supersede(log: &mut Vec<Logged>, offset: u64, len: usize) {
-    let (start, end) = (offset, offset + len as u64);
-    let mut kept = Vec::with_capacity(log.len());
-    for w in log.drain(..) {
-        let (at, bytes) = (w.offset, &w.bytes);
-        let w_end = at + bytes.len() as u64;
-        if w_end <= start || at >= end {
-            kept.push(w);
-            continue;
-        }
-        if at < start {
-            kept.push(Logged {
-                offset: at,
-                bytes: bytes[..(start - at) as usize].to_vec(),
-                atomic: w.atomic,
-                cut: w.cut,
-            });
-        }
-        if w_end > end {
-            kept.push(Logged {
-                offset: end,
-                bytes: bytes[(end - at) as usize..].to_vec(),
-                atomic: w.atomic,
-                cut: w.cut,
-            });
-        }
-    }
-    *log = kept;
-}
-
 impl Default for CrashBackend {
     fn default() -> Self {
         Self::new()
@@ -539,8 +467,7 @@ impl CrashBackend {
     /// Takes `seeds` crash images ([`crash_image`](Self::crash_image)
     /// with seeds `0..seeds`) at the start of every `sync_data` and
     /// `sync_data_on` from now on, before its effect (a failing one
-    /// included; not at a durable write,
-    /// [`write_vectored_all_at_dsync`](StorageBackend::write_vectored_all_at_dsync)):
+    /// included):
     /// the power cuts that land while an `fdatasync` is in flight, such
     /// as the one that makes a just-written grow-ahead trailer durable.
     /// [`take_images`](Self::take_images) hands them over.
@@ -689,16 +616,11 @@ impl StorageBackend for CrashBackend {
         self.state.lock().atomic
     }
     /// Refuses what the kernel refuses (`EINVAL`: no unit, or a size or
-    /// offset that does not fit it); a durable one (`dsync`) is made
-    /// durable as in [`write_vectored_all_at_dsync`](Self::write_vectored_all_at_dsync).
-    fn write_atomic_at(&self, offset: u64, buf: &[u8], dsync: bool) -> io::Result<()> {
+    /// offset that does not fit it).
+    fn write_atomic_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
         let mut st = self.state.lock();
         if !st.atomic.is_some_and(|u| u.fits(offset, buf.len())) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        if dsync {
-            drop(st);
-            return self.write_vectored_all_at_dsync(offset, &mut [IoSlice::new(buf)]);
         }
         st.atomic_writes += 1;
         let id = st.atomic_writes;
@@ -709,36 +631,6 @@ impl StorageBackend for CrashBackend {
             atomic: Some(id),
             cut: false,
         });
-        Ok(())
-    }
-    /// `O_DSYNC` for this write alone: its bytes, and the length that
-    /// covers them, become durable; earlier unsynced writes stay unsynced
-    /// (so a caller that counts on this write to sync them is caught),
-    /// except for the bytes this write replaced, which no crash brings
-    /// back. A scheduled sync failure leaves the bytes written, not
-    /// durable, and counts as a writeback error that this call reports on
-    /// lane 0 (the writing descriptor) and every other lane at its next
-    /// sync.
-    fn write_vectored_all_at_dsync(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
-        let bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-        let mut st = self.state.lock();
-        apply(&mut st.live, offset, &bytes);
-        if st.sync_faults.pop_front().unwrap_or(false) {
-            st.errors += 1;
-            st.seen[0] = st.errors;
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        // The length change this write depends on is made durable with
-        // it: a cut before it first.
-        if let Some(cut) = st.cut_to.take() {
-            st.durable.truncate(cut);
-        }
-        apply(&mut st.durable, offset, &bytes);
-        supersede(&mut st.log, offset, bytes.len());
-        if st.seen[0] < st.errors {
-            st.seen[0] = st.errors;
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
         Ok(())
     }
     fn sync_lanes(&self) -> usize {
@@ -809,28 +701,6 @@ impl CrashBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// An unsynced write, then a durable write over part of it: every crash
-    /// image holds the durable bytes where they overlap, and the earlier
-    /// write's other bytes stay unsynced (some images hold them, some not).
-    #[test]
-    fn dsync_write_supersedes_the_unsynced_bytes_it_covers() {
-        let be = CrashBackend::new();
-        be.write_all_at(0, &[1u8; 2048]).unwrap();
-        let mut bufs = [IoSlice::new(&[2u8; 512])];
-        be.write_vectored_all_at_dsync(512, &mut bufs).unwrap();
-        let (mut old_tail_kept, mut old_tail_lost) = (false, false);
-        for seed in 0..64 {
-            let image = be.crash_image(seed);
-            assert_eq!(&image[512..1024], &[2u8; 512][..], "seed {seed}");
-            match image.get(1024) {
-                Some(1) => old_tail_kept = true,
-                _ => old_tail_lost = true,
-            }
-        }
-        assert!(old_tail_kept && old_tail_lost);
-        assert_eq!(&be.durable_image()[512..1024], &[2u8; 512][..]);
-    }
 
     /// One thread writes and syncs a version to `a`, then to `b`, over and
     /// over, so at every instant `a` is at least as new as `b`, in any

@@ -295,8 +295,7 @@ impl SlotRing {
                 builder.setup_iopoll();
             }
             if lean {
-                // DEFER_TASKRUN was tried too: no better on 128 KiB reads
-                // (noisy A/B, `.project/io-worker.md`).
+                // DEFER_TASKRUN was tried too: no better on 128 KiB reads.
                 builder.setup_coop_taskrun().setup_single_issuer();
             }
             builder.build(opts.queue_depth)

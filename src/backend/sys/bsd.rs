@@ -27,8 +27,6 @@ pub(crate) const DIRECT_IO: Option<&str> = Some("O_DIRECT");
 pub(crate) const DIRECT_IO: Option<&str> = None;
 
 pub(crate) const ATOMIC_WRITES: bool = false;
-/// No `pwritev2`: a durable write is a write, then the durable sync.
-pub(crate) const DSYNC_WRITES: bool = false;
 
 /// Direct I/O asked at open: `O_DIRECT` on FreeBSD; on Apple targets
 /// nothing here (`F_NOCACHE` is set after the open).
@@ -115,24 +113,12 @@ pub(crate) fn punch_hole(_file: &File, _offset: u64, _len: u64) -> io::Result<()
 }
 
 /// One `pwritev` of a prefix of `bufs` at `offset`; the bytes written.
-/// `dsync` is never asked here ([`DSYNC_WRITES`] is false).
-pub(crate) fn write_gather_at(
-    file: &File,
-    bufs: &[IoSlice<'_>],
-    offset: u64,
-    dsync: bool,
-) -> io::Result<usize> {
-    debug_assert!(!dsync, "no pwritev2 here");
+pub(crate) fn write_gather_at(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
     super::unix::pwritev(file, bufs, offset)
 }
 
 /// `Unsupported`: no atomic writes here.
-pub(crate) fn write_atomic_at(
-    _file: &File,
-    _buf: &[u8],
-    _offset: u64,
-    _dsync: bool,
-) -> io::Result<usize> {
+pub(crate) fn write_atomic_at(_file: &File, _buf: &[u8], _offset: u64) -> io::Result<usize> {
     Err(io::ErrorKind::Unsupported.into())
 }
 

@@ -1,5 +1,5 @@
-//! Linux: `O_DIRECT` with `statx` alignment, `pwritev2` (`RWF_DSYNC`,
-//! `RWF_ATOMIC`), `fallocate`, sync lanes reopened through `/proc/self/fd`,
+//! Linux: `O_DIRECT` with `statx` alignment, `pwritev2(RWF_ATOMIC)`,
+//! `fallocate`, sync lanes reopened through `/proc/self/fd`,
 //! the file system's largest file length and the block queue's sysfs
 //! attributes.
 
@@ -11,7 +11,6 @@ use std::os::unix::fs::OpenOptionsExt;
 /// For the io_uring WRITEV path (`ring`).
 #[cfg(feature = "io-uring")]
 pub(crate) use super::unix::joined_iovecs;
-use super::unix::{MERGED_IOVECS, merge_adjacent};
 pub(crate) use super::unix::{
     file_identity, free_space, free_space_of, preadv as read_scatter_at, read_at, sync_dir,
     write_at,
@@ -22,8 +21,6 @@ pub(crate) const VECTORED_WRITE: &str = "pwritev";
 pub(crate) const SYNC: &str = "fdatasync";
 pub(crate) const DIRECT_IO: Option<&str> = Some("O_DIRECT");
 pub(crate) const ATOMIC_WRITES: bool = true;
-/// `pwritev2(RWF_DSYNC)`: a write durable on return, in one call.
-pub(crate) const DSYNC_WRITES: bool = true;
 
 /// Asks the open for direct I/O: `O_DIRECT`.
 pub(crate) fn open_direct(o: &mut std::fs::OpenOptions) {
@@ -180,39 +177,18 @@ fn fallocate_mode(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::
     }
 }
 
-/// One `pwritev` (or `pwritev2(RWF_DSYNC)` when `dsync`) of a prefix of
-/// `bufs` at `offset`; the bytes written.
-pub(crate) fn write_gather_at(
-    file: &File,
-    bufs: &[IoSlice<'_>],
-    offset: u64,
-    dsync: bool,
-) -> io::Result<usize> {
-    if !dsync {
-        return super::unix::pwritev(file, bufs, offset);
-    }
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; MERGED_IOVECS];
-    let n = merge_adjacent(bufs, &mut iov);
-    pwritev2(file, &iov[..n], offset, libc::RWF_DSYNC)
+/// One `pwritev` of a prefix of `bufs` at `offset`; the bytes written.
+pub(crate) fn write_gather_at(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+    super::unix::pwritev(file, bufs, offset)
 }
 
-/// One `pwritev2(RWF_ATOMIC)` (and `RWF_DSYNC` if `dsync`) of `buf` at
-/// `offset`; the bytes written.
-pub(crate) fn write_atomic_at(
-    file: &File,
-    buf: &[u8],
-    offset: u64,
-    dsync: bool,
-) -> io::Result<usize> {
+/// One `pwritev2(RWF_ATOMIC)` of `buf` at `offset`; the bytes written.
+pub(crate) fn write_atomic_at(file: &File, buf: &[u8], offset: u64) -> io::Result<usize> {
     let iov = [libc::iovec {
         iov_base: buf.as_ptr().cast_mut().cast(),
         iov_len: buf.len(),
     }];
-    let flags = libc::RWF_ATOMIC | if dsync { libc::RWF_DSYNC } else { 0 };
-    pwritev2(file, &iov, offset, flags)
+    pwritev2(file, &iov, offset, libc::RWF_ATOMIC)
 }
 
 /// `pwritev2(fd, iov, off, flags)`.

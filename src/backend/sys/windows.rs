@@ -23,9 +23,6 @@ pub(crate) const VECTORED_WRITE: &str = "WriteFile per run";
 pub(crate) const SYNC: &str = "FlushFileBuffers";
 pub(crate) const DIRECT_IO: Option<&str> = Some("FILE_FLAG_NO_BUFFERING");
 pub(crate) const ATOMIC_WRITES: bool = false;
-/// No write-through per call here: a durable write is a write, then
-/// `FlushFileBuffers`.
-pub(crate) const DSYNC_WRITES: bool = false;
 
 /// Asks the open for unbuffered I/O: `FILE_FLAG_NO_BUFFERING`.
 pub(crate) fn open_direct(o: &mut std::fs::OpenOptions) {
@@ -100,15 +97,8 @@ thread_local! {
 /// One `WriteFile` at `offset` of `bufs`: a single slice as it is, several
 /// gathered into one buffer first (aligned to 4096, for unbuffered
 /// handles; pages adjacent in memory are copied too, since no Rust slice
-/// may span two of them). The bytes
-/// written. `dsync` is never asked here ([`DSYNC_WRITES`] is false).
-pub(crate) fn write_gather_at(
-    file: &File,
-    bufs: &[IoSlice<'_>],
-    offset: u64,
-    dsync: bool,
-) -> io::Result<usize> {
-    debug_assert!(!dsync, "no write-through writes here");
+/// may span two of them). The bytes written.
+pub(crate) fn write_gather_at(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
     let mut nonempty = bufs.iter().filter(|b| !b.is_empty());
     let Some(first) = nonempty.next() else {
         return Ok(0);
@@ -138,12 +128,7 @@ pub(crate) fn write_gather_at(
 }
 
 /// `Unsupported`: no atomic writes here.
-pub(crate) fn write_atomic_at(
-    _file: &File,
-    _buf: &[u8],
-    _offset: u64,
-    _dsync: bool,
-) -> io::Result<usize> {
+pub(crate) fn write_atomic_at(_file: &File, _buf: &[u8], _offset: u64) -> io::Result<usize> {
     Err(io::ErrorKind::Unsupported.into())
 }
 
