@@ -84,6 +84,7 @@ pub mod coalesce;
 #[cfg(not(any(test, feature = "testing")))]
 mod coalesce;
 pub mod error;
+mod format;
 pub(crate) mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -91,9 +92,10 @@ pub mod testing;
 pub use backend::{DirectIo, FileBackend, FlushEngine, MemoryBackend, OpenOptions, StorageBackend};
 pub use cached_file::{
     CommitTicket, Config, GrowAhead, IoMode, MAX_GROW_WINDOW, MAX_PAGE_SIZE, PageRef,
-    PagedCachedFile, Recovery, Stats, TornWrites, WritablePage, Writer,
+    PagedCachedFile, Stats, TornWrites, WritablePage, Writer,
 };
 pub use error::{Error, Result};
+pub use format::doublewrite::Recovery;
 
 /// The README's code blocks, run as doctests.
 #[cfg(doctest)]

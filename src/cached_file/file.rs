@@ -16,12 +16,13 @@ use super::grow;
 use super::length::Length;
 use super::lifecycle::{Access, Lifecycle, LockHeld};
 use super::read::{self, Parts, ReadCache};
-use super::torn::{self, Recovery, TornProtection};
+use super::torn::{self, TornProtection};
 use super::write::Writers;
 use super::write_buffer::{GuardParts, PageRef, PartialPage, WritablePage, WriteBuffer};
 use crate::backend::{DirectIo, FileBackend, OpenOptions, StorageBackend, open_with_options};
 use crate::buffer::{AlignedBuf, UniqueBuf};
 use crate::error::{Error, Result};
+use crate::format::doublewrite::Recovery;
 
 /// A file of fixed-size pages with a bounded, striped write buffer.
 ///
@@ -236,7 +237,7 @@ impl PagedCachedFile {
         let (torn_writes, torn_writes_why) = torn::resolve_torn(&backend, &config, area.is_some())?;
         // Whatever this open's configuration, a window a crash left (or a
         // drop without close) is cut off now.
-        let grown = grow::recover(&backend, read_only, config.page_align())
+        let grown = crate::format::trailer::recover(&backend, read_only, config.page_align())
             .map_err(|e| Error::io("grow-ahead recovery", None, e))?;
         let (area, recovery) = torn::recover_area(&backend, area, torn_writes, &config, read_only)?;
         let atomic = torn_writes == TornWrites::Atomic;

@@ -87,8 +87,7 @@ pub use commit::Writer;
 pub use config::{Config, GrowAhead, IoMode, MAX_GROW_WINDOW, MAX_PAGE_SIZE, Stats, TornWrites};
 pub use durability::CommitTicket;
 pub use file::PagedCachedFile;
-pub use torn::Recovery;
 pub use write_buffer::{PageRef, WritablePage};
 
 #[cfg(feature = "testing")]
-pub(crate) use grow::MAGIC as GROW_TRAILER_MAGIC;
+pub(crate) use crate::format::trailer::MAGIC as GROW_TRAILER_MAGIC;

@@ -1,15 +1,12 @@
-//! The write buffer: dirty pages and the pages in flight, in lock
-//! stripes; the page pool; the bound on buffered bytes and the writers
-//! waiting for room; and the page latches of live guards
-//! ([`WritablePage`]). Also the page types ([`PageRef`], `PageMap`).
+//! The write buffer: dirty and in-flight pages in lock stripes, the page
+//! pool, the bound on buffered bytes (and the writers waiting for room),
+//! and the page latches of live guards ([`WritablePage`]).
 //!
-//! Owns: the stripes (each its own lock, with a condvar for its guard
-//! waiters), the pool, `buffered` (dirty plus in-flight bytes), `guards`
-//! (live guards) and the room counter (a lock and a condvar). Calls: the
-//! lengths ([`Length::grow`], under a stripe lock); a partial write's
-//! look into the read cache is a closure it is handed (under a stripe
-//! lock: stripe before cache stripe). No I/O happens in here but the one
-//! disk read of a partial write, made with no lock held.
+//! Owns: the stripes (each a lock, with a condvar for its guard waiters),
+//! the pool, `buffered` (dirty plus in-flight bytes), `guards` and the
+//! room counter (a lock and a condvar). Calls: [`Length::grow`] under a
+//! stripe lock, and a closure into the read cache (stripe before cache
+//! stripe). The only I/O is a partial write's disk read, with no lock held.
 //!
 //! Invariants:
 //! - page `n` lives in stripe `n & (stripes - 1)`; its newest version is
@@ -49,8 +46,7 @@ use crate::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, ThreadId, current_thr
 /// `[u8]`.
 pub type PageRef = Arc<AlignedBuf>;
 
-/// Hash for page numbers: Fibonacci multiply, enough for keys that are
-/// dense integers (SipHash costs more than it buys here).
+/// Hash for page numbers: a Fibonacci multiply (keys are dense integers).
 #[derive(Default)]
 pub(crate) struct PageHasher(u64);
 
@@ -69,22 +65,18 @@ impl Hasher for PageHasher {
     }
 }
 
-/// Page number -> page: a stripe's dirty pages, a generation's pages in
-/// flight.
+/// Page number -> page.
 pub(crate) type PageMap = HashMap<u64, PageRef, BuildHasherDefault<PageHasher>>;
 
-/// Fewest and most emptied maps a stripe keeps for its next drains
-/// (`Stripe::spare`): as many as generations have been in flight at once
-/// (each holds a map: passes being written, syncing and settling), within
-/// these bounds.
+/// Fewest and most emptied maps a stripe keeps for its next drains: as
+/// many as generations have been in flight at once, within these bounds.
 const SPARE_MAPS: std::ops::RangeInclusive<usize> = 4..=64;
 
-/// Largest capacity (pages) of a map kept as a spare: one grown by a bulk
-/// flush is dropped, so the maps that go round stay small to iterate.
+/// Largest capacity (pages) of a map kept as a spare (a bulk flush's is
+/// dropped, so the maps that go round stay small to iterate).
 pub(crate) const SPARE_MAP_MAX: usize = 1024;
 
-/// What one stripe's in-flight generation holds: the pages it drained from
-/// the stripe and the generation's number. Derefs to the pages.
+/// One stripe's pages of an in-flight generation. Derefs to the pages.
 pub(crate) struct InFlight {
     /// Generation number (drain order).
     generation: u64,
@@ -103,24 +95,20 @@ impl std::ops::Deref for InFlight {
 pub(crate) struct Stripe {
     /// Newest versions written since the last drain.
     dirty: PageMap,
-    /// Bumped on every change to `dirty` or to the disk bytes of a page of
-    /// this stripe (`set_len`); a partial write that read a page from disk
-    /// without the lock inserts its merge only if this has not moved.
+    /// Bumped on every change to `dirty` or to a page's disk bytes
+    /// (`set_len`): a partial write that read a page without the lock
+    /// inserts its merge only if this has not moved.
     seq: u64,
-    /// Pages under a live guard, with the thread that took the guard
-    /// (few; usually none).
+    /// Pages under a live guard, with the guard's thread.
     guarded: Vec<(u64, ThreadId)>,
-    /// Pages discarded while a version of them was in flight: if that
-    /// write fails, the page is not put back. Cleared when nothing of this
-    /// stripe is in flight any more.
+    /// Pages discarded while in flight: a failed write does not put them
+    /// back. Cleared when nothing of this stripe is in flight.
     discarded: Vec<u64>,
     /// What each flush in progress drained from this stripe, oldest first,
-    /// until its writes (and for a commit, its fdatasync) completed. At
-    /// most a few: the one being written, a few waiting to sync or syncing.
+    /// until its writes (and for a commit, its fdatasync) completed.
     flushing: Vec<InFlight>,
-    /// Emptied maps of retired generations, each with its one `Arc` and
-    /// its capacity: the next drain swaps one in for `dirty`, so a steady
-    /// load allocates no map per drain (see [`SPARE_MAPS`]).
+    /// Emptied maps of retired generations, unique: the next drain swaps
+    /// one in for `dirty` (so a steady load allocates none).
     spare: Vec<Arc<PageMap>>,
 }
 
@@ -156,8 +144,7 @@ pub(crate) enum Requeued {
 /// The write buffer of one file (see the module docs).
 pub(crate) struct WriteBuffer {
     stripes: Box<[Mutex<Stripe>]>,
-    /// One per stripe: notified when a guard on a page of that stripe is
-    /// dropped.
+    /// Per stripe: notified when a guard on one of its pages is dropped.
     unguarded: Box<[Condvar]>,
     /// Page buffers of retired generations, reused by writers.
     pool: BufferPool,
@@ -165,13 +152,11 @@ pub(crate) struct WriteBuffer {
     buffered: AtomicUsize,
     /// Bound on `buffered` (`Config::max_write_buffer_bytes`).
     max_bytes: usize,
-    /// Live guards; while 0, `discard`, `set_len` and `close` skip the
-    /// guard scan.
+    /// Live guards (while 0, no guard scan).
     guards: AtomicUsize,
-    /// Writers that find the buffer full of in-flight pages (which no
-    /// flush can release before their `fdatasync`) wait here for a settle.
-    /// Counts the events that may have freed room (settles, a poisoning);
-    /// a waiter sleeps only if none happened since it last looked.
+    /// Counts the events that may free room (settles, a poisoning): a
+    /// writer finding the buffer full of in-flight pages sleeps on
+    /// `room_freed` only if none happened since it last looked.
     room: Mutex<u64>,
     room_freed: Condvar,
     page_size: usize,
@@ -182,9 +167,7 @@ pub(crate) struct WriteBuffer {
 
 impl WriteBuffer {
     /// An empty buffer of `stripes` stripes (a power of two) bounded at
-    /// `max_bytes`, of pages of `page_size` bytes aligned to `page_align`.
-    ///
-    /// Panics: on an alignment `Config::validate` refuses.
+    /// `max_bytes`, of `page_size`-byte pages aligned to `page_align`.
     pub(crate) fn new(
         stripes: usize,
         max_bytes: usize,
@@ -223,7 +206,6 @@ impl WriteBuffer {
         page_no << self.page_shift
     }
 
-    /// The stripe count.
     #[inline]
     pub(crate) fn stripe_count(&self) -> usize {
         self.stripes.len()
@@ -234,9 +216,8 @@ impl WriteBuffer {
         (page_no & self.stripe_mask) as usize
     }
 
-    /// `pages` (grouped by stripe, as [`by_stripe`](Self::by_stripe)
-    /// leaves them) in runs of one stripe each: the stripe's number and
-    /// its pages.
+    /// `pages` (as [`by_stripe`](Self::by_stripe) leaves them) in runs of
+    /// one stripe each: the stripe's number and its pages.
     fn stripe_groups<'a>(&self, pages: &'a [u64]) -> impl Iterator<Item = (usize, &'a [u64])> {
         let mask = self.stripe_mask;
         pages
@@ -249,7 +230,6 @@ impl WriteBuffer {
         &self.stripes[self.stripe_no(page_no)]
     }
 
-    /// The page pool (pages leave the read cache into it too).
     #[inline]
     pub(crate) fn pool(&self) -> &BufferPool {
         &self.pool
@@ -275,11 +255,9 @@ impl WriteBuffer {
         })
     }
 
-    /// Pages holding copies of `bytes` (a whole number of pages), put in
-    /// the first slots of `out`, taken from the pool together so they lie side by side in
-    /// memory where it can (a run of them then goes out as one segment, not
-    /// through a copy); [`Error::NoMemory`] where the process cannot get
-    /// them (nothing kept).
+    /// Copies of `bytes` (whole pages) in the first slots of `out`, taken
+    /// from the pool side by side in memory where it can (a run of them
+    /// then goes out as one segment); [`Error::NoMemory`] (nothing kept).
     pub(crate) fn page_copies(&self, bytes: &[u8], out: &mut [Option<UniqueBuf>]) -> Result<()> {
         if self.pool.try_copies_of(bytes, out) {
             Ok(())
@@ -290,8 +268,7 @@ impl WriteBuffer {
         }
     }
 
-    /// A page holding a copy of `bytes` (one page long);
-    /// [`Error::NoMemory`] where the process cannot get one.
+    /// A copy of `bytes` (one page); [`Error::NoMemory`].
     pub(crate) fn page_copy(&self, bytes: &[u8]) -> Result<UniqueBuf> {
         self.pool.try_copy_of(bytes).ok_or(Error::NoMemory {
             bytes: self.page_size as u64,
@@ -307,18 +284,14 @@ impl WriteBuffer {
     }
 
     /// Backpressure: while the buffer is at or over its bound, `flush`
-    /// (which writes what is dirty, or waits for the running flush, and
-    /// says whether anything was written); if nothing was left to flush,
-    /// the bytes are in flight in commits waiting for their
-    /// `fdatasync`: wait until one settles. `check` refuses a file that
-    /// takes no writes. Called before a writer's pages exist, so a writer
-    /// holding a guard never waits on memory its own guard holds; the
-    /// bound is therefore exceeded by at most the pages of writers between
-    /// this check and their insert.
+    /// (which says whether it wrote anything); if nothing was left to
+    /// flush, the bytes are in flight waiting for their `fdatasync`: wait
+    /// until one settles. `check` refuses a file that takes no writes.
+    /// Called before a writer's pages exist (a guard's holder never waits
+    /// on its own memory), so the bound is exceeded by at most the pages
+    /// of writers between this check and their insert.
     ///
-    /// Errors: `check`'s, or the flush's (a flush that failed for some
-    /// pages but still freed room is not an error here: the failed pages
-    /// are the next `sync`'s business).
+    /// Errors: `check`'s, or the flush's unless it still freed room.
     pub(crate) fn wait_for_room(
         &self,
         counters: &Counters,
@@ -336,10 +309,8 @@ impl WriteBuffer {
             let before = self.buffered();
             let flushed = match flush() {
                 Ok(flushed) => flushed,
-                // Pages that cannot be written stay dirty; if the flush
-                // still freed room, this writer goes on (the failed pages
-                // are the business of the next `sync`). If it freed
-                // nothing, waiting would spin: the error is the answer.
+                // Failed pages stay dirty; if nothing was freed, waiting
+                // would spin: the error is the answer.
                 Err(Error::PagesFailed { .. }) if self.buffered() < before => true,
                 Err(e) => return Err(e),
             };
@@ -347,12 +318,8 @@ impl WriteBuffer {
                 let mut room = self.room.lock();
                 if *room == seen && self.buffered() >= max {
                     // Nothing settled since before the flush: every event
-                    // that could free room, put pages back in the buffer
-                    // or poison the file bumps `room` and notifies under
-                    // it, so this cannot miss one (a settle between the
-                    // flush finding nothing and this check would otherwise
-                    // go unseen). The timeout only bounds a wait on a
-                    // pass whose fdatasync hangs.
+                    // that frees room bumps `room` under it, so none is
+                    // missed. The timeout only bounds a hung fdatasync.
                     self.room_freed
                         .wait_for(&mut room, std::time::Duration::from_millis(100));
                 }
@@ -361,16 +328,14 @@ impl WriteBuffer {
         Ok(())
     }
 
-    /// Wakes writers waiting for room (see `wait_for_room`): a settle freed
-    /// room or put pages back in the buffer, or the file was poisoned.
+    /// Wakes writers waiting for room: a settle, pages put back, a poison.
     pub(crate) fn notify_room(&self) {
         let mut room = self.room.lock();
         *room = room.wrapping_add(1);
         self.room_freed.notify_all();
     }
 
-    /// Takes `bytes` dropped from the write buffer off the buffer bound and
-    /// wakes writers waiting for room.
+    /// Takes dropped `bytes` off the bound and wakes writers waiting.
     fn release(&self, bytes: usize) {
         if bytes == 0 {
             return;
@@ -379,8 +344,7 @@ impl WriteBuffer {
         self.notify_room();
     }
 
-    /// Takes `bytes` off the buffer bound (a retired generation's, less
-    /// what went back to `dirty`); the caller wakes the waiters.
+    /// Takes `bytes` off the bound; the caller wakes the waiters.
     #[inline]
     pub(crate) fn uncount(&self, bytes: usize) {
         debug_assert!(self.buffered() >= bytes, "buffered bytes would wrap");
@@ -389,9 +353,9 @@ impl WriteBuffer {
 
     // ---- writes ----
 
-    /// Puts one whole page into the write buffer (after any other thread's
-    /// guard on it is dropped; [`Error::Busy`] over this thread's own); the
-    /// logical length grows to its end.
+    /// Buffers one whole page (after another thread's guard on it is
+    /// dropped; [`Error::Busy`] over this thread's own), growing the
+    /// logical length to its end.
     pub(crate) fn insert(
         &self,
         page_no: u64,
@@ -406,8 +370,7 @@ impl WriteBuffer {
         Ok(())
     }
 
-    /// Puts one page into the write buffer under its stripe lock and grows
-    /// the logical length to `end` (bytes).
+    /// Buffers one page under its stripe lock; the length grows to `end`.
     fn insert_locked(
         &self,
         stripe: &mut Stripe,
@@ -438,14 +401,12 @@ impl WriteBuffer {
         add(&counters.pages_dirtied, 1);
     }
 
-    /// Merges `write.bytes` at `write.within` into page `write.page_no`
-    /// and buffers the result; the logical length grows to `write.end`.
-    /// The page to merge into
-    /// is the buffered or in-flight version, else the cached one (`cached`), else
-    /// `read_disk` reads it (into a zeroed page, with no lock held); the
-    /// merge goes in only if the stripe did not change meanwhile
-    /// (`Stripe::seq`), else it is redone. So two partial writes to one
-    /// page never lose each other's bytes.
+    /// Merges `write.bytes` into page `write.page_no` and buffers it; the
+    /// length grows to `write.end`. The page merged into is the buffered or
+    /// in-flight version, else `cached`'s, else what `read_disk` reads
+    /// (with no lock held: the merge goes in only if `Stripe::seq` did not
+    /// move, else it is redone), so two partial writes to one page never
+    /// lose each other's bytes.
     ///
     /// Errors: [`Error::Busy`] over a page this thread guards;
     /// [`Error::NoMemory`]; `read_disk`'s.
@@ -508,8 +469,7 @@ impl WriteBuffer {
     }
 
     /// Copies bytes `within..` of the newest buffered or in-flight version
-    /// of page `page_no` into `dst` (under the stripe lock, no reference
-    /// taken); `false` if it is in neither.
+    /// of page `page_no` into `dst`; `false` if there is none.
     pub(crate) fn copy_newest(&self, page_no: u64, within: usize, dst: &mut [u8]) -> bool {
         match self.stripe(page_no).lock().newest(page_no) {
             Some(page) => {
@@ -522,10 +482,9 @@ impl WriteBuffer {
 
     // ---- guards (page latches) ----
 
-    /// Latches pages `pages` for a new guard of this thread, in page order
-    /// (so guards over overlapping ranges cannot wait on each other in a
-    /// cycle), waiting for other threads' guards on them. Counted in
-    /// `guards` until [`unlatch`](Self::unlatch) or
+    /// Latches `pages` for a new guard of this thread, in page order (no
+    /// cycle between overlapping guards), waiting for other threads'
+    /// guards; counted in `guards` until [`unlatch`](Self::unlatch) or
     /// [`insert_guarded`](Self::insert_guarded).
     ///
     /// Errors: [`Error::Busy`] over a page this thread guards (nothing
@@ -548,9 +507,7 @@ impl WriteBuffer {
         Ok(())
     }
 
-    /// Ends a guard without writing its pages: unlatches `pages` and gives
-    /// the guard's memory (`buf`, and the pages it would have been split
-    /// into) back to the pool.
+    /// Ends a guard without writing: unlatches `pages`, memory to the pool.
     pub(crate) fn unlatch(
         &self,
         pages: std::ops::Range<u64>,
@@ -571,10 +528,9 @@ impl WriteBuffer {
         }
     }
 
-    /// Inserts a guard's pages at byte `offset`, dropping each page's
-    /// guard mark under the same lock (so no other write slips in
-    /// between). A guard over several pages is copied into `pages`, taken
-    /// when the guard was.
+    /// Buffers a guard's pages at byte `offset`, dropping each page's mark
+    /// under the same lock (no other write slips in between); a guard over
+    /// several pages is copied into `pages`, taken with the guard.
     pub(crate) fn insert_guarded(
         &self,
         offset: u64,
@@ -604,9 +560,9 @@ impl WriteBuffer {
         self.guards.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// Waits, with page `page_no`'s stripe locked (`s`), until no guard
-    /// holds the page. A guard this thread holds would never be dropped
-    /// while it waits: [`Error::Busy`] instead.
+    /// Waits, with the page's stripe locked, until no guard holds it;
+    /// [`Error::Busy`] for this thread's own guard (never dropped while
+    /// it waits).
     fn wait_unguarded(&self, s: &mut MutexGuard<'_, Stripe>, page_no: u64) -> Result<()> {
         if s.guarded.is_empty() {
             return Ok(());
@@ -627,9 +583,9 @@ impl WriteBuffer {
         self.check_guards(offset, len, None)
     }
 
-    /// Refuses a write over a page under a guard this thread holds, before
-    /// anything is buffered (only this thread can add such a guard, so the
-    /// check cannot go stale): waiting for it would never end.
+    /// Refuses a write over a page under this thread's own guard before
+    /// anything is buffered (only this thread adds such guards, so the
+    /// check cannot go stale).
     #[inline]
     pub(crate) fn check_not_own_guard(&self, offset: u64, len: u64) -> Result<()> {
         if self.guards.load(Ordering::SeqCst) == 0 {
@@ -690,12 +646,10 @@ impl WriteBuffer {
 
     // ---- drain, requeue, retire (the flush pipeline's side) ----
 
-    /// Moves every stripe's dirty pages to in-flight generation `id` (one
-    /// swap per stripe under its lock), appending each stripe's number and
-    /// map to `drained`. Returns the youngest older generation still in
-    /// flight that holds one of these pages (the write latch: this
-    /// generation writes only after every generation up to it has).
-    /// Called with the drain lock held, so generations follow drain order.
+    /// Moves every stripe's dirty pages to in-flight generation `id` (a swap
+    /// per stripe), appending (stripe, map) to `drained`. Returns the
+    /// youngest older generation in flight holding one of these pages (the
+    /// write latch: this one writes only after every one up to it has).
     pub(crate) fn drain(
         &self,
         _drain: &DrainHeld,
@@ -732,15 +686,10 @@ impl WriteBuffer {
         after
     }
 
-    /// A scoped drain: moves the dirty pages among `pages` (page numbers,
-    /// grouped by stripe: see [`by_stripe`](Self::by_stripe)) to in-flight
-    /// generation `id`, one map per stripe touched, appending each stripe's
-    /// number and map to `drained`. For each of `pages` not dirty but in
-    /// flight, pushes the youngest generation holding it to `in_flight`
-    /// (its write is the one the scoped commit must wait for). Returns the
-    /// youngest older generation in flight that holds one of the pages
-    /// drained (the write latch), as [`drain`](Self::drain) does. Called
-    /// with the drain lock held.
+    /// [`drain`](Self::drain) of the dirty pages among `pages` (as
+    /// [`by_stripe`](Self::by_stripe) leaves them) only. For each of
+    /// `pages` not dirty but in flight, pushes the youngest generation
+    /// holding it to `in_flight` (the write the commit must wait for).
     pub(crate) fn drain_pages(
         &self,
         _drain: &DrainHeld,
@@ -793,11 +742,9 @@ impl WriteBuffer {
         pages.dedup();
     }
 
-    /// Puts `page` (page `n`, whose write failed) back in the write buffer
-    /// from the in-flight generation that drained it (`drained`, as
-    /// [`drain`](Self::drain) filled it), unless a newer version exists
-    /// (dirty, or in a younger in-flight generation) or the engine
-    /// discarded it meanwhile. A page kept stays counted in `buffered`.
+    /// Puts page `n`, whose write failed, back from the generation that
+    /// drained it (`drained`), unless a newer version exists or it was
+    /// discarded meanwhile. A page kept stays counted in `buffered`.
     pub(crate) fn requeue(
         &self,
         n: u64,
@@ -830,11 +777,9 @@ impl WriteBuffer {
         }
     }
 
-    /// Removes a finished generation's `map` from stripe `stripe_no` and
-    /// keeps the emptied map as a spare for the next drain (one a bulk
-    /// flush grew large is freed outside the lock). Returns the bytes of
-    /// the pages it held. Every page is in `dirty`, or in the read cache /
-    /// on disk, before its in-flight entry goes.
+    /// Removes a finished generation's `map` from stripe `stripe_no`,
+    /// keeping it emptied as a spare; the bytes of its pages. Every page
+    /// is in `dirty`, the read cache or on disk before it goes.
     pub(crate) fn retire(&self, stripe_no: usize, mut map: Arc<PageMap>, depth: usize) -> usize {
         let total = map.values().map(|p| p.len()).sum::<usize>();
         let mut s = self.stripes[stripe_no].lock();
@@ -842,9 +787,8 @@ impl WriteBuffer {
         if s.flushing.is_empty() {
             s.discarded.clear();
         }
-        // Out of `flushing`, the batch held the map's last reference.
-        // Emptying it drops its page references, so each page's last
-        // reference is the batch's and the pool can take it back.
+        // Out of `flushing`, the batch holds the last reference: emptying
+        // it leaves each page's last reference to the batch (for the pool).
         let room = s.spare.len() < depth.clamp(*SPARE_MAPS.start(), *SPARE_MAPS.end());
         match Arc::get_mut(&mut map) {
             Some(m) if room && m.capacity() <= SPARE_MAP_MAX => {
@@ -862,9 +806,8 @@ impl WriteBuffer {
 
     // ---- discard, cut, refresh ----
 
-    /// Drops the buffered pages `pages` (an engine's `discard`): dirty
-    /// ones leave the buffer (their bytes off the bound), in-flight ones
-    /// are marked so a failed write does not bring them back.
+    /// An engine's `discard` of `pages`: dirty ones leave the buffer,
+    /// in-flight ones are marked so a failed write does not bring them back.
     pub(crate) fn discard(&self, pages: std::ops::Range<u64>) {
         let mut freed = 0usize;
         let drop_in = |s: &mut Stripe, freed: &mut usize, p: u64| {
@@ -898,13 +841,11 @@ impl WriteBuffer {
         self.release(freed);
     }
 
-    /// Cuts the buffer at byte `len` (a `set_len` shrink, with nothing in
-    /// flight): with every stripe locked, pages wholly past `len` go, the
-    /// page `len` falls in keeps its head (copied into `tail_buf`, zeroed
-    /// past `len`; taken up front so nothing fails here), and `under_lock`
-    /// runs before any stripe opens again (the caller drops the cut pages
-    /// from the read cache and lowers the lengths there). Bytes freed
-    /// leave the bound; `tail_buf`, if unused, goes to the pool.
+    /// Cuts the buffer at byte `len` (a shrink, nothing in flight): with
+    /// every stripe locked, pages past `len` go, the page `len` falls in
+    /// keeps its head (copied into `tail_buf`, taken up front so nothing
+    /// fails here), and `under_lock` runs (the caller's cache and lengths)
+    /// before any stripe opens again.
     pub(crate) fn cut(&self, len: u64, tail_buf: Option<UniqueBuf>, under_lock: impl FnOnce()) {
         let ps = self.page_size as u64;
         let cut = (len + ps - 1) >> self.page_shift;
@@ -940,10 +881,8 @@ impl WriteBuffer {
         self.release(freed);
     }
 
-    /// Runs `f` with every stripe locked if nothing is buffered (a
-    /// refresh: writers insert under a stripe lock and count the bytes
-    /// first, so with every stripe locked and nothing counted, nothing is
-    /// buffered, and no write can be until the stripes open again).
+    /// Runs `f` with every stripe locked if nothing is buffered (a refresh:
+    /// no write can be buffered until the stripes open again).
     ///
     /// Errors: [`Error::Buffered`] (then `f` did not run); `f`'s.
     pub(crate) fn with_nothing_buffered(&self, f: impl FnOnce() -> Result<()>) -> Result<()> {
@@ -961,8 +900,8 @@ impl WriteBuffer {
 /// [`PagedCachedFile::overwrite`](crate::PagedCachedFile::overwrite) (or a
 /// [`Writer`](crate::Writer)'s). Derefs to the page bytes; dropping it puts
 /// them into the write buffer (newest wins over anything written to those
-/// pages before the drop). While it lives its pages are latched
-/// ([`WriteBuffer::latch`]).
+/// pages before the drop). While it lives its pages are latched (see
+/// [`PagedCachedFile::write`](crate::PagedCachedFile::write)).
 pub struct WritablePage<'a> {
     buffer: &'a WriteBuffer,
     length: &'a Length,
@@ -978,8 +917,7 @@ pub struct WritablePage<'a> {
     scope: Option<&'a mut Vec<u64>>,
 }
 
-/// What a guard is made of: the components it writes to, and a writer's
-/// scope to record its pages in.
+/// A guard's components, and a writer's scope for its pages.
 pub(crate) struct GuardParts<'a> {
     pub(crate) buffer: &'a WriteBuffer,
     pub(crate) length: &'a Length,
@@ -989,8 +927,8 @@ pub(crate) struct GuardParts<'a> {
 }
 
 impl<'a> WritablePage<'a> {
-    /// A guard over the pages at byte `offset` that `buf` holds, already
-    /// latched and counted as a write call; `pages` as the split memory.
+    /// A guard over `buf`'s pages at `offset`, already latched and counted
+    /// as a write call; `pages`: the split memory.
     pub(crate) fn new(
         parts: GuardParts<'a>,
         offset: u64,
