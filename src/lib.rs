@@ -38,18 +38,13 @@
 //! }
 //! ```
 //!
-//! Where things are: [`PagedCachedFile`] is a composition of components
-//! (write buffer, read cache, lengths, durability, lifecycle, torn-page
-//! protection, flush pipeline, commit). [`Config`] sets them; [`IoMode`] says what is in
-//! force; [`Stats`] counts what they did; [`Error`] is every failure.
-//!
-//! Layout: [`backend`] (where bytes go: files, `O_DIRECT`, io_uring rings),
-//! [`buffer`] (aligned page memory), [`PagedCachedFile`] (write buffer,
-//! flush, group commit). With the `testing` feature, `testing` holds
-//! fault-injecting and crash-simulating backends and the model checker, for
-//! testing an engine built on top. The tools (data generator, streaming
-//! writer, benchmarks, the `pagewriter` CLI) are the separate crate
-//! `pagewriter-bench`.
+//! [`PagedCachedFile`] is a composition of components (write buffer, read
+//! cache, lengths, durability, lifecycle, torn-page protection, flush
+//! pipeline, commit); [`Config`] sets it up, [`IoMode`] says what is in
+//! force, [`Stats`] counts what it did, [`Error`] is every failure.
+//! [`backend`] is where bytes go (files, `O_DIRECT`, io_uring rings),
+//! [`buffer`] the aligned page memory. The tools (data generator,
+//! benchmarks, the `pagewriter` CLI) are the crate `pagewriter-bench`.
 //!
 //! # Features
 //!
@@ -70,11 +65,10 @@
 //!
 //! # Examples
 //!
-//! `examples/embed.rs` (the engine API in one place: lock, byte-level
-//! writes and reads, `set_len`, committing threads, `io_mode`, stats),
-//! `examples/kv_log.rs` (a key-value store on an append-only page log,
-//! checked after `kill -9`), `examples/fault_injection.rs` (the `testing`
-//! backends and the model checker). `cargo run --release --example embed`.
+//! `examples/embed.rs` (the engine API in one place), `kv_log.rs` (a
+//! key-value store on an append-only page log, checked after `kill -9`),
+//! `fault_injection.rs` (the `testing` backends and the model checker),
+//! `pipelined.rs` (writers and tickets in flight).
 
 pub mod backend;
 pub mod buffer;

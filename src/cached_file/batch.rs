@@ -1,14 +1,10 @@
-//! A batch: the pages one flush drained, which are one in-flight
-//! generation in every stripe they came from, from the drain
-//! ([`Batch::drain`]) through the write (the flush pipeline's) to the
-//! requeue of what failed ([`Batch::requeue`]) and the retire
-//! ([`Batch::retire`]); and the vectors retired batches leave for the
-//! next drain ([`SpareBatches`]).
+//! A batch: the pages one flush drained (one in-flight generation), from
+//! the drain ([`Batch::drain`]) to the requeue of what failed
+//! ([`Batch::requeue`]) and the retire ([`Batch::retire`]); and the
+//! vectors retired batches leave for the next drain ([`SpareBatches`]).
 //!
-//! Owns: nothing shared but the spare vectors (a leaf lock). Calls: the
-//! write buffer (drain, requeue, retire), the generations (numbering),
-//! the read cache and lengths (retire), the doublewrite area (a discarded
-//! page's failed write no longer holds it).
+//! Owns: the spare vectors (a leaf lock). Calls: the write buffer, the
+//! generations, the read cache and lengths, the doublewrite area.
 
 use std::sync::Arc;
 
@@ -24,20 +20,17 @@ use crate::sync::Mutex;
 /// as batches have been in flight at once, within these bounds.
 const SPARE_BATCHES: std::ops::RangeInclusive<usize> = 4..=64;
 
-/// What a settled generation carries until it retires: the batch, which
-/// of its entries failed (put back in the write buffer), and the bytes
-/// kept dirty.
+/// A settled generation until it retires: the batch, which entries failed
+/// (put back), and the bytes kept dirty.
 pub(crate) type Settled = (Batch, Vec<bool>, usize);
 
-/// The vectors of a retired [`Batch`], emptied, kept with their capacity
-/// for the next drain.
+/// A retired [`Batch`]'s vectors, emptied, for the next drain.
 #[derive(Default)]
 pub(crate) struct BatchVecs {
     entries: Vec<(u64, PageRef)>,
     drained: Vec<(usize, Arc<PageMap>)>,
 }
 
-/// Emptied vectors of retired batches, reused by the next drain.
 pub(crate) struct SpareBatches(Mutex<Vec<BatchVecs>>);
 
 impl SpareBatches {
@@ -49,11 +42,9 @@ impl SpareBatches {
         self.0.lock().pop().unwrap_or_default()
     }
 
-    /// Keeps a retired batch's emptied vectors for the next drain: up to
-    /// `depth` (the most batches in flight at once so far) within
-    /// [`SPARE_BATCHES`], so a steady load of that many concurrent
-    /// commits allocates none; one a bulk flush grew past
-    /// [`SPARE_MAP_MAX`] pages per stripe is dropped.
+    /// Keeps a retired batch's vectors: up to `depth` (the most batches in
+    /// flight at once so far) within [`SPARE_BATCHES`]; one a bulk flush
+    /// grew past [`SPARE_MAP_MAX`] pages per stripe is dropped.
     fn keep(&self, vecs: BatchVecs, stripes: usize, depth: usize) {
         debug_assert!(vecs.entries.is_empty() && vecs.drained.is_empty());
         if vecs.entries.capacity() > SPARE_MAP_MAX * stripes {
@@ -73,32 +64,27 @@ pub(crate) struct Batch {
     pub(crate) id: u64,
     /// The drain's number (`Generations::begin_drain`).
     pub(crate) drain_no: u64,
-    /// The youngest older generation, still in flight at the drain, that
-    /// holds a page this one drained: this batch writes only after every
-    /// generation up to it has written (newest wins).
+    /// The youngest older generation in flight at the drain holding one of
+    /// its pages: this batch writes after every one up to it has.
     pub(crate) after: Option<u64>,
     /// (byte offset, page), sorted by offset after `coalesce`.
     pub(crate) entries: Vec<(u64, PageRef)>,
-    /// The stripes drained and the map each gave (also referenced from the
-    /// stripe's in-flight list until retired).
+    /// The stripes drained and the map each gave.
     drained: Vec<(usize, Arc<PageMap>)>,
     /// Entry ranges (of the sorted batch) that did not reach the OS, not
-    /// yet put back in the write buffer (see [`requeue`](Self::requeue)).
+    /// yet put back ([`requeue`](Self::requeue)).
     pub(crate) failed: Vec<std::ops::Range<usize>>,
-    /// Per entry, whether it failed and was put back (empty, no allocation,
-    /// until something fails).
+    /// Per entry, whether it was put back (empty until something fails).
     is_failed: Vec<bool>,
     /// Bytes of the pages put back in the write buffer.
     kept: usize,
-    /// What the file holds after this batch's writes at most: the logical
-    /// length when the last page straddled it and the file was cut back.
+    /// The most the file holds after this batch's writes (a tail cut back).
     pub(crate) disk_cap: u64,
 }
 
 impl Batch {
-    /// Moves every stripe's dirty pages to a new in-flight generation
-    /// (numbered by `gens`) and collects them; `None` if nothing was dirty.
-    /// Called with the drain lock held.
+    /// Drains every stripe into a new generation; `None` if nothing was
+    /// dirty.
     pub(crate) fn drain(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
@@ -110,12 +96,9 @@ impl Batch {
         })
     }
 
-    /// A scoped drain: moves the dirty pages among `pages` (grouped by
-    /// stripe, [`WriteBuffer::by_stripe`](super::write_buffer::WriteBuffer::by_stripe))
-    /// to a new in-flight generation and collects them; `None` if none of
-    /// them was dirty. For each of `pages` in flight in an older generation
-    /// instead, that generation's number goes to `in_flight`. Called with
-    /// the drain lock held.
+    /// Drains the dirty pages among `pages` (grouped by stripe) into a new
+    /// generation; `None` if none was dirty. The older generations holding
+    /// the others in flight go to `in_flight`.
     pub(crate) fn drain_pages(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
@@ -130,10 +113,8 @@ impl Batch {
     }
 
     /// The batch of generation `gens.next_id()`, whose pages `take` moves
-    /// out of the write buffer into `drained` (returning the older
-    /// generation in flight this one comes after, if any); `None`, and
-    /// the vectors kept for the next drain, if it took nothing. Called with
-    /// the drain lock held: ids follow drain order.
+    /// into `drained` (returning the generation it comes after); `None` if
+    /// it took nothing.
     fn drained_by(
         p: &Parts<'_>,
         gens: &Generations<Settled>,
@@ -174,22 +155,16 @@ impl Batch {
         })
     }
 
-    /// Every entry failed (a failed `fdatasync`, or the file poisoned
-    /// meanwhile): all go back to the write buffer at the settle.
+    /// Every entry failed (a failed `fdatasync`, a poison): all go back.
     pub(crate) fn fail_all(&mut self) {
         self.failed = std::iter::once(0..self.entries.len()).collect();
     }
 
     /// Puts the pages of `failed` back in the write buffer, unless a newer
-    /// version exists (dirty, or in a younger in-flight generation), and
-    /// empties `failed`.
-    ///
-    /// The write calls it, and records it (`Generations::log_requeue`),
-    /// before the generation counts as written: a flush that drained after
-    /// this batch, without these pages, finds the record once it waited
-    /// for this generation and drains again, so it never tells a caller who
-    /// wrote them Ok (a flush that trusted its first drain could: the
-    /// shuttle model check's
+    /// version exists, and empties `failed`. The write calls it, and
+    /// records it (`Generations::log_requeue`), before the generation
+    /// counts as written, so a flush that drained without these pages
+    /// drains again (the shuttle model check's
     /// `an_ok_sync_covers_pages_an_earlier_round_failed_to_write`).
     pub(crate) fn requeue(&mut self, p: &Parts<'_>) {
         if self.failed.is_empty() {
@@ -226,8 +201,7 @@ impl Batch {
         }
     }
 
-    /// Puts what failed back in the write buffer ([`requeue`](Self::requeue))
-    /// and hands the batch over for its retire.
+    /// Requeues what failed and hands the batch over for its retire.
     pub(crate) fn into_settled(mut self, p: &Parts<'_>) -> Settled {
         self.requeue(p);
         let is_failed = std::mem::take(&mut self.is_failed);
@@ -235,15 +209,11 @@ impl Batch {
         (self, is_failed, kept)
     }
 
-    /// Retires a settled batch (the oldest in flight): written pages update
-    /// the disk length and the read cache, then the generation leaves its
-    /// stripes and the memory of released pages leaves the buffer bound.
-    /// Every page is thus in the write buffer, or in the cache / on disk,
-    /// before its in-flight entry goes.
-    /// `cap`: how far the disk length may grow at most (bytes), where the
-    /// file was cut after the batch wrote (`Generations::cut_under`).
-    /// `depth`: the most generations in flight at once so far (how many
-    /// spare maps and vectors are kept).
+    /// Retires a settled batch: written pages update the disk length (up to
+    /// `cap`, after a cut: `Generations::cut_under`) and the read cache,
+    /// then the generation leaves its stripes and the buffer bound. Every
+    /// page is in the buffer, the cache or on disk before its in-flight
+    /// entry goes. `depth`: the most generations in flight at once.
     pub(crate) fn retire(
         (batch, is_failed, kept): Settled,
         cap: Option<u64>,
@@ -295,9 +265,7 @@ impl Batch {
             depth,
         );
         if total > 0 {
-            // Wake writers waiting for room (see `wait_for_room`): room was
-            // freed, or the pages went back to the write buffer, where a
-            // waiter can flush them itself.
+            // Room was freed, or pages went back where a waiter can flush.
             p.buffer.notify_room();
         }
     }
@@ -339,9 +307,7 @@ pub(crate) fn unstaged(runs: &[Run], e: &Error) -> WriteFailure {
     }
 }
 
-/// Every run failed: the backend panicked while writing them (some may
-/// have reached the OS, so `some_written`: the next sync must not be
-/// skipped).
+/// Every run failed: the backend panicked (some may have reached the OS).
 pub(crate) fn panicked(runs: &[Run]) -> WriteFailure {
     WriteFailure {
         failed: runs.iter().map(Run::entries).collect(),

@@ -58,18 +58,11 @@ pub(crate) enum Wait {
 }
 
 impl Core {
-    /// A blocking commit of `scope` (see the module docs): its request
-    /// joins the queue; the thread then leads a pass (this one's and every
-    /// other pending request's) where no pass is writing, and otherwise
-    /// waits for its request's pass, stepping again whenever the write
-    /// stage frees.
+    /// A blocking commit of `scope`: its request joins the queue; the
+    /// thread leads a pass where none is writing, else waits for its
+    /// request's pass, stepping again whenever the write stage frees.
     ///
-    /// Errors: [`Error::Closed`], [`Error::Poisoned`] (a failed
-    /// `fdatasync` before or during it); [`Error::PagesFailed`] for pages
-    /// of its pass that could not be written (they stay dirty; the rest
-    /// were made durable); the flush's length errors; `Error::Io` with op
-    /// "fdatasync" (the file is poisoned, the batch's pages back in the
-    /// write buffer).
+    /// Errors: as [`PagedCachedFile::sync`].
     pub(super) fn commit_now(&self, scope: Scope<'_>) -> Result<()> {
         self.life.check_writable()?;
         let r = match scope {
@@ -87,11 +80,9 @@ impl Core {
         }
     }
 
-    /// Leads `pass`: drains and writes what its requests asked for (every
-    /// page, or the union of their pages), frees the write stage, waits
-    /// for an `fdatasync` covering those writes (joining one in flight or
-    /// issuing one: `Durability::sync_to`), settles the batch and resolves
-    /// the requests.
+    /// Leads `pass`: drains and writes what its requests asked for, frees
+    /// the write stage, waits for an `fdatasync` covering those writes,
+    /// settles the batch and resolves the requests.
     pub(super) fn run_pass(&self, pass: Pass) {
         let p = self.parts();
         let mut pages = match pass.asked {
@@ -139,14 +130,12 @@ impl Core {
 }
 
 impl PagedCachedFile {
-    /// The one commit: `scope` made durable, waiting as `wait` says
-    /// (see the module docs). A blocking commit returns a ticket resolved
-    /// already. A read-only file has nothing to commit.
+    /// The one commit: `scope` made durable, waiting as `wait` says (a
+    /// blocking commit returns a resolved ticket). A read-only file has
+    /// nothing to commit.
     ///
-    /// Errors: as [`Core::commit_now`] for a blocking one; for a ticket
-    /// [`Error::Closed`], [`Error::Poisoned`] and `Error::Io` with op
-    /// "start the committer thread" (the commit's errors are the
-    /// ticket's).
+    /// Errors: as [`sync`](Self::sync) when blocking; as
+    /// [`sync_async`](Self::sync_async) for a ticket.
     pub(crate) fn commit(&self, scope: Scope<'_>, wait: Wait) -> Result<CommitTicket> {
         let core = &self.core;
         if core.life.is_read_only() && !core.life.is_closed() {
@@ -173,10 +162,9 @@ impl PagedCachedFile {
         Ok(CommitTicket::new(Arc::clone(&core.requests), request))
     }
 
-    /// `close`'s commit: the committer ends after its pass, and one
-    /// commit of the whole file covers every asynchronous commit asked for
-    /// so far; their tickets resolve as it does (the file stays open if it
-    /// fails; a later asynchronous commit starts the committer again).
+    /// `close`'s commit: the committer ends after its pass, and one commit
+    /// of the whole file resolves every ticket asked for so far (with its
+    /// error if it fails; the file stays open).
     ///
     /// Errors: as [`sync`](Self::sync).
     pub(super) fn commit_at_close(&self) -> Result<()> {
@@ -193,11 +181,11 @@ impl PagedCachedFile {
     /// does the length [`len`](Self::len) reported before the call (a
     /// file whose last pages were discarded is extended to it with zeros).
     ///
-    /// The calling thread writes what is buffered (every thread's pages)
-    /// and waits for the older writes of those pages to complete, then
-    /// needs an `fdatasync` that began after them: it returns at once if
-    /// one has returned, waits for one in flight, or issues its own;
-    /// threads committing at once share `fdatasync`s.
+    /// Where no other commit is writing, the calling thread writes what is
+    /// buffered (every thread's pages); commits arriving meanwhile are
+    /// written together by the first of them to find the writes done. It
+    /// then needs an `fdatasync` that began after those writes: it returns
+    /// at once if one has, waits for one in flight, or issues its own.
     ///
     /// Errors: [`Error::Closed`]; [`Error::Poisoned`] if an earlier
     /// `fdatasync` failed; [`Error::PagesFailed`] when some pages could not
@@ -210,12 +198,10 @@ impl PagedCachedFile {
         self.commit(Scope::File, Wait::Block).map(drop)
     }
 
-    /// Starts the commit of [`sync`](Self::sync) (every page any thread
-    /// wrote before the call, and the length) and returns at once with a
-    /// [`CommitTicket`] that resolves when those pages are durable. The
-    /// file's committer thread writes and syncs them (one pass covers every
-    /// asynchronous commit asked for meanwhile), so this thread may go on
-    /// writing.
+    /// Starts the commit of [`sync`](Self::sync) and returns at once with a
+    /// [`CommitTicket`] that resolves when it is durable: the next blocking
+    /// commit's pass or the file's committer thread makes it (one pass
+    /// for every commit asked for meanwhile); this thread goes on writing.
     ///
     /// Errors: [`Error::Closed`], [`Error::Poisoned`]; `Error::Io` with op
     /// "start the committer thread". The commit's errors are the ticket's.
@@ -240,16 +226,12 @@ impl PagedCachedFile {
 /// threads; not `Sync` (one user at a time, like the transaction it
 /// serves).
 ///
-/// [`write_page`](Self::write_page), [`write_all_at`](Self::write_all_at),
-/// [`write`](Self::write) and [`overwrite`](Self::overwrite) do what the
-/// file's methods of the same names do, with the same checks and typed
-/// errors, into the same write buffer (reads, coalescing and the bound
-/// are shared); the writer also notes which pages they buffered.
-/// [`commit`](Self::commit) makes those pages durable;
-/// [`commit_async`](Self::commit_async) starts the same commit and returns
-/// a [`CommitTicket`] at once. Pages other writers (or the file's own
-/// methods) wrote are not promised by this writer's commit, and their
-/// writes are not waited for; reads see every writer's newest bytes.
+/// Its writes do what the file's methods of the same names do, into the
+/// same write buffer, and note which pages they buffered;
+/// [`commit`](Self::commit) makes those pages durable and
+/// [`commit_async`](Self::commit_async) starts the same commit with a
+/// [`CommitTicket`]. Pages other writers wrote are not promised by this
+/// writer's commit; reads see every writer's newest bytes.
 pub struct Writer<'a> {
     file: &'a PagedCachedFile,
     /// Page numbers written through this writer since its last commit
@@ -337,13 +319,10 @@ impl<'a> Writer<'a> {
         self.commit()
     }
 
-    /// Starts a commit of this writer's pages and returns at once, with a
-    /// [`CommitTicket`] that resolves once they are durable: the file's
-    /// committer thread writes and syncs them (one pass for every
-    /// asynchronous commit asked for meanwhile, of any writer; each
-    /// promises its own pages), so this thread may go on writing. Tickets
-    /// resolve in the order they were asked for. The writer starts a new
-    /// scope.
+    /// Starts the commit of [`commit`](Self::commit) and returns at once
+    /// with a [`CommitTicket`] that resolves once those pages are durable
+    /// (made as [`PagedCachedFile::sync_async`]'s are; each ticket
+    /// promises its own writer's pages). The writer starts a new scope.
     ///
     /// Errors: [`Error::Closed`], [`Error::Poisoned`] after a failed
     /// `fdatasync`; `Error::Io` with op "start the committer thread". The

@@ -1,32 +1,26 @@
-//! What is durable: the write sequence, the one durable watermark, the
-//! `fdatasync`s that advance it ([`Durability::sync_to`]), and the tickets
-//! of asynchronous commits that wait on it ([`CommitTicket`], with the
-//! committer thread that makes them durable).
+//! What is durable: the write sequence, the one durable watermark and the
+//! `fdatasync`s that advance it ([`Durability::sync_to`]); the commit
+//! queue ([`Requests`]), its tickets ([`CommitTicket`]) and committer.
 //!
 //! Every durable promise of the file is one statement: *an `fdatasync`
 //! that began after write-sequence step N has returned Ok*. `write_seq`
-//! steps after every batch whose writes completed and after every change
-//! of the file's length; an `fdatasync` covers the `write_seq` read just
-//! before it began; `fsynced`, the watermark, is the highest step a
-//! successful `fdatasync` covered. This is the only place that knows N is
-//! covered (PostgreSQL's `XLogFlush(lsn)` over its flushed-up-to position
-//! is the same rule).
+//! steps after every batch whose writes completed and every change of the
+//! file's length; an `fdatasync` covers the `write_seq` read just before
+//! it began; `fsynced`, the watermark, is the highest step a successful
+//! one covered (PostgreSQL's `XLogFlush(lsn)` is the same rule).
 //!
 //! How a commit waits for N ([`sync_to`](Durability::sync_to)): at once if
 //! the watermark covers it; if an `fdatasync` in flight began after N, it
 //! waits for that one; otherwise, with a sync lane free, it issues one
-//! itself, and with none free it waits for the one in flight and then
-//! issues one for everyone who waited meanwhile (each of them is covered:
-//! their writes completed before they waited). No leader thread: grouping
-//! emerges from commits arriving while an `fdatasync` runs.
+//! itself, and with none free it waits and then issues one for everyone
+//! who waited meanwhile.
 //!
-//! Owns: `write_seq`, `fsynced`, `unstaged_at` (its own lock), and under
-//! one more lock the `fdatasync`s: free lanes, those in flight and what
-//! each covers, the waiting threads, the first failure. Also the
-//! asynchronous requests ([`Requests`], a lock of its own). Calls: the
-//! backend's `sync_data_on`; sets the file's poison flag when an
-//! `fdatasync` fails. Lock order: both locks are leaves (wakers only
-//! unpark a thread or schedule a task).
+//! Owns: `write_seq`, `fsynced`, `unstaged_at` (its own lock), the
+//! `fdatasync` state under another (free lanes, those in flight and what
+//! each covers, the waiters, the first failure), and the commit queue (a
+//! lock of its own). Calls: the backend's `sync_data_on`; sets the
+//! poison flag when an `fdatasync` fails. All three locks are leaves;
+//! waiters are woken after the lock is dropped.
 //!
 //! Invariants:
 //! - a lane's `fdatasync`s never overlap, and each lane is its own open
@@ -56,16 +50,13 @@ use crate::sync::{
 /// Most `fdatasync`s of one file in flight at once (each on its own lane).
 pub(crate) const SYNC_LANES: usize = 4;
 
-/// The write sequence, the durable watermark and the `fdatasync`s of one
-/// file (see the module docs).
+/// The write sequence, the watermark and the `fdatasync`s of one file.
 pub(crate) struct Durability {
     write_seq: AtomicU64,
-    /// The watermark: the `write_seq` the latest successful `fdatasync`
-    /// covered.
+    /// The watermark.
     fsynced: AtomicU64,
-    /// The step of the latest change no durable doublewrite record holds
-    /// (a `set_len`, an extension no record carries): a commit needs an
-    /// `fdatasync` of the file unless this is at or below `fsynced`.
+    /// The step of the latest change no durable doublewrite record holds:
+    /// a commit needs an `fdatasync` of the file unless it is covered.
     unstaged_at: Mutex<u64>,
     syncs: Mutex<Syncs>,
     backend: Arc<dyn StorageBackend>,
@@ -106,8 +97,7 @@ struct Failure {
 }
 
 impl Durability {
-    /// Nothing written yet; `fdatasync`s on up to `lanes` of `backend`'s
-    /// lanes, counted in `counters`; `poisoned` set when one fails.
+    /// Nothing written yet; `fdatasync`s on up to `lanes` of `backend`'s.
     pub(crate) fn new(
         lanes: usize,
         backend: Arc<dyn StorageBackend>,
@@ -133,14 +123,12 @@ impl Durability {
         }
     }
 
-    /// The write sequence now.
     #[inline]
     pub(crate) fn write_seq(&self) -> u64 {
         self.write_seq.load(Ordering::Acquire)
     }
 
-    /// The watermark: the `write_seq` the latest successful `fdatasync`
-    /// covered.
+    /// The watermark.
     #[inline]
     pub(crate) fn fsynced(&self) -> u64 {
         self.fsynced.load(Ordering::Acquire)
@@ -153,9 +141,8 @@ impl Durability {
         self.write_seq.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// Counts a change no durable doublewrite record holds (a `set_len`,
-    /// an extension, a trailer record): only an `fdatasync` of the file
-    /// makes it durable. Returns the step.
+    /// Counts a change only an `fdatasync` of the file makes durable (no
+    /// doublewrite record holds it). Returns the step.
     pub(crate) fn step_unstaged(&self) -> u64 {
         let mut u = self.unstaged_at.lock();
         *u = self.step();
@@ -168,9 +155,8 @@ impl Durability {
         (self.write_seq(), *u)
     }
 
-    /// Returns once writes counted up to step `target` are durable: an
-    /// `fdatasync` that began after them returned Ok (see the module docs
-    /// for how it waits or issues one).
+    /// Returns once writes counted up to step `target` are durable (see
+    /// the module docs).
     ///
     /// Errors: after the first failed `fdatasync`, its error for targets
     /// it covered, [`Error::Poisoned`] for later ones (and once the file
@@ -198,9 +184,8 @@ impl Durability {
         }
     }
 
-    /// Makes everything written so far durable (a doublewrite checkpoint,
-    /// grow-ahead's extension, a cut, `close`): [`sync_to`](Self::sync_to)
-    /// the write sequence now.
+    /// [`sync_to`](Self::sync_to) the write sequence now (a doublewrite
+    /// checkpoint, grow-ahead's extension, a cut, `close`).
     ///
     /// Errors: as `sync_to`; [`Error::Poisoned`] at once on a poisoned
     /// file (a later `fdatasync` would make sizes set since durable over
@@ -213,9 +198,8 @@ impl Durability {
     }
 
     /// One `fdatasync` on `lane`, covering the `write_seq` read before it
-    /// began; then the lane goes back, the covered waiters are woken, and
-    /// one uncovered waiter is woken to issue the next. Its outcome is
-    /// what [`resolution`](Self::resolution) reads.
+    /// began; then the covered waiters are woken, and an uncovered one per
+    /// free lane to issue the next.
     fn fdatasync_on(&self, lane: usize) {
         let (id, covers) = {
             let mut st = self.syncs.lock();
@@ -257,8 +241,7 @@ impl Durability {
         woken.wake();
     }
 
-    /// What a commit waiting for `target` gets now, `None` while it must
-    /// still wait.
+    /// What a commit waiting for `target` gets now (`None`: wait).
     fn resolution(&self, st: &Syncs, target: u64) -> Option<Result<()>> {
         if let Some(f) = &st.failure {
             return Some(if target <= f.good_upto {
@@ -362,24 +345,19 @@ pub(crate) enum Step {
     Wait,
 }
 
-/// Failed passes remembered apart; past this many the two oldest merge
-/// (their requests keep failing, with the later error).
+/// Failed passes remembered apart; past this many the two oldest merge.
 const MAX_FAILURES: usize = 64;
 
-/// The commit queue of one file: every commit, blocking or asynchronous,
-/// is a numbered request for a scope. A pass takes every request asked so
-/// far, drains and writes the union of their scopes in one flush (the
-/// *write stage*, one pass at a time), then waits for an `fdatasync`
-/// covering it (the *sync stage*, beside the next pass's write stage) and
-/// resolves them. The pass is led by whichever committing thread finds the
-/// write stage free, or by the committer thread for asynchronous commits
-/// no blocked thread carries along: a lone commit leads its own pass at
-/// once, and commits arriving while a pass writes share the next
-/// (group commit, with no leader thread of its own).
+/// The commit queue of one file: every commit is a numbered request for a
+/// scope. A pass takes every request asked so far, drains and writes the
+/// union of their scopes (the *write stage*, one pass at a time), then
+/// waits for an `fdatasync` covering it (beside the next pass's write
+/// stage) and resolves them. It is led by whichever committing thread
+/// finds the write stage free, or by the committer thread for tickets no
+/// blocked thread carries along (see `commit.rs`).
 ///
 /// Requests resolve in order: a pass that ends before an earlier one
-/// waits for it (its `fdatasync` began after the earlier pass's writes,
-/// so both are durable by then anyway).
+/// waits for it (both are durable by then anyway).
 pub(crate) struct Requests {
     st: Mutex<Queue>,
     /// The committer waits here for a pass to lead.

@@ -1,10 +1,7 @@
 //! [`PagedCachedFile`]: the file an engine holds. Its methods check their
-//! arguments and the file's state, then call the components (see the
-//! module docs of `cached_file` for where a page lives and the lock
-//! order); the mechanisms live in the components' own files, and the
-//! durable calls (`sync`, `sync_async`, [`Writer`](crate::Writer)'s
-//! commits, `close`'s) in `commit.rs`. Opening composes the components
-//! from what each decides at open ([`PagedCachedFile::build`]).
+//! arguments and the file's state, then call the components; the durable
+//! calls are in `commit.rs`. Opening composes the components from what
+//! each decides at open ([`PagedCachedFile::build`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -204,27 +201,22 @@ impl PagedCachedFile {
     /// [`open`](Self::open) for io_uring; `Error::Io` with op "fstat" if
     /// the backend's length cannot be read.
     ///
-    /// Every open first reads the file's last two 512-byte sectors (or
-    /// direct I/O blocks): a file left with a grow-ahead window by a crash
-    /// or a drop without `close` ([`GrowAhead`](crate::GrowAhead)) ends in
-    /// a trailer holding its length, and is cut to that length there (an
-    /// `ftruncate` and an `fdatasync`; a read-only open only takes the
-    /// length), whatever this open's configuration. Errors: `Error::Io`
-    /// with op "grow-ahead recovery".
-    ///
+    /// Every open first reads the file's tail: a file a crash left with a
+    /// grow-ahead window ([`GrowAhead`](crate::GrowAhead)) is cut to the
+    /// length its trailer holds (a read-only open only takes the length),
+    /// whatever this open's configuration (`Error::Io` with op
+    /// "grow-ahead recovery").
     pub fn new(backend: impl StorageBackend + 'static, config: Config) -> Result<Self> {
         config.validate()?;
         Self::build(backend, None, config, Opening::default())
     }
 
-    /// The composition: each component decides at open what it is built
-    /// from, in this order: the `O_DIRECT` fit and the torn-page
-    /// protection are checked (before anything is written, and before a
-    /// ring is set up: a ring dropped on a refusal would keep the file,
-    /// and its lock, until the kernel's deferred teardown); then a
-    /// grow-ahead window a crash left is cut off, the doublewrite area
-    /// recovers, and only then are the run writers (the ring) and
-    /// grow-ahead's filler set up. `config` is validated by the caller.
+    /// The composition, in this order: the `O_DIRECT` fit and the torn-page
+    /// protection are checked (before anything is written or a ring set
+    /// up: a ring dropped on a refusal keeps the file's lock until the
+    /// kernel's deferred teardown); a grow-ahead window a crash left is cut
+    /// off and the doublewrite area recovers; then the run writers and
+    /// grow-ahead's filler are set up. `config` is validated already.
     fn build(
         backend: impl StorageBackend + 'static,
         area: Option<Arc<dyn StorageBackend>>,
@@ -423,17 +415,15 @@ impl PagedCachedFile {
         let ps = self.core.config.page_size;
         let mut page_no = self.core.buffer.page_no(offset);
         if data.len() == ps {
-            // One page, a B-tree's usual write: no batch to set up and
-            // drop (its 64 slots were a third of this call's instructions).
+            // One page, a B-tree's usual write: no batch to set up.
             let page = self.core.buffer.page_copy(data)?;
             self.insert(page_no, page.share())?;
             record(page_no);
             return Ok(());
         }
-        // Up to 64 pages at a time taken from the pool together (adjacent
-        // in memory where it can: see `WriteBuffer::page_copies`).
+        // Up to 64 pages at a time from the pool, adjacent in memory where
+        // it can; on the stack, so a steady load allocates nothing.
         const BATCH: usize = 64;
-        // On the stack: a steady load allocates nothing per call.
         let mut pages: [Option<UniqueBuf>; BATCH] = [const { None }; BATCH];
         for chunk in data.chunks(BATCH * ps) {
             self.core.buffer.page_copies(chunk, &mut pages)?;
@@ -454,17 +444,13 @@ impl PagedCachedFile {
     /// Errors: as [`write_page`](Self::write_page), plus an `Error::Io` from
     /// reading the current contents.
     ///
-    /// A guard is a latch on its pages. While it lives, another thread's
-    /// guard or write over any of them waits until it is dropped (guards
-    /// over several pages latch them in page order, so two such guards
-    /// never wait on each other in a cycle; guards taken one after another
-    /// in different orders by two threads can, as with any latches). The
-    /// thread that took the guard gets [`Error::Busy`] for a guard or write
-    /// over its pages instead of waiting on itself forever (the guard
-    /// records the thread that took it; a guard sent to another thread
-    /// still counts as its taker's). `discard` and `set_len` over guarded
-    /// pages, and `close` while any guard lives, never wait: they fail with
-    /// [`Error::Busy`] from any thread.
+    /// A guard is a latch on its pages: another thread's guard or write
+    /// over them waits until it is dropped (one guard latches its pages in
+    /// page order; guards taken one after another in different orders can
+    /// deadlock, as any latches). The taking thread (a guard sent away
+    /// still counts as its taker's) gets [`Error::Busy`] instead of
+    /// waiting on itself; `discard` and `set_len` over guarded pages, and
+    /// `close` while any guard lives, fail with [`Error::Busy`].
     pub fn write(&self, offset: u64, len: usize) -> Result<WritablePage<'_>> {
         self.write_guard(offset, len, None)
     }
@@ -620,15 +606,12 @@ impl PagedCachedFile {
     /// [`sync`](Self::sync). On error the file stays open so the caller can
     /// retry or read its pages back.
     ///
-    /// A refused or failed close changes nothing for other threads: while
-    /// it runs, their new write calls wait for its outcome (and then fail
-    /// with [`Error::Closed`] or go ahead), and reads go on; no thread is
-    /// told the file is closed unless it is.
+    /// While it runs, other threads' new write calls wait for its outcome
+    /// (then fail with [`Error::Closed`] or go ahead) and reads go on; a
+    /// refused or failed close changes nothing for them.
     pub fn close(&self) -> Result<()> {
-        // From here new write calls wait for the outcome (dropping
-        // `closing` on an error lets them go on); wait for the ones already
-        // counted. A guard is counted until it drops, which could be never
-        // from this thread: refuse instead of waiting.
+        // New write calls wait for the outcome from here; wait for those
+        // counted, but not for a guard (it may never drop): refuse.
         let closing = self.core.life.begin_close()?;
         while closing.writers() > 0 {
             if let Some(offset) = self.core.buffer.a_guarded_page() {
@@ -641,10 +624,8 @@ impl PagedCachedFile {
             // At rest the file's size is its length.
             self.core.flush.drop_window(&self.parts())?;
             if let Some(area) = self.core.torn.area() {
-                // The commit may have been durable on the area alone: make
-                // the pages durable in place, then no page needs the area
-                // (best effort: records left behind hold only synced
-                // pages).
+                // The commit may be durable on the area alone: make it
+                // durable in place, then empty the area (best effort).
                 self.core.flush.sync_file(&self.parts())?;
                 let _ = area.clear();
             }
@@ -663,16 +644,11 @@ impl PagedCachedFile {
     /// at the next flush and are durable after the next successful
     /// [`sync`](Self::sync). An empty `buf` is accepted and does nothing.
     ///
-    /// Backpressure applies per page, so a `buf` larger than the write
-    /// buffer is fine; if a flush it runs fails, the pages before that point
-    /// are buffered and the error returned.
-    ///
-    /// A page under another thread's live guard is written after the guard
-    /// is dropped (the call waits); see [`write`](Self::write).
-    ///
-    /// A partial page of a file that a racing [`set_len`](Self::set_len)
-    /// cuts merges with the bytes before the cut or after it (zeros past
-    /// it), never an error.
+    /// Backpressure applies per page, so `buf` may exceed the write buffer
+    /// (if a flush it runs fails, the pages before are buffered). A page
+    /// under another thread's guard is written after the guard is dropped.
+    /// A partial page that a racing [`set_len`](Self::set_len) cuts merges
+    /// with the bytes before or after the cut, never an error.
     ///
     /// Errors: [`Error::Overflow`], [`Error::FileTooLarge`],
     /// [`Error::Closed`], [`Error::Poisoned`], [`Error::ReadOnly`],
@@ -766,10 +742,8 @@ impl PagedCachedFile {
     /// written again its bytes are unspecified: whatever the file held, or
     /// the version in flight (zeros for a page never written).
     ///
-    /// The length is not changed: pages discarded at the end of the file
-    /// are zeros there after the next `sync`, which makes
-    /// [`len`](Self::len) durable whatever was discarded. To drop them from
-    /// the file, [`set_len`](Self::set_len).
+    /// The length is not changed (pages discarded at the end are zeros
+    /// after the next `sync`); [`set_len`](Self::set_len) drops them.
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::Busy`] over a guarded page,
@@ -837,12 +811,10 @@ impl PagedCachedFile {
     /// new length durable even if no page was written.
     ///
     /// Writes racing with a shrink over the pages it cuts land before or
-    /// after it, page by page; an engine orders them itself.
-    ///
-    /// With [`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite) a
-    /// shrink empties the doublewrite area: it first makes the pages
-    /// written in place durable (`fdatasync`), after flushing any page
-    /// whose earlier write failed (and may be torn on disk).
+    /// after it, page by page. With
+    /// [`TornWrites::DoubleWrite`](crate::TornWrites::DoubleWrite) a shrink
+    /// empties the doublewrite area, after flushing any page whose earlier
+    /// write failed and an `fdatasync`.
     ///
     /// Errors: [`Error::Unaligned`] for a length that is not a whole number
     /// of pages under `O_DIRECT`; [`Error::FileTooLarge`]; with a
@@ -874,10 +846,9 @@ impl PagedCachedFile {
         self.core.flush.set_len(&self.parts(), len)
     }
 
-    /// Releases the open's advisory lock, if it took one. Explicitly, not
-    /// by closing the descriptor: an io_uring ring with the file registered
-    /// keeps the open file description (and so the lock) alive until the
-    /// kernel's deferred ring teardown, after the file was dropped.
+    /// Releases the open's advisory lock, if it took one, explicitly: a
+    /// ring with the file registered keeps the description (and the lock)
+    /// alive until the kernel's deferred teardown.
     fn unlock(&self) {
         if self.core.life.is_locked()
             && let Some(file) = self.core.backend.file()

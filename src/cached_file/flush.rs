@@ -1,57 +1,46 @@
 //! The flush pipeline: drain, write, settle, and the changes of the file's
 //! size ordered with them.
 //!
-//! Owns: the **drain lock** (over [`FileSize`]: the file's size as the OS
-//! will hold it, whose methods and the size changes outside a flush are
-//! in `size.rs`), the run writers ([`Writers`]), the in-flight
-//! generations, the spare batch vectors, `cut_pending` and grow-ahead's
-//! filler. Calls: the components in [`Parts`] and the run writers.
+//! Owns: the **drain lock** (over [`FileSize`], the file's size as the OS
+//! will hold it; its methods are in `size.rs`), the run writers
+//! ([`Writers`]), the in-flight generations, the spare batches,
+//! `cut_pending` and grow-ahead's filler. Calls: the components in
+//! [`Parts`].
 //!
-//! A flush ([`FlushPipeline::flush`]) drains every stripe, or only the
-//! pages of a writer's scope ([`Drain`]), into a [`Batch`]: one in-flight
-//! generation in every stripe it touched. It writes the batch from the
-//! caller's thread in six steps ([`FlushPipeline::write_batch`]) and
-//! returns the `write_seq` step a commit must see covered. A commit settles
-//! the batch after its `fdatasync`, so a failed `fdatasync` puts the pages
-//! back in the write buffer before the file is poisoned; `flush()` settles
-//! at once.
+//! A flush ([`FlushPipeline::flush`]) drains every stripe, or the pages of
+//! a commit's scope ([`Drain`]), into a [`Batch`] (one in-flight
+//! generation in each stripe it touched), writes it from the caller's
+//! thread in six steps ([`FlushPipeline::write_batch`]) and returns the
+//! `write_seq` step a commit must see covered. A commit settles the batch
+//! after its `fdatasync` (a failed one puts the pages back before the file
+//! is poisoned); `flush()` settles at once. Drains are serialized by the
+//! drain lock; writes run after it is released, several at once, safe by
+//! three rules:
 //!
-//! The drain happens under the drain lock; the writes after it is released,
-//! so several flushes write at once. Three rules keep that safe:
-//!
-//! 1. **Newest wins (the write latch).** Before a generation writes, it
-//!    waits until every older generation still in flight that holds one of
-//!    its pages has written. So two versions of a page are never in flight
-//!    at once, and the younger reaches the OS last.
+//! 1. **Newest wins (the write latch).** A generation writes only after
+//!    every older one in flight holding one of its pages has written, so
+//!    the younger version reaches the OS last.
 //! 2. **A sync covers what was drained before it.** A flush of the whole
-//!    file returns only after every generation drained before or with its
-//!    own has written (a scoped one, after those holding its pages), so an
-//!    `fdatasync` that starts then covers those writes: `write_seq` steps
-//!    after each batch's writes complete.
-//! 3. **Failed pages are not skipped.** A failed write puts its pages back
-//!    in the write buffer, and records that it did, before its generation
-//!    counts as written. A flush that drained after that generation and
-//!    before the pages went back finds the record once it has waited, and
-//!    drains and writes again: it never reports a page durable that an
-//!    older generation failed to write.
+//!    file returns after every generation drained before or with it has
+//!    written (a scoped one, after those holding its pages); `write_seq`
+//!    steps after each batch's writes complete.
+//! 3. **Failed pages are not skipped.** A failed write puts its pages back,
+//!    and records that it did, before its generation counts as written; a
+//!    flush that drained in between finds the record once it has waited,
+//!    and drains and writes again.
 //!
-//! With a doublewrite area two more hold: a batch's record is durable in
-//! the area before any of its pages is written in place, staged after its
-//! write-latch wait (so the area holds each page's versions in write
-//! order); and a commit skips the file's `fdatasync` only if no change
-//! since the last one is outside a durable record.
-//!
-//! The file's size changes (`ftruncate`, `fallocate`, grow-ahead's
-//! trailer) happen under the drain lock, before the writes they precede;
-//! one that must see no write in flight (cutting back after a failed write,
-//! or an unaligned tail) waits for every older generation under the drain
-//! lock, and a write never takes the drain lock after it left it, except
-//! with `try_lock`.
+//! With a doublewrite area, a batch's record is durable before any of its
+//! pages is written in place (staged after its write-latch wait, so the
+//! area holds each page's versions in order), and a commit skips the
+//! file's `fdatasync` only if no change since the last one is outside a
+//! durable record. Size changes happen under the drain lock, before the
+//! writes they precede; one that must see no write in flight (a cut back
+//! after a failed write, an unaligned tail) waits for every older
+//! generation under it.
 //!
 //! Lock order: drain lock -> ring -> generations -> stripe -> cache stripe;
-//! the write slots' lock is a leaf; `fdatasync`s (grow-ahead's extension,
-//! a doublewrite checkpoint) may be waited for under the drain lock, and a
-//! thread in `fdatasync` never takes the drain lock.
+//! the write slots' lock is a leaf; an `fdatasync` may be waited for under
+//! the drain lock, and a thread in `fdatasync` never takes it.
 
 use std::io;
 use std::sync::atomic::Ordering;

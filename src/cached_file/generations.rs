@@ -8,22 +8,17 @@
 //! handed, run under its lock.
 //!
 //! Invariants:
-//! - generations are numbered and queued in drain order (every drain is
-//!   made with the drain lock held). A generation that shares a page with
-//!   an older one in flight retires only after every older generation
-//!   has: a younger generation shadows an older one for readers, so
-//!   removing it first would let a reader find the older version of a
-//!   page. One that shares no page with any older generation in flight
-//!   (none held one of its pages when it drained, and older generations
-//!   gain no pages) retires as soon as it settles: no reader can find an
-//!   older version of its pages in flight, and an `fdatasync` stalled in
-//!   an older generation does not hold its pages and maps;
-//! - a generation counts as written once its writes completed, whether or
-//!   not they succeeded; a failed write records that its pages went back
-//!   to the write buffer ([`log_requeue`](Generations::log_requeue))
-//!   before it counts as written, so a flush that waited for it and
-//!   drained without those pages learns it
-//!   ([`wait_written_then_check`](Generations::wait_written_then_check)).
+//! - generations are numbered and queued in drain order (drains hold the
+//!   drain lock). One that shares a page with an older one in flight
+//!   retires only after every older one has (a younger version shadows an
+//!   older one for readers); one that shares none retires as soon as it
+//!   settles, so an `fdatasync` stalled in an older generation does not
+//!   hold its pages;
+//! - a generation counts as written once its writes completed, failed or
+//!   not; a failed write records that its pages went back
+//!   ([`log_requeue`](Generations::log_requeue)) before it counts as
+//!   written, so a flush that waited for it and drained without them
+//!   learns it ([`wait_written_then_check`](Generations::wait_written_then_check)).
 //!
 //! Lock order: drain lock -> `slots` -> this -> stripe -> cache stripe (the
 //! retire callback takes stripe and cache locks under it).
@@ -33,11 +28,9 @@ use std::sync::atomic::Ordering;
 
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex};
 
-/// Proof that the flush pipeline's drain lock is held. Only the state
-/// under that lock (`FileSize`) owns one, and lends it out as
-/// `&DrainHeld` for no longer than its guard lives; a call that must be
-/// made with the drain lock held takes one, so the compiler checks what
-/// the lock order says.
+/// Proof that the drain lock is held: only `FileSize` (the state under it)
+/// owns one and lends it for no longer than its guard lives, so a call
+/// that needs the lock takes one and the compiler checks it.
 pub(crate) struct DrainHeld(());
 
 impl DrainHeld {
@@ -52,52 +45,42 @@ pub(crate) struct Generations<T> {
     state: Mutex<Queue<T>>,
     /// Notified when a generation has written.
     written: Condvar,
-    /// Notified (under the lock) when the last generation in flight
-    /// retires; `set_len` waits for it.
+    /// Notified when the last generation in flight retires (`set_len`).
     settled: Condvar,
     /// The next generation's number. Written only with the drain lock held.
     next: AtomicU64,
-    /// The most generations in flight at once so far: how many spare maps
-    /// and batch vectors a steady load goes round with.
+    /// The most generations in flight at once so far (spares kept).
     peak: AtomicUsize,
 }
 
 struct Queue<T> {
     /// In drain order.
     queue: VecDeque<Generation<T>>,
-    /// Drains made so far (empty ones included): a flush's drain number
-    /// orders it against the generations' drains and requeues.
+    /// Drains made so far (empty ones included).
     drains: u64,
-    /// Drain numbers of the flushes that drained and have not yet checked
-    /// `requeues` (`wait_written_then_check`).
+    /// Drain numbers of the flushes that have not yet checked `requeues`.
     checking: Vec<u64>,
-    /// Per failed write whose pages went back to the write buffer: the
-    /// generation's drain number and the drain count when they went back.
-    /// A flush whose drain number lies in `(drained, requeued]` drained
-    /// without them. Kept until no flush that could be in that range is
-    /// still checking.
+    /// Per failed write whose pages went back: its generation's drain
+    /// number and the drain count then. A flush whose drain number lies in
+    /// `(drained, requeued]` drained without them.
     requeues: Vec<(u64, u64)>,
     /// The newest cut of the file's tail made while older generations had
-    /// written but not all retired: `(id, len)`, the cutting generation's
-    /// number and the length cut to. A generation numbered below `id`
-    /// retires with its growth of the disk length capped at `len`
-    /// ([`cut_under`](Generations::cut_under)). Lengths of later cuts are
-    /// never shorter (the logical length only grows between `set_len`
-    /// cuts, which wait for every generation to retire), so the newest
-    /// is the one to keep.
+    /// not all retired: `(id, len)`. A generation below `id` retires with
+    /// its growth of the disk length capped at `len`
+    /// ([`cut_under`](Generations::cut_under)); later cuts are never
+    /// shorter until a `set_len`, which waits for every generation.
     cut: Option<(u64, u64)>,
 }
 
-/// An in-flight generation; `written` once its writes completed
-/// (successfully or not), `done` once it settled.
+/// An in-flight generation; `written` once its writes completed, `done`
+/// once it settled.
 struct Generation<T> {
     id: u64,
     written: bool,
-    /// The `write_seq` step its writes made, once written (none if
-    /// nothing of it reached the OS).
+    /// The `write_seq` step its writes made (none if nothing reached the
+    /// OS).
     step: Option<u64>,
-    /// No older generation in flight holds one of its pages: it retires
-    /// as soon as it settles (see the module docs).
+    /// No older generation in flight holds one of its pages.
     alone: bool,
     done: Option<T>,
 }
@@ -119,16 +102,14 @@ impl<T> Generations<T> {
         }
     }
 
-    /// The number the next generation gets: every generation below it was
-    /// drained by now. Read with the drain lock held for a drain's own number.
+    /// The number the next generation gets (every one below was drained).
     #[inline]
     pub(crate) fn next_id(&self) -> u64 {
         self.next.load(Ordering::Acquire)
     }
 
-    /// Numbers a drain (with the drain lock held) and registers its flush as
-    /// one that will check the requeue records
-    /// ([`wait_written_then_check`](Self::wait_written_then_check)).
+    /// Numbers a drain and registers its flush as one that will check the
+    /// requeue records.
     pub(crate) fn begin_drain(&self, _drain: &DrainHeld) -> u64 {
         let mut g = self.state.lock();
         g.drains += 1;
@@ -137,10 +118,8 @@ impl<T> Generations<T> {
         no
     }
 
-    /// Queues generation `id` (the one [`next_id`](Self::next_id) gave,
-    /// with the drain lock held), not yet written. `alone`: no older
-    /// generation in flight holds one of its pages (it retires as soon as
-    /// it settles).
+    /// Queues generation `id` (from [`next_id`](Self::next_id)), not yet
+    /// written; `alone`: no older one in flight holds one of its pages.
     pub(crate) fn push(&self, _drain: &DrainHeld, id: u64, alone: bool) {
         self.next.store(id + 1, Ordering::Release);
         let mut g = self.state.lock();
@@ -154,14 +133,12 @@ impl<T> Generations<T> {
         self.peak.fetch_max(g.queue.len(), Ordering::Relaxed);
     }
 
-    /// The most generations that have been in flight at once.
     #[inline]
     pub(crate) fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
     }
 
-    /// Records that the failed pages of the generation drained as
-    /// `drain_no` went back to the write buffer now.
+    /// The failed pages of the generation drained as `drain_no` went back.
     pub(crate) fn log_requeue(&self, drain_no: u64) {
         let mut g = self.state.lock();
         let now = g.drains;
@@ -170,28 +147,21 @@ impl<T> Generations<T> {
         }
     }
 
-    /// Waits until every generation numbered below `mark` has written
-    /// (`wait_written`), then tells whether an older generation's failed
-    /// pages went back to the write buffer after the drain numbered
-    /// `drain_no` (so it did without them), and ends that flush's check.
-    /// Every such requeue was recorded before its generation counted as
-    /// written, so none is missed.
+    /// Waits until every generation below `mark` has written, then tells
+    /// whether an older generation's failed pages went back after the
+    /// drain numbered `drain_no` (which drained without them), and ends
+    /// that drain's check. Requeues are recorded before their generation
+    /// counts as written, so none is missed.
     pub(crate) fn wait_written_then_check(&self, mark: u64, drain_no: u64) -> bool {
-        let mut g = self.state.lock();
-        while g.queue.iter().any(|x| x.id < mark && !x.written) {
-            self.written.wait(&mut g);
-        }
-        Self::end_check(&mut *g, drain_no)
+        let mut g = self.wait_below(mark);
+        Self::end_check(&mut g, drain_no)
     }
 
-    /// A scoped commit's wait: until each generation of `ids` (those that
-    /// held its pages in flight) has written, and no other. Returns the
-    /// highest `write_seq` step they made (`None` if one had already
-    /// retired, or wrote nothing: the caller then takes `write_seq` as it
-    /// is now), and whether an older generation's failed pages went back to
-    /// the write buffer after the drain numbered `drain_no` (as
-    /// [`wait_written_then_check`](Self::wait_written_then_check)), which
-    /// ends that drain's check.
+    /// A scoped commit's wait: until each generation of `ids` (those holding
+    /// its pages in flight) has written. Returns the highest `write_seq`
+    /// step they made (`None` if one retired or wrote nothing: the caller
+    /// takes `write_seq` as it is now) and the check of
+    /// [`wait_written_then_check`](Self::wait_written_then_check).
     pub(crate) fn wait_ids_then_check(&self, ids: &[u64], drain_no: u64) -> (Option<u64>, bool) {
         let mut g = self.state.lock();
         let mut step = Some(0);
@@ -213,8 +183,7 @@ impl<T> Generations<T> {
         (step, Self::end_check(&mut *g, drain_no))
     }
 
-    /// Whether a requeue fell after the drain numbered `drain_no`; ends
-    /// that drain's check and drops the records no check can need.
+    /// Whether a requeue fell after the drain `drain_no`; ends its check.
     fn end_check(g: &mut Queue<T>, drain_no: u64) -> bool {
         let missed = g
             .requeues
@@ -231,18 +200,20 @@ impl<T> Generations<T> {
         missed
     }
 
-    /// Waits until every generation numbered below `mark` has written (its
-    /// writes completed, successfully or not).
+    /// Waits until every generation below `mark` has written.
     pub(crate) fn wait_written(&self, mark: u64) {
+        drop(self.wait_below(mark));
+    }
+
+    fn wait_below(&self, mark: u64) -> crate::sync::MutexGuard<'_, Queue<T>> {
         let mut g = self.state.lock();
         while g.queue.iter().any(|x| x.id < mark && !x.written) {
             self.written.wait(&mut g);
         }
+        g
     }
 
-    /// Marks generation `id` written, its writes counted as `write_seq`
-    /// step `step` (none if nothing reached the OS), and wakes whoever
-    /// waits for it.
+    /// Marks generation `id` written (as `write_seq` step `step`).
     pub(crate) fn mark_written(&self, id: u64, step: Option<u64>) {
         let mut g = self.state.lock();
         if let Some(x) = g.queue.iter_mut().find(|x| x.id == id) {
@@ -262,14 +233,10 @@ impl<T> Generations<T> {
         self.state.lock().queue.is_empty()
     }
 
-    /// Settles generation `id` with `done`: it retires at once with
-    /// `retire` (under this lock) if it shares no page with an older
-    /// generation in flight; then every settled generation at the front of
-    /// the queue retires, oldest first. Wakes `set_len` when none is left.
-    ///
-    /// `retire` gets the generation and the cap on how far it may grow the
-    /// disk length (bytes; `None`: no cap), from a cut of the file made
-    /// after it wrote ([`cut_under`](Self::cut_under)).
+    /// Settles generation `id` with `done`: it retires at once (`retire`,
+    /// under this lock) if it is alone; then every settled generation at
+    /// the front retires, oldest first. `retire` gets the generation and
+    /// the cap on its growth of the disk length ([`cut_under`](Self::cut_under)).
     pub(crate) fn settle(&self, id: u64, done: T, mut retire: impl FnMut(T, Option<u64>)) {
         let mut g = self.state.lock();
         let at = g

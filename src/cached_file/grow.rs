@@ -1,67 +1,47 @@
 //! Grow-ahead ([`GrowAhead::Window`]): a growing file commits at the rate
 //! of one written over in place.
 //!
-//! Every change of a file's size, and every block a write allocates, is
-//! metadata the commit's `fdatasync` must make durable with the data: a
-//! journal commit as costly as the data write, so commits into new space
-//! run at a fraction of the rate of commits over written blocks. So with a
-//! window the file's size on the OS runs up to
-//! `window` bytes ahead of the data, a filler thread writes that space
-//! (zeros) ahead of the writes that land in it, and the true length lives
-//! in a **trailer** at the file's end, rewritten in place by the commits
-//! that change it: a commit into the window overwrites written blocks and
-//! a trailer slot, and its `fdatasync` finds no metadata to write. The
-//! size changes once per window, in an extension made under the flush
-//! pipeline's drain lock.
+//! A change of size, or a block a write allocates, is metadata the
+//! commit's `fdatasync` must make durable too (a journal commit). With a
+//! window the file's size on the OS runs up to `window` bytes ahead of the
+//! data, a filler thread writes that space (zeros) ahead of the writes,
+//! and the length lives in a **trailer** at the file's end: two slots
+//! (records of `format::trailer`) that commits rewrite in turn, the valid
+//! one with the highest sequence holding the length. A commit into the
+//! window overwrites written blocks and a slot; the size changes once per
+//! window, in an extension made under the drain lock. Data stays below
+//! the trailer's page.
 //!
-//! **The trailer** is two slots at the end of the file, each a record
-//! (`format::trailer`) of the file's length. Commits write the slots in
-//! turn; the valid one with the highest sequence holds the length. Data
-//! stays below the trailer's page.
+//! **Extension** (data or `set_len` would reach the trailer's page): both
+//! slots are written at the new end (`need + window`, rounded to pages,
+//! plus the trailer's page), moving the size in the same write; an
+//! `fdatasync` makes size and trailer durable before anything is written
+//! below them (blocks are written back in any order: zeros or data in a
+//! window whose end is not durable could come back after a crash as the
+//! file's end, with no trailer); then the old slots, now in the data's
+//! range, are zeroed. After a crash the size is the old or the new end,
+//! with valid slots there; an old trailer left unzeroed is found through
+//! the new record's `prev` and zeroed at the next open. `prev` reaches
+//! back one trailer only, so an extension first makes the previous
+//! zeroing durable.
 //!
-//! **Extension** (data or `set_len` would reach the trailer's page):
-//! both slots are written at the new end (`P' = need + window`, rounded
-//! to pages, plus the trailer's page), which moves the file's size there
-//! in the same write; an `fdatasync` makes size and trailer durable before
-//! anything is written below them (a file system writes blocks back in any
-//! order, so zeros or data written into a window whose end is not yet
-//! durable could come back after a crash as the file's end, with no
-//! trailer there); then the old slots are zeroed (they now lie in the
-//! data's range). After a
-//! crash the file's size is the old or the new end (an extending write
-//! moves it only once its bytes are written), and the slots at that end
-//! are valid; a stale old trailer left unzeroed is found through the new
-//! record's `prev` and zeroed at the next open. That `prev` reaches back
-//! one trailer only, so an extension first makes the previous zeroing
-//! durable (an `fdatasync`, where no commit has since): else a crash
-//! could keep the new trailer and lose the zeroing of the one before the
-//! old, leaving it inside the data.
-//!
-//! **At rest the file is plain:** `close` cuts the window off (the size is
-//! the length again, made durable), and every open first looks for a
-//! trailer at the end (`format::trailer::recover`): a file left with a window by a crash
-//! or a drop without `close` is cut to its recorded length there, whatever
-//! the new configuration. An engine that reads the file's size itself
-//! sees its own length at rest; while the file is open with a window its
-//! size runs ahead, which is why the window is opt-in.
+//! **At rest the file is plain:** `close` cuts the window off, and every
+//! open first looks for a trailer (`format::trailer::recover`) and cuts a
+//! file a crash left with a window to its recorded length, whatever the
+//! configuration. While open with a window the size runs ahead of the
+//! length, which is why the window is opt-in.
 //!
 //! **The filler** (one thread per file) writes zeros from the data
-//! frontier (the highest end any flush has drained) up to `window` bytes
-//! ahead, in [`FILL_CHUNK`] pieces, never below the frontier: a flush
-//! whose pages reach into the piece being written waits for it under
-//! the drain lock first, then moves the frontier past them. It leaves the
-//! commits their space: it writes a piece only while [`FILL_RESERVE`] (or
-//! the window, where larger) stays free after it (`fstatvfs`; not asked
-//! on Windows). It stops at the first error (`ENOSPC`, `EFBIG`,
-//! `EOPNOTSUPP`, too little space left, ...), which is counted and
-//! reported once in `Stats` and never fails a commit; on a full disk, and
-//! whenever a commit's write meets one, it gives the zeros above the
-//! frontier back (a hole punched, where the file system can), so the
-//! space is the commits' again.
+//! frontier (the highest end any flush drained) up to `window` bytes
+//! ahead, in [`FILL_CHUNK`] pieces, never below the frontier (a flush
+//! whose pages reach into the piece being written waits for it first). It
+//! writes only while [`FILL_RESERVE`] (or the window) stays free after it,
+//! stops at the first error (counted in `Stats`, never a commit's), and on
+//! a full disk gives the zeros above the frontier back (a hole punched).
 //!
-//! Owns: the trailer state ([`Window`], under the drain lock, in `FileSize`) and
-//! the filler ([`Filler`], its own lock, taken under the drain lock or alone;
-//! it takes no other lock). Calls: the backend.
+//! Owns: the trailer state ([`Window`], under the drain lock, in
+//! `FileSize`) and the filler ([`Filler`], its own lock, taken under the
+//! drain lock or alone; a leaf). Calls: the backend.
 
 use std::io;
 use std::sync::Arc;

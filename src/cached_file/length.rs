@@ -34,18 +34,15 @@ pub(crate) struct Length {
     /// write). Pages past it that are in no buffer read as zeros.
     disk: AtomicU64,
     /// The file's length as completed writes, `fallocate`s and `ftruncate`s
-    /// left it (the highest end of each): what a failed write that grew the
-    /// file partway is cut back to, once no write is in flight.
+    /// left it: what a failed write that grew the file is cut back to.
     written: AtomicU64,
     /// Odd while `set_len` is cutting the file (from just before its
     /// `ftruncate` until the disk length is lowered); bumped twice per cut.
     shrink_seq: AtomicU64,
-    /// Old grow-ahead trailers kept on disk inside the file's range (byte
-    /// ranges): one whose window extension's `fdatasync` failed stays (it
-    /// holds the length the last successful commit made durable), and one
-    /// whose zeroing failed waits for the next try. Reads see zeros over
-    /// them ([`hide_kept`](Self::hide_kept)) until a write covers them or
-    /// they are zeroed. At most a few, each at most two pages.
+    /// Old grow-ahead trailers kept on disk inside the file's range (one
+    /// whose extension's `fdatasync` failed, one whose zeroing failed):
+    /// reads see zeros over them ([`hide_kept`](Self::hide_kept)) until a
+    /// write covers them or they are zeroed.
     kept: Mutex<Vec<Range<u64>>>,
     /// Whether `kept` holds any range: reads look at it only then.
     any_kept: AtomicBool,

@@ -32,7 +32,7 @@
 //! | `durability.rs` | the write sequence, the durable watermark, the `fdatasync`s; tickets and the committer |
 //! | `generations.rs` | the in-flight generations in drain order, the write latch's bookkeeping |
 //! | `write_buffer.rs` | dirty and in-flight pages in stripes, the page pool, room, guard latches |
-//! | `torn.rs` | atomic piece size, or the doublewrite area and its recovery |
+//! | `torn.rs` | atomic piece size, or the doublewrite area (its records: `format`) |
 //! | `grow.rs` | grow-ahead's trailer (`Window`) and filler thread |
 //! | `write.rs` | write slots, the `pwritev` writer and the ring: how runs become write calls |
 //! | `read.rs` | the read cache; `Parts` (the components borrowed together) and the read path |
@@ -60,7 +60,7 @@
 //! `closer` (a `close`, which then commits) -> drain lock -> ring ->
 //! generations -> stripe -> cache stripe. Leaves (nothing is taken under
 //! them): the room counter, `close_wait`, `unstaged_at`, the `fdatasync`
-//! state, the asynchronous requests, the write slots, the doublewrite
+//! state, the commit queue, the write slots, the doublewrite
 //! area's lock, grow-ahead's filler lock (taken under the drain lock or
 //! alone). An `fdatasync` may be waited for with the drain lock held
 //! (grow-ahead's extension, a doublewrite checkpoint), and a thread in

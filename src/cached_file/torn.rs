@@ -3,39 +3,27 @@
 //! doublewrite area), decided at open ([`resolve_torn`]); the doublewrite
 //! area itself ([`Area`]), and opening and recovering it ([`recover_area`]).
 //!
-//! Owns: the atomic piece size, the area (its own lock, a leaf: nothing is
-//! taken under it, and its records are staged one at a time with it held)
-//! and the recovery report; all fixed at open. Calls: the area's backend.
-//! The flush pipeline stages records and writes atomic pieces; commits
-//! hand the area the durable watermark.
+//! Owns: the atomic piece size, the area (its own lock, a leaf, held while
+//! a record is staged) and the recovery report, fixed at open. Calls: the
+//! area's backend.
 //!
 //! # How it works
 //!
-//! A power cut during a page write can leave the page half old, half new:
-//! the device promises whole sectors, not whole pages. InnoDB's answer
-//! (`buf0dblwr.cc`) is to write every page first to a doublewrite buffer,
-//! make that durable, and only then write the pages in place; after a
-//! crash, a page torn in place is whole in the buffer. Here the buffer is
-//! a sidecar file, and each flush writes its pages there as one record
-//! with one sequential write (the layout is `format::doublewrite`'s), then
-//! `fdatasync`s it. Records are appended; `seq` counts up by one from record to record. The
-//! area goes back to offset 0 (a new record overwrites the old ones) only
-//! when no staged flush is still writing in place and an `fdatasync` of
-//! the data file covered every in-place write of the records: then no page
-//! depends on the area. Older records left behind the new ones have a
-//! lower `seq`, so recovery, which reads records from 0 while each is
-//! whole and its `seq` is the last one's plus one, never reaches them.
+//! A power cut during a page write can leave the page half old, half new.
+//! InnoDB's answer (`buf0dblwr.cc`) is to write every page first to a
+//! doublewrite buffer, make that durable, and only then write the pages in
+//! place. Here the buffer is a sidecar file: each flush appends its pages
+//! as one record (`format::doublewrite`) with one write and `fdatasync`s
+//! it. The area goes back to offset 0 only when no staged flush is still
+//! writing in place and an `fdatasync` of the file covered every in-place
+//! write of its records: then no page depends on it.
 //!
 //! A commit whose pages are all in durable records needs no `fdatasync` of
-//! the file: the area holds them, so a commit's pass skips it when every
-//! change to the file since the last `fdatasync` was a staged batch (or
-//! the length its record carries). The file is synced when the area grows
-//! past [`CHECKPOINT_BYTES`] (then the area starts over), at `close`, and
-//! before a cut. A commit costs one sequential write and one `fdatasync`
-//! of the area, besides the writes in place.
-//!
-//! At open the area's whole records are replayed into the file
-//! (`format::doublewrite::recover`), before anything else is written.
+//! the file: its pass skips it when every change since the last one was a
+//! staged batch (or the length its record carries). The file is synced
+//! when the area passes [`CHECKPOINT_BYTES`] (then it starts over), at
+//! `close` and before a cut. At open the records are replayed into the
+//! file (`format::doublewrite::recover`) before anything else is written.
 
 use std::collections::BTreeSet;
 use std::io::{self, IoSlice};
