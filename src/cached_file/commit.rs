@@ -19,23 +19,29 @@
 //! A blocking commit ([`Core::commit_now`]) leads a pass on the caller's
 //! thread when no pass is writing; otherwise it waits, and the first
 //! waiting thread to find the writes done leads the next pass for all of
-//! them (group commit without a leader thread). A ticket's request is led
-//! by a blocking commit that comes along or by the file's committer
-//! thread: the caller goes on writing meanwhile, and the writes of many
-//! commits coalesce. A commit of a writer's pages drains nothing of other
-//! writers but the pages of commits in its pass.
+//! them (group commit without a leader thread). One exception: a writer's
+//! commit whose pages all lie inside the file's length on disk, arriving
+//! while a pass writes, writes them on its own thread beside that pass
+//! and needs its own `fdatasync` ([`Core::commit_alone`]): an overwrite
+//! allocates nothing that grouping would share, and waiting costs it the
+//! other pass's write. A ticket's request is led by a blocking commit
+//! that comes along or by the file's committer thread: the caller goes on
+//! writing meanwhile, and the writes of many commits coalesce. A commit of
+//! a writer's pages drains nothing of other writers but the pages of
+//! commits in its pass.
 //!
 //! Owns: nothing but a [`Writer`]'s scope (the page numbers written
 //! through it since its last commit). Calls: the flush pipeline, the
 //! durability watermark, the committer and its requests. Locks: only the
-//! pass's scratch vector (`Core::scratch`), never held across I/O.
+//! scratch vectors of scoped drains (`Core::scratch`, a leaf), never held
+//! across I/O.
 
 use std::sync::Arc;
 
 use super::config::add;
 use super::durability::{Asked, CommitTicket, Pass, Step};
 use super::file::{Core, PagedCachedFile};
-use super::flush::Drain;
+use super::flush::{Drain, Flushed};
 use super::write_buffer::WritablePage;
 use crate::error::{Error, Result};
 
@@ -60,7 +66,8 @@ pub(crate) enum Wait {
 impl Core {
     /// A blocking commit of `scope`: its request joins the queue; the
     /// thread leads a pass where none is writing, else waits for its
-    /// request's pass, stepping again whenever the write stage frees.
+    /// request's pass, stepping again whenever the write stage frees (a
+    /// writer's overwrite commits alone instead: see the module docs).
     ///
     /// Errors: as [`PagedCachedFile::sync`].
     pub(super) fn commit_now(&self, scope: Scope<'_>) -> Result<()> {
@@ -69,6 +76,9 @@ impl Core {
             Scope::File => self.requests.ask(None),
             // Nothing written through the writer since its last commit.
             Scope::Pages(pages) if pages.is_empty() => return Ok(()),
+            Scope::Pages(pages) if self.requests.writing() && self.overwrites(pages) => {
+                return self.commit_alone(pages);
+            }
             Scope::Pages(pages) => self.requests.ask(Some(pages)),
         };
         loop {
@@ -92,16 +102,55 @@ impl Core {
                 Some(pages)
             }
         };
-        let mut in_flight = std::mem::take(&mut *self.scratch.lock());
+        let mut in_flight = self.scratch.lock().pop().unwrap_or_default();
         let drain = match &pages {
             None => Drain::All,
             Some(pages) => Drain::Pages(pages, &mut in_flight),
         };
         let flushed = self.flush.flush(&p, drain);
         self.requests.wrote();
-        *self.scratch.lock() = in_flight;
-        // With a doublewrite area, every change since the last `fdatasync`
-        // may be in a durable record: then the area makes it durable.
+        self.scratch.lock().push(in_flight);
+        let outcome = self.make_durable(flushed);
+        if outcome.is_ok() {
+            add(&p.counters.commits, pass.hi - pass.lo);
+        }
+        let retry = matches!(outcome, Err(Error::PagesFailed { .. }));
+        self.requests.resolve(pass.lo, pass.hi, outcome);
+        if let Some(pages) = pages.take() {
+            self.requests.give_back(pages, retry);
+        }
+    }
+
+    /// A writer's commit made beside the pass that is writing, on this
+    /// thread alone: its pages overwrite the file's written length, so no
+    /// allocation is shared by waiting for that pass (see the module
+    /// docs). Errors: as [`commit_now`](Self::commit_now).
+    fn commit_alone(&self, pages: &mut Vec<u64>) -> Result<()> {
+        let p = self.parts();
+        p.buffer.by_stripe(pages);
+        let mut in_flight = self.scratch.lock().pop().unwrap_or_default();
+        let flushed = self.flush.flush(&p, Drain::Pages(pages, &mut in_flight));
+        self.scratch.lock().push(in_flight);
+        let outcome = self.make_durable(flushed);
+        if outcome.is_ok() {
+            add(&p.counters.commits, 1);
+        }
+        outcome
+    }
+
+    /// Whether every page of `pages` lies inside the file's length on
+    /// disk: a write of them allocates nothing new past the end.
+    fn overwrites(&self, pages: &[u64]) -> bool {
+        let last = pages.iter().copied().max().unwrap_or(0);
+        self.buffer.offset_of(last + 1) <= self.length.disk()
+    }
+
+    /// The end of a commit whose pages `flushed` wrote: an `fdatasync`
+    /// covering those writes (joining one in flight or issuing one), or
+    /// none where the doublewrite area holds every change since the last
+    /// one; then the batch settles. The commit's outcome.
+    fn make_durable(&self, flushed: Flushed) -> Result<()> {
+        let p = self.parts();
         let by_area = p.torn.area().is_some() && flushed.unstaged_at <= p.durability.fsynced();
         let durable = if by_area {
             Ok(())
@@ -111,20 +160,12 @@ impl Core {
         if let Some(batch) = flushed.batch {
             self.flush.settle(&p, batch, durable.is_ok());
         }
-        let outcome = match (durable, flushed.error) {
+        match (durable, flushed.error) {
             (Err(e), _) | (Ok(()), Some(e)) => Err(e),
             // A failed `fdatasync` may have lost pages of these scopes
             // another flush wrote.
             (Ok(()), None) if self.life.is_poisoned() => Err(Error::Poisoned),
-            (Ok(()), None) => {
-                add(&p.counters.commits, pass.hi - pass.lo);
-                Ok(())
-            }
-        };
-        let retry = matches!(outcome, Err(Error::PagesFailed { .. }));
-        self.requests.resolve(pass.lo, pass.hi, outcome);
-        if let Some(pages) = pages.take() {
-            self.requests.give_back(pages, retry);
+            (Ok(()), None) => Ok(()),
         }
     }
 }
@@ -290,11 +331,11 @@ impl<'a> Writer<'a> {
     /// out of the write buffer and writes them (one call per run of
     /// contiguous pages); commits that arrive meanwhile are written
     /// together by the first of them to find the writes done (group
-    /// commit). It then needs an `fdatasync` that began after those writes
-    /// completed: it returns at once if one has returned, waits for one in
-    /// flight, or issues its own (one for every commit that waited
-    /// meanwhile). A writer with nothing written since its last commit
-    /// returns at once.
+    /// commit), except those whose pages all overwrite the file's length
+    /// on disk, which write their own beside. It then needs an `fdatasync`
+    /// that began after those writes completed: it returns at once if one
+    /// has returned, waits for one in flight, or issues its own. A writer
+    /// with nothing written since its last commit returns at once.
     ///
     /// Errors: [`Error::Closed`]; [`Error::Poisoned`] after a failed
     /// `fdatasync`; [`Error::PagesFailed`] for pages that could not be

@@ -511,6 +511,11 @@ impl Requests {
         Step::Wait
     }
 
+    /// Whether a pass is in its write stage.
+    pub(crate) fn writing(&self) -> bool {
+        self.st.lock().writing
+    }
+
     /// The pass's writes are done: the next pass may write. Wakes the
     /// first thread waiting with a request no pass holds (it leads every
     /// pending one), and the committer.

@@ -75,8 +75,9 @@ pub(crate) struct Core {
     /// The commit queue: every commit asked for and how each ended
     /// (shared with the tickets and the committer thread).
     pub(super) requests: Arc<Requests>,
-    /// Scratch of the passes' scoped drains (a leaf lock).
-    pub(super) scratch: crate::sync::Mutex<Vec<u64>>,
+    /// Scratch vectors of scoped drains, one per flush at once (a leaf
+    /// lock).
+    pub(super) scratch: crate::sync::Mutex<Vec<Vec<u64>>>,
 }
 
 impl Core {
