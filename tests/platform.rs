@@ -208,3 +208,38 @@ fn a_commit_calls_the_platforms_sync_and_the_bytes_are_in_the_file() {
     let want: Vec<u8> = (0..4u8).flat_map(|p| vec![12 + p; PS]).collect();
     assert_eq!(back, want);
 }
+
+/// `StorageBackend::data_len` is where the first hole or unwritten extent
+/// begins: the whole of a written file, the written head of one a
+/// `set_len` grew, nothing of one `fallocate` reserved (Linux, where
+/// `lseek(SEEK_HOLE)` reports unwritten extents as holes); unknown
+/// elsewhere.
+#[test]
+fn data_len_ends_at_the_first_hole_or_unwritten_extent() {
+    use pagewriter::{FileBackend, StorageBackend};
+    let d = dir();
+    let path = d.path().join("dense");
+    let be = FileBackend::open(&path).unwrap();
+    be.write_all_at(0, &[1u8; 16 * PS]).unwrap();
+    be.sync_data().unwrap();
+    if PLATFORM.os != "linux" {
+        assert_eq!(be.data_len(), None);
+        return;
+    }
+    assert_eq!(be.data_len(), Some(16 * PS as u64));
+    be.set_len(64 * PS as u64).unwrap();
+    assert_eq!(be.data_len(), Some(16 * PS as u64), "a hole past the head");
+    let reserved = FileBackend::open(d.path().join("reserved")).unwrap();
+    match reserved.allocate(0, 16 * PS as u64) {
+        // tmpfs allocates pages, not unwritten extents.
+        Ok(()) if reserved.data_len() == Some(16 * PS as u64) => {
+            eprintln!("fallocate allocated data here (tmpfs)")
+        }
+        Ok(()) => assert_eq!(
+            reserved.data_len(),
+            Some(0),
+            "unwritten extents are no data"
+        ),
+        Err(e) => eprintln!("fallocate refused here ({e}): the reserved case is not checked"),
+    }
+}

@@ -525,6 +525,10 @@ impl StorageBackend for FileBackend {
         sys::free_space_of(&self.file).ok()
     }
 
+    fn data_len(&self) -> Option<u64> {
+        sys::first_hole(&self.file).ok()
+    }
+
     fn sync_lanes(&self) -> usize {
         1 + self.lanes.files.len()
     }

@@ -33,6 +33,10 @@ impl StorageBackend for MemoryBackend {
     fn len(&self) -> io::Result<u64> {
         Ok(self.data.read().len() as u64)
     }
+    /// Memory holds no holes: all of it.
+    fn data_len(&self) -> Option<u64> {
+        self.len().ok()
+    }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;

@@ -139,6 +139,15 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Bytes from the start of the file that hold written data: the offset
+    /// of its first hole or unwritten extent (the file's length if none),
+    /// or `None` where unknown (the default). A write below it allocates
+    /// nothing. [`FileBackend`](crate::FileBackend): `lseek(SEEK_HOLE)` on
+    /// Linux (ext4, XFS and btrfs report unwritten extents as holes).
+    fn data_len(&self) -> Option<u64> {
+        None
+    }
+
     /// Makes every completed write durable (`fdatasync`).
     ///
     /// An error here is treated by the cached file as fatal (poison), since
@@ -254,6 +263,9 @@ impl<B: StorageBackend + ?Sized> StorageBackend for std::sync::Arc<B> {
     }
     fn free_bytes(&self) -> Option<u64> {
         (**self).free_bytes()
+    }
+    fn data_len(&self) -> Option<u64> {
+        (**self).data_len()
     }
     fn sync_lanes(&self) -> usize {
         (**self).sync_lanes()

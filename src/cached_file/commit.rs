@@ -20,11 +20,12 @@
 //! thread when no pass is writing; otherwise it waits, and the first
 //! waiting thread to find the writes done leads the next pass for all of
 //! them (group commit without a leader thread). One exception: a writer's
-//! commit whose pages all lie inside the file's length on disk, arriving
-//! while a pass writes, writes them on its own thread beside that pass
-//! and needs its own `fdatasync` ([`Core::commit_alone`]): an overwrite
-//! allocates nothing that grouping would share, and waiting costs it the
-//! other pass's write. A ticket's request is led by a blocking commit
+//! commit whose pages all lie in data the file held at open (no hole, no
+//! unwritten extent: `Length::dense`), arriving while a pass writes,
+//! writes them on its own thread beside that pass and needs its own
+//! `fdatasync` ([`Core::commit_alone`]): such an overwrite allocates
+//! nothing that grouping would share, and waiting costs it the other
+//! pass's write. A ticket's request is led by a blocking commit
 //! that comes along or by the file's committer thread: the caller goes on
 //! writing meanwhile, and the writes of many commits coalesce. A commit of
 //! a writer's pages drains nothing of other writers but the pages of
@@ -122,7 +123,7 @@ impl Core {
     }
 
     /// A writer's commit made beside the pass that is writing, on this
-    /// thread alone: its pages overwrite the file's written length, so no
+    /// thread alone: its pages overwrite data the file held at open, so no
     /// allocation is shared by waiting for that pass (see the module
     /// docs). Errors: as [`commit_now`](Self::commit_now).
     fn commit_alone(&self, pages: &mut Vec<u64>) -> Result<()> {
@@ -138,11 +139,11 @@ impl Core {
         outcome
     }
 
-    /// Whether every page of `pages` lies inside the file's length on
-    /// disk: a write of them allocates nothing new past the end.
+    /// Whether every page of `pages` lies in data the file held at open
+    /// (`Length::dense`): a write of them allocates nothing.
     fn overwrites(&self, pages: &[u64]) -> bool {
         let last = pages.iter().copied().max().unwrap_or(0);
-        self.buffer.offset_of(last + 1) <= self.length.disk()
+        self.buffer.offset_of(last + 1) <= self.length.dense()
     }
 
     /// The end of a commit whose pages `flushed` wrote: an `fdatasync`
@@ -331,8 +332,8 @@ impl<'a> Writer<'a> {
     /// out of the write buffer and writes them (one call per run of
     /// contiguous pages); commits that arrive meanwhile are written
     /// together by the first of them to find the writes done (group
-    /// commit), except those whose pages all overwrite the file's length
-    /// on disk, which write their own beside. It then needs an `fdatasync`
+    /// commit), except those whose pages all overwrite data the file held
+    /// when it was opened, which write their own beside. It then needs an `fdatasync`
     /// that began after those writes completed: it returns at once if one
     /// has returned, waits for one in flight, or issues its own. A writer
     /// with nothing written since its last commit returns at once.

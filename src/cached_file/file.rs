@@ -257,6 +257,7 @@ impl PagedCachedFile {
             Some(found) if recovery.repaired.is_empty() && !recovery.resized => found.len,
             _ => backend.len().map_err(|e| Error::io("fstat", None, e))?,
         };
+        let dense = backend.data_len().unwrap_or(0);
         let grow = match window {
             Some(bytes) => Some(grow::open_window(&backend, bytes, &config, len)?),
             None => None,
@@ -278,7 +279,7 @@ impl PagedCachedFile {
                 config.page_align(),
             ),
             cache: ReadCache::new(stripes, config.read_cache_bytes),
-            length: Length::new(len, max_len, config.page_size),
+            length: Length::new(len, dense, max_len, config.page_size),
             durability,
             life,
             torn: TornProtection::new(atomic_max, area, recovery),

@@ -46,6 +46,10 @@ pub(crate) struct Length {
     kept: Mutex<Vec<Range<u64>>>,
     /// Whether `kept` holds any range: reads look at it only then.
     any_kept: AtomicBool,
+    /// Bytes from the start that held written data at open
+    /// (`StorageBackend::data_len`; 0 where unknown), lowered by cuts: a
+    /// write below it overwrites and allocates nothing.
+    dense: AtomicU64,
     /// Largest file length the backend holds (its file system's maximum
     /// file size), `u64::MAX` where unknown.
     max: u64,
@@ -115,10 +119,11 @@ impl Length {
         }
     }
 
-    /// A file of `len` bytes on a backend that holds at most `max`, in pages
-    /// of `page_size` bytes.
-    pub(crate) fn new(len: u64, max: u64, page_size: usize) -> Self {
+    /// A file of `len` bytes, data up to `dense`, on a backend that holds
+    /// at most `max`, in pages of `page_size` bytes.
+    pub(crate) fn new(len: u64, dense: u64, max: u64, page_size: usize) -> Self {
         Self {
+            dense: AtomicU64::new(dense.min(len)),
             logical: AtomicU64::new(len),
             disk: AtomicU64::new(len),
             written: AtomicU64::new(len),
@@ -172,6 +177,12 @@ impl Length {
                 max: self.max,
             }),
         }
+    }
+
+    /// Bytes from the start known to hold written data (see `dense`).
+    #[inline]
+    pub(crate) fn dense(&self) -> u64 {
+        self.dense.load(Ordering::Acquire)
     }
 
     /// The disk length.
@@ -243,6 +254,7 @@ impl Length {
     pub(crate) fn cut_to(&self, len: u64) {
         self.set(len);
         self.disk.fetch_min(len, Ordering::AcqRel);
+        self.dense.fetch_min(len, Ordering::AcqRel);
         if self.any_kept.load(Ordering::Acquire) {
             // Nothing is left on disk past the cut.
             let mut kept = self.kept.lock();
@@ -258,6 +270,7 @@ impl Length {
     /// Sets every length to `len`, as found on the OS (a refresh, inside
     /// a cut so readers read again).
     pub(crate) fn reset(&self, len: u64) {
+        self.dense.fetch_min(len, Ordering::AcqRel);
         self.set_written(len);
         self.disk.store(len, Ordering::Release);
         self.set(len);
@@ -309,7 +322,7 @@ mod tests {
     /// past it.
     #[test]
     fn a_write_over_part_of_a_kept_trailer_uncovers_that_part_only() {
-        let l = Length::new(0, u64::MAX, 512);
+        let l = Length::new(0, 0, u64::MAX, 512);
         assert_eq!(read(&l, 1024, 1024), vec![7; 1024], "nothing kept");
         l.keep_trailer(1024..2048);
         assert_eq!(

@@ -1,23 +1,17 @@
 //! The file's size: the methods of [`FileSize`] (the state under the
-//! flush pipeline's drain lock, `flush.rs`) for every change of the
-//! file's size a flush makes (the `ftruncate` to the logical length, the
-//! `fallocate` of runs past the end, the cut of a tail past an unaligned
-//! length, the cut back after a failed write), and the changes outside a
-//! flush: `set_len` (grow and cut, ordered with every buffered page),
-//! grow-ahead's room (the window extended, the trailer's length record),
-//! the window dropped at `close`, and `refresh`.
+//! drain lock) for the changes a flush makes (`ftruncate` to the logical
+//! length, `fallocate` of runs past the end, the cut of a tail past an
+//! unaligned length, the cut back after a failed write), and those outside
+//! one: `set_len`, grow-ahead's room, the window dropped at `close`,
+//! `refresh`.
 //!
-//! Owns: nothing (the state is `FileSize`'s, under the drain lock; a
-//! method that changes the size takes `&mut FileSize`, which only the
-//! lock's guard hands out). Calls: the backend (`ftruncate`, `fallocate`),
-//! grow-ahead's `Window` and `Filler`, the write buffer (a cut), the read
-//! cache and lengths, the doublewrite area (emptied by a cut), and the
-//! durability watermark (a change of length is a `write_seq` step the
-//! next `fdatasync` must cover; a cut is made durable).
-//!
-//! Invariant: sizes change only with the drain lock held, before the
-//! writes they precede; one that must see no write in flight (a cut) is
-//! made only when every older generation has written.
+//! Owns: nothing (a method that changes the size takes `&mut FileSize`,
+//! which only the drain lock's guard hands out). Calls: the backend,
+//! grow-ahead's `Window` and `Filler`, the write buffer, the read cache,
+//! lengths, the doublewrite area and the watermark (a change of length is
+//! a `write_seq` step the next `fdatasync` must cover). Invariant: sizes
+//! change only under the drain lock, before the writes they precede; a
+//! cut only once every older generation has written.
 
 use super::batch::{Batch, Settled};
 use super::config::add;
@@ -29,9 +23,7 @@ use super::write::WriteSlot;
 use crate::error::{Error, Result};
 
 /// Largest hole between two runs past the end of an `O_DIRECT` file that
-/// one `fallocate` covers (bytes): 64 KiB. Writers filling fresh pages side
-/// by side leave such holes for a moment; a page further out gets its own
-/// call, so sparse files stay sparse.
+/// one `fallocate` covers (bytes): 64 KiB, so sparse files stay sparse.
 pub(crate) const PREALLOC_MAX_GAP: u64 = 64 << 10;
 
 impl FileSize {
@@ -46,8 +38,7 @@ impl FileSize {
         self.window.as_mut()
     }
 
-    /// Whether a grow-ahead window is in place: the file's size on the OS
-    /// is its end, not the length, and nothing cuts it to the length.
+    /// Whether a grow-ahead window is in place (the size is its end).
     pub(crate) fn in_window(&self) -> bool {
         self.window.as_ref().is_some_and(Window::active)
     }
@@ -57,27 +48,18 @@ impl FileSize {
         self.os_len = self.os_len.max(end);
     }
 
-    /// The runs of a batch just drained end at `end`: the file will be at
-    /// least that long once they are written.
+    /// A batch just drained ends at `end`.
     pub(crate) fn expect_end(&mut self, end: u64) {
         self.os_len = self.os_len.max(end);
     }
 
     /// Extends the file to `len` bytes (the logical length read before the
-    /// flush drained) where its writes will leave it shorter: the pages at
-    /// the end were discarded, or `write_all_at` reached past the last page
-    /// written. Length is data: what `len()` reports when a `sync` returns
-    /// is what is durable. Bumps `write_seq`, so the next `fdatasync`
-    /// covers the new length. Returns whether it extended.
-    ///
-    /// Called before the flush's writes: every write in flight ends at or
-    /// below `os_len`, so this only ever grows the file.
-    ///
-    /// [`Staging::Yes`]: the caller stages a doublewrite record carrying
-    /// `len` and makes the `write_seq` step itself once it knows whether
-    /// the record is durable (a plain step if it is, else
-    /// `Durability::step_unstaged`). Otherwise the step is marked unstaged
-    /// here.
+    /// drain) where its writes leave it shorter (pages discarded at the
+    /// end, a `write_all_at` past the last page): length is data. Called
+    /// before the flush's writes, so it only grows the file. Returns
+    /// whether it extended. With [`Staging::Yes`] the caller stages a
+    /// record carrying `len` and makes the `write_seq` step itself;
+    /// otherwise the step is marked unstaged here.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
     pub(crate) fn extend_to(&mut self, p: &Parts<'_>, len: u64, staging: Staging) -> Result<bool> {
@@ -96,19 +78,13 @@ impl FileSize {
         Ok(true)
     }
 
-    /// A page straddling an unaligned logical length was written whole, so
-    /// the file grew past the length: cut it back (the bytes past it are
-    /// zeros in the page, but nothing past the end may be left on disk).
-    /// Returns whether it cut. With no other write in flight (every older
-    /// generation written).
-    ///
-    /// The cut is one readers see ([`Length::begin_cut`](super::length::Length::begin_cut)),
-    /// and the disk length follows it down: an older generation may have
-    /// written the same page whole after reading an aligned length (a
-    /// writer grew the length to mid-page during its drain), and its
-    /// retire grew the disk length past the cut, or will, capped by
-    /// `gens` ([`Generations::cut_under`]). A read of the page from disk
-    /// must not meet the file's end.
+    /// A page straddling an unaligned logical length was written whole:
+    /// cut the file back to the length (with every older generation
+    /// written). Returns whether it cut. The cut is one readers see
+    /// ([`Length::begin_cut`](super::length::Length::begin_cut)), and the
+    /// disk length follows it down, an older generation's retire capped by
+    /// [`Generations::cut_under`]: it may have written the page whole
+    /// after reading an aligned length.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
     pub(crate) fn cut_tail(
@@ -142,14 +118,10 @@ impl FileSize {
         Ok(true)
     }
 
-    /// After a failed write, with no write in flight: a write that failed
-    /// partway may have extended the file (a short write into a full disk
-    /// ends mid-page where blocks are smaller than pages), and nothing past
-    /// what completed is data. Cuts the file back to the written length, so
-    /// it stays a whole number of pages and an `O_DIRECT` open with the
-    /// same options takes it again. The failed pages are back in the write
-    /// buffer and are written again whole. Best effort: the write's error
-    /// is what the caller reports.
+    /// After a failed write, with no write in flight: one that failed
+    /// partway may have extended the file (mid-page, on a full disk), so
+    /// cut it back to the written length (a whole number of pages, which an
+    /// `O_DIRECT` open takes again). Best effort.
     pub(crate) fn cut_back(&mut self, p: &Parts<'_>) {
         if self.in_window() {
             // Writes into the window never move the file's size.
@@ -164,9 +136,8 @@ impl FileSize {
         self.os_len = to;
     }
 
-    /// `set_len` growing the file to `len` bytes: extends it with zeros
-    /// now (past a grow-ahead window, with `ftruncate`: a hole); every length follows, and
-    /// the step is one only an `fdatasync` covers.
+    /// `set_len` growing the file to `len` bytes (`ftruncate`, unless the
+    /// window covers it); the step is one only an `fdatasync` covers.
     ///
     /// Errors: `Error::Io` with op "ftruncate" (nothing changed).
     pub(crate) fn grow(&mut self, p: &Parts<'_>, len: u64) -> Result<()> {
@@ -185,10 +156,8 @@ impl FileSize {
         Ok(())
     }
 
-    /// `set_len` cutting the file to `len` bytes, with nothing in flight:
-    /// begins the cut readers see ([`Length::begin_cut`](super::length::Length::begin_cut);
-    /// the caller ends it once the buffer and the lengths follow) and cuts
-    /// the file.
+    /// `set_len` cutting the file to `len` bytes, nothing in flight: begins
+    /// the cut readers see (the caller ends it) and cuts the file.
     ///
     /// Errors: `Error::Io` with op "ftruncate" (nothing changed, the cut
     /// ended).
@@ -213,9 +182,8 @@ impl FileSize {
         self.os_len = len;
     }
 
-    /// Cuts a grow-ahead window off (the file's size becomes its length,
-    /// the trailer goes): `close`. Returns whether there was one; the
-    /// caller makes the new size durable.
+    /// Cuts a grow-ahead window off at `close`; whether there was one (the
+    /// caller makes the size durable).
     ///
     /// Errors: `Error::Io` with op "ftruncate" (the window stays).
     pub(crate) fn drop_window(&mut self, p: &Parts<'_>) -> Result<bool> {
@@ -235,23 +203,16 @@ impl FileSize {
         Ok(true)
     }
 
-    /// With `O_DIRECT`, reserves blocks for the runs that write past the
-    /// file's end before writing them: `fallocate` mode 0 over each group of
-    /// such runs whose gaps are at most [`PREALLOC_MAX_GAP`] bytes, so a far
-    /// page allocates its own page, never the gap before it, while pages
-    /// that concurrent writers left a few pages apart cost one call.
-    /// ext4 serializes `O_DIRECT` writes that extend the file under the
-    /// exclusive inode lock, and io_uring then queues them in worker
-    /// threads; inside the file, over allocated blocks, they run under the
-    /// shared lock, in parallel. So only a flush whose runs go out through
-    /// the ring, in flight beside each other, preallocates. One that
-    /// writes one call at a time gains nothing from it and pays for it: the
-    /// blocks `fallocate` reserves are unwritten extents, which each write
-    /// then converts, while an extending write allocates written blocks at
-    /// once. A backend that cannot preallocate is written as is.
-    /// Runs whose `fallocate` fails (`ENOSPC`) are not written: they leave
-    /// `slot.runs`, their entries go to `batch.failed` and the error into
-    /// `first` (lowest offset wins).
+    /// With `O_DIRECT`, reserves blocks for the runs past the file's end
+    /// before writing them: `fallocate` over each group of runs whose gaps
+    /// are at most [`PREALLOC_MAX_GAP`]. ext4 serializes `O_DIRECT` writes
+    /// that extend the file under the exclusive inode lock (io_uring then
+    /// queues them in worker threads), while over allocated blocks they
+    /// run in parallel; so only a flush whose runs go out through the ring
+    /// preallocates (one call at a time gains nothing, and pays for
+    /// converting unwritten extents). Runs whose `fallocate` fails are not
+    /// written: their entries go to `batch.failed`, the error into `first`
+    /// (lowest offset wins).
     pub(crate) fn preallocate(
         &mut self,
         p: &Parts<'_>,
@@ -313,10 +274,8 @@ impl FileSize {
 }
 
 impl FlushPipeline {
-    /// A flush that drained nothing: the logical length `len` may still be
-    /// past the file's size (pages discarded at the end, a `write_all_at`
-    /// that reached past the last page written, a length no trailer
-    /// records yet). Returns whether the file changed.
+    /// A flush that drained nothing: the length `len` may still be past the
+    /// file's size (or no trailer records it yet). Whether it changed.
     ///
     /// Errors: grow-ahead's (see `make_room`); "ftruncate".
     pub(super) fn extend_without_pages(
@@ -329,25 +288,21 @@ impl FlushPipeline {
         size.extend_to(p, len, Staging::No)
     }
 
-    /// Makes everything written so far durable, outside a commit
-    /// (grow-ahead's extension, a cut, a close).
+    /// Makes everything written so far durable, outside a commit.
     ///
-    /// Errors: the `fdatasync`'s (`Error::Io`, op "fdatasync"; the file is
-    /// poisoned, and writers waiting for room are woken to see it).
+    /// Errors: the `fdatasync`'s (the file is poisoned; writers waiting
+    /// for room are woken to see it).
     pub(crate) fn sync_file(&self, p: &Parts<'_>) -> Result<()> {
         p.durability
             .sync_all()
             .inspect_err(|_| p.buffer.notify_room())
     }
 
-    /// Grow-ahead, under the drain lock, before a flush's writes (a no-op
-    /// without a window): if data up to `need` bytes or the length `len`
-    /// would reach the trailer's page, extends the window ([`Window::extend`]:
-    /// the trailer moves to the new end, an `fdatasync` makes it durable,
-    /// then the old slots are zeroed); then, with `record`, writes `len`
-    /// into the next trailer slot if the newest record holds another
-    /// length, a write the next `fdatasync` must cover (`write_seq`
-    /// steps).
+    /// Grow-ahead, before a flush's writes (a no-op without a window): if
+    /// data up to `need` or the length `len` would reach the trailer's
+    /// page, extends the window ([`Window::extend`], made durable, then the
+    /// old slots zeroed); then, with `record`, writes `len` into the next
+    /// trailer slot if the newest record holds another length.
     ///
     /// Errors: `Error::Io` with op "grow-ahead trailer" (the extension or
     /// the record could not be written: an extending write is cut back)
@@ -461,8 +416,7 @@ impl FlushPipeline {
     }
 
     /// Zeros the old trailer a failed zeroing left in the data's range, if
-    /// any, before anything else is written: no data is written over it
-    /// until then, and reads see zeros over it meanwhile.
+    /// any, before anything else is written.
     ///
     /// Errors: the write's (it stays, tried again at the next call).
     fn zero_stale(p: &Parts<'_>, w: &mut Window) -> std::io::Result<()> {
@@ -475,8 +429,7 @@ impl FlushPipeline {
         Ok(())
     }
 
-    /// Cuts a grow-ahead window off and makes that durable (`close`): the
-    /// file at rest is its length. A no-op without one.
+    /// Cuts a grow-ahead window off and makes that durable (`close`).
     ///
     /// Errors: "ftruncate", "fdatasync" (`Error::Io`).
     pub(crate) fn drop_window(&self, p: &Parts<'_>) -> Result<()> {
@@ -496,14 +449,7 @@ impl FlushPipeline {
     }
 
     /// `set_len` to `len` bytes (validated by the caller), ordered with
-    /// everything buffered: growing extends the file with zeros now;
-    /// shrinking first waits for the in-flight writes (a pass waiting for
-    /// its `fdatasync` included), cuts the file, then drops every buffered
-    /// and cached page past `len` and zeroes the buffered tail of the page
-    /// `len` falls in, so nothing past the new end is written afterwards.
-    /// With a doublewrite area a shrink first writes whole any page whose
-    /// earlier write failed, then makes the pages written in place durable
-    /// and empties the area.
+    /// everything buffered (see `PagedCachedFile::set_len`).
     ///
     /// Errors: as `PagedCachedFile::set_len`.
     pub(crate) fn set_len(&self, p: &Parts<'_>, len: u64) -> Result<()> {
@@ -577,8 +523,7 @@ impl FlushPipeline {
         Ok(())
     }
 
-    /// Takes the file's length from the OS and drops the read cache (a
-    /// refresh), with nothing buffered or in flight.
+    /// A refresh: the length from the OS, the read cache dropped.
     ///
     /// Errors: [`Error::Buffered`] (nothing changed); `Error::Io` with op
     /// "fstat".

@@ -284,6 +284,10 @@ impl<B: StorageBackend> StorageBackend for FaultyBackend<B> {
         self.inner.free_bytes()
     }
 
+    fn data_len(&self) -> Option<u64> {
+        self.inner.data_len()
+    }
+
     fn sync_data(&self) -> io::Result<()> {
         self.sync_data_on(0)
     }
@@ -551,6 +555,10 @@ impl CrashBackend {
 impl StorageBackend for CrashBackend {
     fn len(&self) -> io::Result<u64> {
         Ok(self.state.lock().live.len() as u64)
+    }
+    /// The file holds no holes: all of it.
+    fn data_len(&self) -> Option<u64> {
+        self.len().ok()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         let mut st = self.state.lock();

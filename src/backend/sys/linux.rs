@@ -147,6 +147,18 @@ pub(crate) fn write_zeroes(file: &File, offset: u64, len: u64) -> io::Result<()>
     })
 }
 
+/// The offset of the first hole (or unwritten extent with no page cached)
+/// in `file`: its length where there is none.
+///
+/// Errors: `lseek`'s.
+pub(crate) fn first_hole(file: &File) -> io::Result<u64> {
+    // SAFETY: lseek takes only integers; the fd is open for as long as
+    // `file` lives, which outlives this call. It moves the description's
+    // offset, which nothing reads (every I/O is positional).
+    let r = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    u64::try_from(r).map_err(|_| io::Error::last_os_error())
+}
+
 /// `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`: the blocks go,
 /// the range reads as zeros, the size stays.
 ///

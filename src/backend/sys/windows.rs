@@ -82,6 +82,11 @@ pub(crate) fn write_zeroes(_file: &File, _offset: u64, _len: u64) -> io::Result<
     Err(io::ErrorKind::Unsupported.into())
 }
 
+/// `Unsupported`: where data begins to hole is not asked here.
+pub(crate) fn first_hole(_file: &File) -> io::Result<u64> {
+    Err(io::ErrorKind::Unsupported.into())
+}
+
 /// `Unsupported` here.
 pub(crate) fn punch_hole(_file: &File, _offset: u64, _len: u64) -> io::Result<()> {
     Err(io::ErrorKind::Unsupported.into())
