@@ -35,11 +35,9 @@ enum Backing {
     /// Its own anonymous mapping of `cap` bytes ([`AlignedBuf::huge`]).
     Mapping,
     /// `cap` bytes of a slab shared with the other buffers carved from it
-    /// ([`thp_slab`]). Dropping one gives its memory back to the kernel
-    /// (`MADV_DONTNEED`, which keeps the mapping whole); the last one to
-    /// drop unmaps the slab. Unmapping pieces one by one instead would
-    /// split the mapping into ever more VMAs (one more per page freed
-    /// between two live ones) until `vm.max_map_count` refuses mappings.
+    /// ([`thp_slab`]). Dropping one gives its memory back (`MADV_DONTNEED`,
+    /// keeping the mapping whole: unmapping pieces would split it into VMAs
+    /// until `vm.max_map_count` refuses); the last one unmaps the slab.
     Slab(Arc<Slab>),
 }
 
@@ -70,10 +68,8 @@ pub const HUGE_PAGE: usize = 2 << 20;
 pub enum HugePages {
     /// `mmap(MAP_HUGETLB | MAP_HUGE_2MB)`: reserved 2 MiB huge pages.
     Reserved,
-    /// Heap memory aligned to 2 MiB with `madvise(MADV_HUGEPAGE)` on
-    /// Linux: the kernel backs it with transparent huge pages where it
-    /// can. Elsewhere the memory is only aligned (FreeBSD promotes such
-    /// memory to superpages on its own; macOS and Windows do not).
+    /// Heap memory aligned to 2 MiB, `madvise(MADV_HUGEPAGE)` on Linux
+    /// (elsewhere only aligned; FreeBSD promotes it on its own).
     Transparent,
 }
 
@@ -140,14 +136,12 @@ impl AlignedBuf {
         })
     }
 
-    /// A zeroed buffer of `len` bytes (> 0) on 2 MiB huge pages: reserved
-    /// huge pages (`MAP_HUGETLB`) if the system has enough free
-    /// (`/proc/sys/vm/nr_hugepages`), else 2 MiB-aligned memory advised
-    /// for transparent huge pages. The mapping is rounded up to 2 MiB.
+    /// A zeroed buffer of `len` bytes (> 0, mapped rounded up to 2 MiB) on
+    /// reserved huge pages (`MAP_HUGETLB`) where enough are free, else
+    /// 2 MiB-aligned memory advised for transparent huge pages.
     ///
-    /// Errors: `len` is 0 (`InvalidInput`); the `MAP_HUGETLB` error is
-    /// returned beside the fallback buffer, for reports (`Unsupported`
-    /// off Linux, which has no reserved huge pages here).
+    /// Errors: `len` is 0 (`InvalidInput`); the `MAP_HUGETLB` error comes
+    /// beside the fallback buffer (`Unsupported` off Linux).
     pub fn huge(len: usize) -> std::io::Result<(Self, HugePages, Option<std::io::Error>)> {
         if len == 0 {
             return Err(std::io::Error::new(
@@ -211,10 +205,8 @@ struct SlabSize {
 }
 
 /// A slab smaller than this (512 KiB) is a plain mapping of its size, not
-/// a 2 MiB transparent huge page: a pool that keeps a few buffers does not
-/// hold a huge page for them, and a direct I/O from it needs at most 128
-/// 4 KiB segments anyway (below the 254 a virtio disk takes in one
-/// request).
+/// a 2 MiB huge page: a direct I/O from it needs at most 128 4 KiB
+/// segments anyway (a virtio disk takes 254 in one request).
 const SMALL_SLAB: usize = HUGE_PAGE / 4;
 
 impl SlabSize {
@@ -242,15 +234,12 @@ impl SlabSize {
     }
 }
 
-/// `count` buffers of `len` bytes carved from one anonymous mapping
-/// advised for transparent huge pages (`MADV_HUGEPAGE`), 2 MiB aligned
-/// (under 512 KiB in all: a plain mapping of that size, no huge page):
-/// physically contiguous in 2 MiB pieces where the kernel finds huge
-/// pages, so a large direct I/O needs few segments (a 1 MiB write from
-/// scattered 4 KiB pages exceeds a virtio disk's 254 segments and is
-/// split). Each buffer starts on a 4 KiB boundary (stride `len` rounded up
-/// to 4 KiB); dropping one gives its memory back to the kernel, and the
-/// last one to drop unmaps the slab.
+/// `count` buffers of `len` bytes (stride rounded up to 4 KiB) carved from
+/// one 2 MiB-aligned anonymous mapping advised for transparent huge pages
+/// (under 512 KiB in all: a plain mapping): physically contiguous in
+/// 2 MiB pieces where the kernel finds them, so a large direct I/O needs
+/// few segments.
+/// Dropping a buffer gives its memory back; the last one unmaps the slab.
 ///
 /// Errors: `len` or `count` is 0 or the size overflows (`InvalidInput`);
 /// `mmap`'s error.
@@ -387,11 +376,9 @@ pub const SLAB_BYTES: usize = HUGE_PAGE;
 /// A buffer with one owner, already wrapped in the [`Arc`] that shares it
 /// once it is handed on ([`share`](Self::share) costs nothing).
 ///
-/// The write buffer shares pages as `Arc<AlignedBuf>` (a reader, a flush
-/// and the read cache may hold one at once). A [`BufferPool`] keeps its
-/// idle buffers in this form, so a page that goes round write, flush and
-/// back to the pool reuses its `Arc` allocation too: a steady write load
-/// allocates nothing per page.
+/// The write buffer shares pages as `Arc<AlignedBuf>`; a [`BufferPool`]
+/// keeps idle buffers in this form, so a page that goes round write, flush
+/// and pool reuses its `Arc` allocation too.
 pub struct UniqueBuf(Arc<AlignedBuf>);
 
 impl UniqueBuf {
@@ -440,11 +427,8 @@ impl fmt::Debug for UniqueBuf {
 /// A free list of page buffers of one size and alignment, so that a steady
 /// write load neither allocates nor frees page memory (LMDB keeps freed
 /// dirty pages for reuse the same way). Holds at most `max_bytes` of idle
-/// buffers; what is returned past that is freed.
-///
-/// Freeing is what makes it worth having: retiring a large flush would
-/// otherwise free every page buffer one by one. Buffers are kept with their `Arc`
-/// ([`UniqueBuf`]), so reusing one allocates nothing at all.
+/// buffers, with their `Arc` ([`UniqueBuf`]); what is returned past that is
+/// freed.
 pub struct BufferPool {
     len: usize,
     align: usize,
@@ -452,9 +436,8 @@ pub struct BufferPool {
     free: Mutex<Vec<UniqueBuf>>,
 }
 
-/// A buffer [`BufferPool::take`] handed out: a reused one holds the bytes
-/// it held when it came back; a fresh one (a new slab's or a new
-/// allocation) is zeroed.
+/// A buffer [`BufferPool::take`] handed out: a reused one holds its old
+/// bytes, a fresh one is zeroed.
 enum Taken {
     Reused(UniqueBuf),
     Fresh(UniqueBuf),

@@ -11,10 +11,8 @@ use super::device::{AtomicUnit, DioAlign, IOV_MAX};
 use super::storage::StorageBackend;
 use super::sys;
 
-/// Default cap on the bytes of one write call: 1 MiB.
-///
-/// Large enough to reach a NVMe device's sequential bandwidth with buffered
-/// I/O, small enough that one call does not hold the inode lock for long.
+/// Default cap on the bytes of one write call: 1 MiB (an NVMe device's
+/// sequential bandwidth, without holding the inode lock for long).
 pub const DEFAULT_MAX_WRITE_BYTES: usize = 1 << 20;
 
 /// System calls a [`FileBackend`] has made, counted since it was opened.
@@ -30,13 +28,9 @@ pub struct SyscallCounts {
 
 /// How a file is opened: access, creation and locking. The default is what
 /// a database opening its own file wants: read-write, created if missing
-/// (never truncated), with an exclusive advisory lock.
-///
-/// The lock is `flock(2)` through std's [`File::try_lock`]: exclusive for a
-/// read-write open, shared for a read-only one, held until the file is
-/// dropped. It is advisory (it stops other `pagewriter` opens and programs
-/// that lock, not plain `open`s) and per open file description, so a
-/// second open in the same process conflicts too.
+/// (never truncated), with an exclusive advisory lock (`flock(2)` through
+/// [`File::try_lock`]; shared for a read-only open; per open file
+/// description, so a second open in the same process conflicts too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenOptions {
     read_only: bool,
@@ -66,11 +60,8 @@ impl OpenOptions {
     /// every millisecond), for an engine that expects another holder to
     /// let go soon. Default zero: a live holder is refused at once
     /// ([`Error::Locked`](crate::Error::Locked)). A holder that died
-    /// (`kill -9` included) holds nothing: the lock is on a description
-    /// only its process references, and its io_uring ring (which the
-    /// kernel tears down a few milliseconds after the process is gone)
-    /// holds a description of its own, so a restarted engine opens its
-    /// file at once without a wait.
+    /// (`kill -9` included) holds nothing: its io_uring ring holds a
+    /// description of its own, so a restarted engine opens at once.
     pub fn lock_wait(mut self, wait: std::time::Duration) -> Self {
         self.lock_wait = wait;
         self
@@ -187,13 +178,10 @@ pub(crate) fn reopen_description(file: &File) -> io::Result<Option<File>> {
     sys::reopen(file)
 }
 
-/// A regular file. Writes go straight to the OS (no buffering here).
-///
-/// Vectored writes use `pwritev`, split into calls of at most [`IOV_MAX`]
-/// iovecs and at most `max_write_bytes` bytes (a single iovec larger than
-/// that is written by itself). A short write is continued from where it
-/// stopped, `EINTR` is retried, and a call that writes 0 bytes is an
-/// `io::ErrorKind::WriteZero` error.
+/// A regular file; writes go straight to the OS. Vectored writes are
+/// `pwritev` calls of at most [`IOV_MAX`] iovecs and `max_write_bytes`
+/// bytes; short writes are continued, `EINTR` retried, and a call that
+/// writes 0 bytes is `io::ErrorKind::WriteZero`.
 #[derive(Debug)]
 pub struct FileBackend {
     file: File,
@@ -203,8 +191,11 @@ pub struct FileBackend {
     /// `RWF_ATOMIC` writes (`statx(STATX_WRITE_ATOMIC)`).
     atomic: Option<AtomicUnit>,
     /// Extra open file descriptions of the same file, one per sync lane
-    /// past the first (lane 0 is `file`).
-    lanes: SyncLanes,
+    /// past the first (lane `n` is `lanes[n - 1]`; lane 0 is `file`).
+    lanes: Vec<File>,
+    /// The file's `fdatasync`s must run one at a time (btrfs): no lane is
+    /// added ([`sys::syncs_one_at_a_time`]).
+    one_at_a_time: bool,
     read_only: bool,
     /// Largest file length the file system accepts (probed at open).
     max_file_size: Option<u64>,
@@ -218,31 +209,9 @@ pub struct FileBackend {
 /// Most sync lanes of a [`FileBackend`], the first included.
 pub const MAX_SYNC_LANES: usize = 16;
 
-/// Whether a file's `fdatasync`s may run at once, each on a lane of its
-/// own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SyncRule {
-    /// Lanes are opened as asked.
-    Concurrent,
-    /// No lane past the first is opened ([`sys::syncs_one_at_a_time`]).
-    OneAtATime,
-}
-
-/// The open file descriptions of a file past its first, one per sync lane
-/// (lane `n` is `files[n - 1]`), opened by `with_sync_lanes` and closed
-/// with the backend.
-#[derive(Debug)]
-struct SyncLanes {
-    rule: SyncRule,
-    files: Vec<File>,
-}
-
 impl FileBackend {
-    /// Opens `path` for reading and writing, creating it if missing, without
-    /// a lock. An existing file is never truncated.
-    ///
-    /// Errors: whatever `open(2)` returns (`EISDIR` for a directory, `EACCES`
-    /// for a read-only file, ...).
+    /// Opens `path` read-write, created if missing (never truncated), no
+    /// lock. Errors: `open(2)`'s (`EISDIR`, `EACCES`, ...).
     pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         Self::open_with(path, &OpenOptions::new().lock(false), false)
     }
@@ -269,14 +238,10 @@ impl FileBackend {
         Ok(backend)
     }
 
-    /// Opens `path` like [`open`](Self::open) but with `O_DIRECT`, and
-    /// finds the alignment I/O must meet: `statx(STATX_DIOALIGN)` (Linux
-    /// 6.1+), else the device's logical block size for offsets and lengths
-    /// and for memory.
-    ///
-    /// Errors: the open's error (`EINVAL` where the file system refuses
-    /// `O_DIRECT`); `Unsupported` where `statx` reports that this file
-    /// cannot do direct I/O.
+    /// Opens `path` like [`open`](Self::open) with `O_DIRECT`, and finds
+    /// the alignment I/O must meet (`statx(STATX_DIOALIGN)`, else the
+    /// device's logical block size). Errors: the open's (`EINVAL` where
+    /// `O_DIRECT` is refused); `Unsupported` where `statx` says no.
     pub fn open_direct(path: impl AsRef<Path>) -> io::Result<Self> {
         Self::open_with(path, &OpenOptions::new().lock(false), true)
     }
@@ -284,19 +249,13 @@ impl FileBackend {
     /// Wraps an already opened file, which must be readable and writable.
     pub fn from_file(file: File) -> Self {
         let max_file_size = sys::max_file_size(&file);
-        let rule = if sys::syncs_one_at_a_time(&file) {
-            SyncRule::OneAtATime
-        } else {
-            SyncRule::Concurrent
-        };
+        let one_at_a_time = sys::syncs_one_at_a_time(&file);
         Self {
             file,
             direct: None,
             atomic: None,
-            lanes: SyncLanes {
-                rule,
-                files: Vec::new(),
-            },
+            lanes: Vec::new(),
+            one_at_a_time,
             read_only: false,
             max_file_size,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
@@ -314,24 +273,20 @@ impl FileBackend {
     }
 
     /// Opens up to `lanes - 1` more file descriptions of the same file
-    /// (at most [`MAX_SYNC_LANES`] lanes in all; 0 is taken as 1), so that
-    /// that many `fdatasync`s can run at once, each seeing every writeback
-    /// error on its own (see [`StorageBackend::sync_data_on`]). Linux only
-    /// (reopened through `/proc/self/fd`); elsewhere, and where a reopen
-    /// fails (no `/proc`), the file keeps the lanes it has, as
-    /// [`sync_lanes`](StorageBackend::sync_lanes) reports. On btrfs the
-    /// file keeps one lane: there an `fdatasync` started while another of
-    /// the same file is in flight was seen to return without making a
-    /// completed `O_DIRECT` write durable, so its `fdatasync`s run one at
-    /// a time.
+    /// (at most [`MAX_SYNC_LANES`] in all; 0 is taken as 1), so that many
+    /// `fdatasync`s can run at once, each seeing every writeback error
+    /// ([`StorageBackend::sync_data_on`]). Linux only (`/proc/self/fd`);
+    /// where a reopen fails the file keeps the lanes it has
+    /// ([`sync_lanes`](StorageBackend::sync_lanes)). On btrfs one lane:
+    /// its `fdatasync`s run one at a time.
     pub fn with_sync_lanes(mut self, lanes: usize) -> Self {
-        self.lanes.files.clear();
-        if self.lanes.rule == SyncRule::OneAtATime {
+        self.lanes.clear();
+        if self.one_at_a_time {
             return self;
         }
         for _ in 1..lanes.clamp(1, MAX_SYNC_LANES) {
             match sys::reopen(&self.file) {
-                Ok(Some(f)) => self.lanes.files.push(f),
+                Ok(Some(f)) => self.lanes.push(f),
                 _ => break,
             }
         }
@@ -387,12 +342,8 @@ impl FileBackend {
 }
 
 /// Bytes an unprivileged writer can still allocate on the file system
-/// holding `path` (`statvfs`'s `f_bavail * f_frsize` on Unix,
-/// `GetDiskFreeSpaceExW` on Windows), for checking a large write against
-/// free space before starting it.
-///
-/// Errors: the call's (`ENOENT` for a missing path, ...); `InvalidInput`
-/// for a path with a NUL byte.
+/// holding `path` (`statvfs` `f_bavail * f_frsize`; `GetDiskFreeSpaceExW`).
+/// Errors: the call's (`ENOENT`, ...); `InvalidInput` for a NUL byte.
 pub fn free_space(path: &Path) -> io::Result<u64> {
     sys::free_space(path)
 }
@@ -530,18 +481,14 @@ impl StorageBackend for FileBackend {
     }
 
     fn sync_lanes(&self) -> usize {
-        1 + self.lanes.files.len()
+        1 + self.lanes.len()
     }
 
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         match lane {
             0 => self.sync_data(),
             n => {
-                let file = self
-                    .lanes
-                    .files
-                    .get(n - 1)
-                    .ok_or(io::ErrorKind::InvalidInput)?;
+                let file = self.lanes.get(n - 1).ok_or(io::ErrorKind::InvalidInput)?;
                 self.sync_calls.fetch_add(1, Ordering::Relaxed);
                 file.sync_data()
             }

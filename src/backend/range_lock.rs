@@ -1,29 +1,20 @@
 //! Byte-range locks on a file, for engines with multi-handle locking
 //! protocols (redb's): shared or exclusive, over `start` plus a length in
-//! bytes, `None` meaning "to the end of the file, however it grows".
-//!
-//! Who owns a lock differs by platform ([`SCOPE`]):
-//! - **Linux, macOS**: open file description (OFD) locks,
-//!   `fcntl(F_OFD_SETLK / F_OFD_SETLKW / F_OFD_GETLK)`. A lock belongs to
-//!   the open file description, not to the process: two opens of one file
-//!   in the same process conflict, a lock is never dropped by another
-//!   descriptor of the same process being closed (the trap of classic
-//!   POSIX locks), and it goes when the description's last reference
-//!   closes. Advisory; independent of [`File::lock`] (`flock`) on local
-//!   file systems.
-//! - **FreeBSD and other Unixes**: POSIX record locks,
-//!   `fcntl(F_SETLK / F_SETLKW / F_GETLK)`, owned by the *process*: two
-//!   opens in one process never conflict, and closing *any* descriptor of
-//!   the file drops every lock the process holds on it. An engine that
-//!   needs the OFD rules checks [`SCOPE`].
-//! - **Windows**: `LockFileEx` / `UnlockFile`, owned by the handle (like
-//!   OFD locks) but *mandatory*: other handles' reads and writes of a
-//!   locked range fail. Locks do not merge, split or convert: release
-//!   exactly the ranges taken, and a range this handle holds conflicts
-//!   with a new lock of its own over it (so [`query_lock_range`] counts
-//!   this handle's locks too).
-//!
-//! Locks may cover bytes past the end of the file.
+//! bytes (`None`: to the end of the file, however it grows; locks may
+//! cover bytes past the end). Who owns a lock differs by platform
+//! ([`SCOPE`]):
+//! - **Linux, macOS**: open file description locks (`F_OFD_SETLK`...),
+//!   advisory: two opens in one process conflict, closing another
+//!   descriptor never drops them, and they go with the description's last
+//!   reference. Independent of [`File::lock`] (`flock`) on local file
+//!   systems.
+//! - **FreeBSD and other Unixes**: POSIX record locks, owned by the
+//!   process: two opens in one process never conflict, and closing any
+//!   descriptor of the file drops them all.
+//! - **Windows**: `LockFileEx`, owned by the handle but mandatory (other
+//!   handles' I/O on a locked range fails); locks do not merge, split or
+//!   convert, so release exactly the ranges taken, and a handle's own lock
+//!   conflicts with a new one over it ([`query_lock_range`] counts it).
 
 use std::fs::File;
 use std::io;

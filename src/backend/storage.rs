@@ -6,10 +6,8 @@ use std::io::{self, IoSlice, IoSliceMut};
 
 use super::device::{AtomicUnit, DioAlign};
 
-/// A fault a test backend asks an io_uring flush to act out for one write:
-/// the io_uring fail point. Its hook, `StorageBackend::uring_fault`, exists
-/// only with the `testing` feature (io_uring writes go to the file
-/// descriptor directly, past the trait's write methods).
+/// A fault a test backend asks an io_uring flush to act out for one write
+/// (the hook `StorageBackend::uring_fault`, `testing` feature only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UringFault {
     /// Submit only the first `n` bytes: the kernel makes a real short write
@@ -42,16 +40,11 @@ pub(crate) fn zero_writes(
     Ok(())
 }
 
-/// A flat file of bytes that pages are read from and written to.
-///
-/// Implementations must be `Send + Sync`: the write buffer calls them from
-/// whichever thread flushes, while readers call `read_exact_at` from theirs.
-///
-/// Errors are plain [`io::Error`]s; the cached file wraps them with the
-/// operation and offset. A write method returns `Ok` only when every byte was
-/// handed to the OS: short writes are continued, never reported as success.
-///
-/// Below every component of `cached_file/`: the only way bytes reach a file.
+/// A flat file of bytes that pages are read from and written to: the only
+/// way bytes reach a file. `Send + Sync`: flushes and readers call it from
+/// their own threads. Errors are plain [`io::Error`]s (the cached file adds
+/// the operation and offset); a write returns `Ok` only when every byte was
+/// handed to the OS.
 pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// Current length of the file in bytes.
     fn len(&self) -> io::Result<u64>;
@@ -68,11 +61,9 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// `io::ErrorKind::UnexpectedEof`.
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 
-    /// Fills `bufs` back to back from byte `offset`, as if they were one
-    /// buffer. Reading past the end is `io::ErrorKind::UnexpectedEof`.
-    ///
-    /// The default is one [`read_exact_at`](Self::read_exact_at) per slice;
-    /// [`FileBackend`](crate::FileBackend) overrides it with `preadv`.
+    /// Fills `bufs` back to back from byte `offset` (past the end:
+    /// `UnexpectedEof`). Default: one [`read_exact_at`](Self::read_exact_at)
+    /// per slice; [`FileBackend`](crate::FileBackend) uses `preadv`.
     fn read_vectored_exact_at(&self, offset: u64, bufs: &mut [IoSliceMut<'_>]) -> io::Result<()> {
         let mut at = offset;
         for buf in bufs.iter_mut() {
@@ -85,11 +76,10 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// Writes all of `buf` at byte `offset`, extending the file if needed.
     fn write_all_at(&self, offset: u64, buf: &[u8]) -> io::Result<()>;
 
-    /// Writes `bufs` back to back starting at byte `offset`, as if they were
-    /// one buffer. `bufs` may be modified (advanced past written bytes).
-    ///
-    /// The default is a loop of [`write_all_at`](Self::write_all_at), one call
-    /// per slice; [`FileBackend`](crate::FileBackend) overrides it with `pwritev`.
+    /// Writes `bufs` back to back from byte `offset`; `bufs` may be
+    /// advanced past written bytes. Default: one
+    /// [`write_all_at`](Self::write_all_at) per slice;
+    /// [`FileBackend`](crate::FileBackend) uses `pwritev`.
     fn write_vectored_all_at(&self, offset: u64, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         let mut at = offset;
         for buf in bufs.iter() {
@@ -109,23 +99,17 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     }
 
     /// Writes `len` zero bytes at `offset`, inside the file or past its
-    /// end (grow-ahead's filler: blocks written ahead of the data). The
-    /// default writes them from a zeroed buffer of at most 1 MiB, aligned
-    /// for `O_DIRECT`; [`FileBackend`](crate::FileBackend) first tries
-    /// `fallocate(FALLOC_FL_WRITE_ZEROES)` (Linux 6.17+, where the device
-    /// zeroes without the bytes moving). On an `O_DIRECT` backend `offset`
-    /// and `len` are multiples of its alignment (the filler writes whole
-    /// pages).
-    ///
-    /// Errors: the writes' (`ENOSPC`, ...). Panics: none.
+    /// end (grow-ahead's filler), from a zeroed buffer of at most 1 MiB by
+    /// default; [`FileBackend`](crate::FileBackend) first tries
+    /// `fallocate(FALLOC_FL_WRITE_ZEROES)` (Linux 6.17+). Under `O_DIRECT`
+    /// `offset` and `len` are multiples of the alignment. Errors: the
+    /// writes' (`ENOSPC`, ...).
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         zero_writes(offset, len, |at, zeros| self.write_all_at(at, zeros))
     }
 
-    /// Frees the blocks of `len` bytes at `offset` inside the file, which
-    /// then read as zeros; the file's size stays
-    /// (`fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`). Default:
-    /// `Unsupported`.
+    /// Frees the blocks of `len` bytes at `offset` (they read as zeros,
+    /// the size stays: `FALLOC_FL_PUNCH_HOLE`). Default: `Unsupported`.
     fn punch_hole(&self, offset: u64, len: u64) -> io::Result<()> {
         let _ = (offset, len);
         Err(io::ErrorKind::Unsupported.into())
@@ -148,10 +132,8 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Makes every completed write durable (`fdatasync`).
-    ///
-    /// An error here is treated by the cached file as fatal (poison), since
-    /// the OS may have dropped the pages it failed to write back.
+    /// Makes every completed write durable (`fdatasync`). An error poisons
+    /// the cached file: the OS may have dropped the pages it failed to write.
     fn sync_data(&self) -> io::Result<()>;
 
     /// How many `fdatasync`s may run at once, each on its own lane (see
@@ -161,12 +143,10 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     }
 
     /// `fdatasync` on lane `lane` (`< sync_lanes()`). Calls on different
-    /// lanes may overlap; calls on one lane never do. Each lane must see
-    /// every writeback error that happens after its previous call, so a
-    /// file backend gives each lane its own open file description (Linux
-    /// reports a writeback error once per open file description, so two
-    /// concurrent calls on one description could hide an error from one of
-    /// them). Default: [`sync_data`](Self::sync_data).
+    /// lanes may overlap, on one lane never. Each lane must see every
+    /// writeback error after its previous call, so a file backend gives
+    /// each its own open file description (Linux reports a writeback error
+    /// once per description). Default: [`sync_data`](Self::sync_data).
     fn sync_data_on(&self, lane: usize) -> io::Result<()> {
         let _ = lane;
         self.sync_data()
@@ -178,31 +158,26 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// The largest file length in bytes the storage can hold, where known
-    /// (a file system's maximum file size). Writes reaching past it are
-    /// refused when they are made, instead of failing at every flush.
-    /// Default: `None` (unknown).
+    /// The largest file length in bytes the storage holds, where known:
+    /// writes past it are refused when made. Default: `None`.
     fn max_file_size(&self) -> Option<u64> {
         None
     }
 
-    /// The open file, for engines that lock byte ranges or query it
-    /// themselves. Default: `None` (no file behind this backend).
+    /// The open file, for engines that lock byte ranges (default `None`).
     fn file(&self) -> Option<&std::fs::File> {
         None
     }
 
-    /// The untearable write sizes of this file, where it has them (see
-    /// [`AtomicUnit`]). Default: `None`. [`FileBackend`](crate::FileBackend) reports them for a
-    /// file opened with `O_DIRECT` on a file system that offers them.
+    /// The untearable write sizes of this file ([`AtomicUnit`]), where it
+    /// has them (`O_DIRECT` on a file system that offers them). Default: `None`.
     fn atomic_write_unit(&self) -> Option<AtomicUnit> {
         None
     }
 
-    /// Writes `buf` at `offset` as one atomic write (`pwritev2` with
-    /// `RWF_ATOMIC`): after a power cut the
-    /// device holds all of it or none of it. `buf` is one memory segment;
-    /// its length and `offset` must fit [`atomic_write_unit`](Self::atomic_write_unit).
+    /// Writes `buf` (one segment, fitting
+    /// [`atomic_write_unit`](Self::atomic_write_unit)) at `offset` as one
+    /// atomic write (`pwritev2` with `RWF_ATOMIC`): all of it or none.
     ///
     /// Errors: `Unsupported` (the default) where the backend has no atomic
     /// writes; `InvalidInput` (`EINVAL`) for a size or offset the unit does

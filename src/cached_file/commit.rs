@@ -8,13 +8,11 @@
 //! | a writer's pages | [`Writer::commit`] | [`Writer::commit_async`] |
 //!
 //! Every commit is a numbered request in the file's commit queue
-//! (`Requests`). A *pass* takes every request asked so far, drains and
-//! writes the union of their scopes in one flush (`FlushPipeline::flush`,
-//! which returns the write-sequence step that counts those writes), then
-//! waits until the durable watermark covers that step
-//! (`Durability::sync_to`: join an `fdatasync` in flight that began after
-//! it, or issue one) and resolves its requests. One pass writes at a time;
-//! its `fdatasync` runs beside the next pass's writes.
+//! (`Requests`). A *pass* takes every request asked so far, flushes the
+//! union of their scopes (`FlushPipeline::flush`, which returns the
+//! write-sequence step counting those writes), waits until the watermark
+//! covers that step (`Durability::sync_to`) and resolves them. One pass
+//! writes at a time; its `fdatasync` runs beside the next pass's writes.
 //!
 //! A blocking commit ([`Core::commit_now`]) leads a pass on the caller's
 //! thread when no pass is writing; otherwise it waits, and the first
@@ -24,12 +22,10 @@
 //! unwritten extent: `Length::dense`), arriving while a pass writes,
 //! writes them on its own thread beside that pass and needs its own
 //! `fdatasync` ([`Core::commit_alone`]): such an overwrite allocates
-//! nothing that grouping would share, and waiting costs it the other
-//! pass's write. A ticket's request is led by a blocking commit
-//! that comes along or by the file's committer thread: the caller goes on
-//! writing meanwhile, and the writes of many commits coalesce. A commit of
-//! a writer's pages drains nothing of other writers but the pages of
-//! commits in its pass.
+//! nothing grouping would share. A ticket's request is led by a blocking
+//! commit that comes along or by the file's committer thread, while the
+//! caller goes on writing. A writer's commit drains no other writer's
+//! pages but those of commits in its pass.
 //!
 //! Owns: nothing but a [`Writer`]'s scope (the page numbers written
 //! through it since its last commit). Calls: the flush pipeline, the
@@ -328,15 +324,12 @@ impl<'a> Writer<'a> {
     /// other writers wrote and drains none of theirs but those of commits
     /// asked for at the same time.
     ///
-    /// Where no other commit is writing, this thread takes its dirty pages
-    /// out of the write buffer and writes them (one call per run of
-    /// contiguous pages); commits that arrive meanwhile are written
-    /// together by the first of them to find the writes done (group
-    /// commit), except those whose pages all overwrite data the file held
-    /// when it was opened, which write their own beside. It then needs an `fdatasync`
-    /// that began after those writes completed: it returns at once if one
-    /// has returned, waits for one in flight, or issues its own. A writer
-    /// with nothing written since its last commit returns at once.
+    /// It is made as [`PagedCachedFile::sync`] is, draining only these
+    /// pages (and those of commits in the same pass), except that one
+    /// whose pages all overwrite data the file held when it was opened
+    /// writes its own beside a pass that is writing instead of waiting for
+    /// it. A writer with nothing written since its last commit returns at
+    /// once.
     ///
     /// Errors: [`Error::Closed`]; [`Error::Poisoned`] after a failed
     /// `fdatasync`; [`Error::PagesFailed`] for pages that could not be

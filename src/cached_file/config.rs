@@ -1,10 +1,7 @@
 //! What a user sets and reads: [`Config`] (the seven settings), the modes
-//! it names ([`TornWrites`], [`GrowAhead`]), [`IoMode`] (what open put in
-//! force, with the reason for every fallback) and [`Stats`] (what the
-//! file did). Everything else the core derives from the backend at open
-//! (alignment, `IOV_MAX`, the largest write) or fixes at its measured best.
-//!
-//! Owns: the counters behind [`Stats`] (relaxed atomics, no lock).
+//! it names, [`IoMode`] (what open put in force, and why) and [`Stats`].
+//! Everything else is derived from the backend at open or fixed.
+//! Owns: the counters behind [`Stats`] (relaxed atomics).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -53,10 +50,9 @@ pub struct Config {
     /// open, which an engine that reads the size itself would not expect.
     pub grow_ahead: GrowAhead,
     /// How runs are written. Default [`FlushEngine::Auto`] at queue depth
-    /// 32: io_uring where a ring can be set up, else `pwritev`
-    /// ([`IoMode`] says which, and why). A flush of one run is written
-    /// with `pwritev` on the flushing thread either way; the ring carries
-    /// a flush of several runs in flight at once.
+    /// 32: io_uring where a ring can be set up, else `pwritev` ([`IoMode`]
+    /// says which). A flush of one run is one `pwritev` either way; the
+    /// ring carries a flush of several runs in flight at once.
     pub engine: FlushEngine,
     #[cfg(feature = "testing")]
     pub(crate) tuning: Tuning,
@@ -281,17 +277,15 @@ pub enum TornWrites {
     Atomic,
     /// Each flush first writes its pages as one record to a doublewrite
     /// area and syncs it, then writes them in place; open repairs torn
-    /// pages from the area ([`PagedCachedFile::recovery`](crate::PagedCachedFile::recovery)).
-    /// A commit whose changes are all in durable records is acknowledged
-    /// without an `fdatasync` of the file; the file is synced when the
-    /// area passes 16 MiB (the area then starts over), when a change no
-    /// record holds (a `set_len`) is committed, before a cut, and at
-    /// `close`. The area is the file `<path>.dblwr` beside a file opened
-    /// by path, or the backend given to
+    /// pages from it ([`PagedCachedFile::recovery`](crate::PagedCachedFile::recovery)).
+    /// A commit whose changes are all in durable records needs no
+    /// `fdatasync` of the file; the file is synced when the area passes
+    /// 16 MiB, for a change no record holds (a `set_len`), before a cut
+    /// and at `close`. The area is `<path>.dblwr` beside a file opened by
+    /// path, or the backend given to
     /// [`PagedCachedFile::with_doublewrite`](crate::PagedCachedFile::with_doublewrite).
-    /// Recovery writes pages in place, so an open on a disk still full
-    /// fails with `Error::Io` (op "doublewrite recovery: write page"),
-    /// keeping the file and the area.
+    /// An open on a disk still full fails (op "doublewrite recovery: write
+    /// page"), keeping the file and the area.
     DoubleWrite,
     /// `Atomic` where the file takes atomic writes of a page and the
     /// device does them itself (`AtomicUnit::device_max`), else

@@ -9,11 +9,10 @@
 //! it began; `fsynced`, the watermark, is the highest step a successful
 //! one covered (PostgreSQL's `XLogFlush(lsn)` is the same rule).
 //!
-//! How a commit waits for N ([`sync_to`](Durability::sync_to)): at once if
-//! the watermark covers it; if an `fdatasync` in flight began after N, it
-//! waits for that one; otherwise, with a sync lane free, it issues one
-//! itself, and with none free it waits and then issues one for everyone
-//! who waited meanwhile.
+//! A commit waiting for N ([`sync_to`](Durability::sync_to)) returns at
+//! once if the watermark covers it, waits for an `fdatasync` in flight
+//! that began after N, or issues one on a free lane (with none free, it
+//! waits and then issues one for everyone who waited).
 //!
 //! Owns: `write_seq`, `fsynced`, `unstaged_at` (its own lock), the
 //! `fdatasync` state under another (free lanes, those in flight and what
@@ -319,8 +318,7 @@ impl Syncs {
 
 /// What the commits of one pass asked to make durable.
 pub(crate) enum Asked {
-    /// Every page written before them (a commit of the whole file among
-    /// them).
+    /// Every page written before them (a whole-file commit among them).
     File,
     /// These pages (writers' scopes, concatenated).
     Pages(Vec<u64>),
@@ -340,8 +338,7 @@ pub(crate) enum Step {
     Done(Result<()>),
     /// No pass is writing: it leads this one (its own request among them).
     Lead(Pass),
-    /// A pass is writing, or has its request: it waits (woken as the
-    /// write stage frees or its request resolves) and steps again.
+    /// It waited (woken as the write stage frees or its request resolves).
     Wait,
 }
 
@@ -378,8 +375,7 @@ struct Queue {
     /// these pages.
     whole: bool,
     pages: Vec<u64>,
-    /// An emptied page vector a pass gave back, for the next one (so a
-    /// steady load allocates none).
+    /// An emptied page vector a pass gave back, for the next.
     spare: Vec<u64>,
     /// Passes resolved while an earlier one was not: `(lo, hi, outcome)`.
     early: Vec<(u64, u64, Result<()>)>,
@@ -390,8 +386,7 @@ struct Queue {
     next_waiter: u64,
     /// The committer ends.
     stop: bool,
-    /// The file was dropped without `close`: what is not resolved now
-    /// will not be (`Error::Closed`).
+    /// Dropped without `close`: what is unresolved is `Error::Closed`.
     abandoned: bool,
 }
 
@@ -413,8 +408,8 @@ impl Queue {
         self.next_waiter
     }
 
-    /// Takes every pending request into a pass and marks the write stage
-    /// taken; `None` while a pass writes or nothing is pending.
+    /// Takes every pending request into a pass, the write stage with it;
+    /// `None` while a pass writes or nothing is pending.
     fn lead(&mut self) -> Option<Pass> {
         if self.writing || self.taken == self.asked {
             return None;
@@ -436,8 +431,7 @@ impl Queue {
         Some(pass)
     }
 
-    /// Records `outcome` for `(lo, hi]` and moves `done` over every pass
-    /// resolved in order.
+    /// Records `outcome` for `(lo, hi]`; `done` moves over passes in order.
     fn finish(&mut self, lo: u64, hi: u64, outcome: Result<()>) {
         self.early.push((lo, hi, outcome));
         while let Some(i) = self.early.iter().position(|e| e.0 == self.done) {
@@ -479,8 +473,7 @@ impl Requests {
     }
 
     /// A new request for the whole file (`None`) or for `pages` (copied):
-    /// its number. The committer is woken to lead it if no committing
-    /// thread does.
+    /// its number. The committer is woken.
     pub(crate) fn ask(&self, pages: Option<&[u64]>) -> u64 {
         let mut st = self.st.lock();
         match pages {
@@ -516,9 +509,8 @@ impl Requests {
         self.st.lock().writing
     }
 
-    /// The pass's writes are done: the next pass may write. Wakes the
-    /// first thread waiting with a request no pass holds (it leads every
-    /// pending one), and the committer.
+    /// The pass's writes are done: wakes the first thread whose request no
+    /// pass holds (it leads every pending one), and the committer.
     pub(crate) fn wrote(&self) {
         let mut st = self.st.lock();
         st.writing = false;
@@ -541,9 +533,8 @@ impl Requests {
         woken.wake();
     }
 
-    /// Resolves every request no pass has taken with `error` (a `close`
-    /// whose commit failed before its pass: the committer is stopped, and
-    /// no pass would come for them).
+    /// Resolves every request no pass took with `error` (a `close` whose
+    /// commit failed: the committer is stopped, no pass would come).
     pub(crate) fn fail_pending(&self, error: &Error) {
         let mut st = self.st.lock();
         if st.taken < st.asked {
@@ -558,9 +549,8 @@ impl Requests {
         }
     }
 
-    /// A pass is done with its page vector: kept, emptied, for the next;
-    /// with `retry` (its writes failed: those pages stay dirty) its pages
-    /// join the next pass first.
+    /// A pass is done with its page vector (kept for the next); with
+    /// `retry` (its writes failed) its pages join the next pass.
     pub(crate) fn give_back(&self, mut pages: Vec<u64>, retry: bool) {
         let mut st = self.st.lock();
         if retry {
@@ -573,8 +563,7 @@ impl Requests {
         }
     }
 
-    /// The committer's next pass to lead: blocks until one can be led;
-    /// `None` once the committer should end.
+    /// The committer's next pass (blocks); `None` once it should end.
     fn next_pass(&self) -> Option<Pass> {
         let mut st = self.st.lock();
         loop {
@@ -588,8 +577,7 @@ impl Requests {
         }
     }
 
-    /// The file was dropped without `close`: requests not resolved now
-    /// resolve `Error::Closed`.
+    /// Dropped without `close`: unresolved requests resolve `Closed`.
     pub(crate) fn abandon(&self) {
         let mut st = self.st.lock();
         st.abandoned = true;
@@ -621,13 +609,13 @@ impl Requests {
 /// pages; [`PagedCachedFile::sync_async`](crate::PagedCachedFile::sync_async):
 /// every page written before it): resolves `Ok` once those pages are
 /// durable (with the length they need), or with the error that kept them
-/// from it. The file's committer thread writes and syncs them; starting
-/// the commit did no I/O.
+/// from it. A pass writes and syncs them (the next blocking commit's, or
+/// the file's committer thread's); starting the commit did no I/O.
 ///
 /// Resolve it with [`wait`](Self::wait) (blocking), poll it with
-/// [`is_durable`](Self::is_durable), or `.await` it: it is a `Future` that
-/// needs no particular runtime (its `Waker` is woken from the committer
-/// thread). Dropping it does not cancel the commit. Tickets resolve in
+/// [`is_durable`](Self::is_durable), or `.await` it: a `Future` that needs
+/// no particular runtime (its `Waker` is woken by the thread that resolves
+/// it). Dropping it does not cancel the commit. Tickets resolve in
 /// the order their commits were asked for. `Send + Sync`; it may outlive
 /// the file.
 ///

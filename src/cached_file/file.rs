@@ -25,21 +25,19 @@ use crate::format::doublewrite::Recovery;
 ///
 /// Many threads write pages ([`write_page`](Self::write_page),
 /// [`write_all_at`](Self::write_all_at), guards from [`write`](Self::write)
-/// and [`overwrite`](Self::overwrite)) and read them back
-/// ([`read`](Self::read), [`read_exact_at`](Self::read_exact_at))
-/// concurrently. [`flush`](Self::flush) hands the buffered pages to the
-/// OS, sorted and coalesced into runs, one write call per run;
-/// [`sync`](Self::sync) makes every page written before it durable, and a
-/// [`Writer`](crate::Writer)'s commit only its own pages; concurrent
-/// commits share `fdatasync`s.
+/// and [`overwrite`](Self::overwrite)) and read them back concurrently.
+/// [`flush`](Self::flush) hands the buffered pages to the OS, sorted and
+/// coalesced, one write call per run; [`sync`](Self::sync) makes every
+/// page written before it durable, a [`Writer`](crate::Writer)'s commit
+/// only its own; concurrent commits share writes and `fdatasync`s.
 ///
 /// `Send + Sync`: share it with `Arc` or scoped threads.
 ///
 /// # Drop
 ///
 /// Dropping the file without [`close`](Self::close) makes a best-effort
-/// flush (pages reach the OS, no `fdatasync`, errors ignored); only what a
-/// successful commit or `close` covered is promised durable.
+/// flush (no `fdatasync`); only what a commit or `close` covered is
+/// promised durable.
 pub struct PagedCachedFile {
     /// The components, shared with the committer thread.
     pub(super) core: Arc<Core>,
@@ -143,9 +141,8 @@ impl PagedCachedFile {
         Self::open_with(path, &OpenOptions::new(), config)
     }
 
-    /// Opens the file at `path` as `options` say (read-only or read-write,
-    /// create or must-exist, locked or not), otherwise as
-    /// [`open`](Self::open).
+    /// Opens the file at `path` as `options` say (read-only, must-exist,
+    /// unlocked), otherwise as [`open`](Self::open).
     ///
     /// Errors: as [`open`](Self::open); [`Error::Locked`] when `options`
     /// lock and another open holds the lock; [`Error::Open`] with op "open"
@@ -376,13 +373,10 @@ impl PagedCachedFile {
         self.core.flush.grow_stats().2
     }
 
-    /// Writes `data` at byte `offset`. Both must be multiples of the page
-    /// size; `data` may span several pages. The bytes are copied into the
-    /// write buffer; they reach the OS at the next flush and are durable
-    /// after the next successful [`sync`](Self::sync).
-    ///
-    /// If the buffer holds `max_write_buffer_bytes` or more, this call first
-    /// flushes (or waits for a flush in progress).
+    /// Writes `data` at byte `offset`, both multiples of the page size. The
+    /// bytes are copied into the write buffer; they reach the OS at the
+    /// next flush and are durable after the next commit. A buffer at its
+    /// bound is flushed first.
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::FileTooLarge`] past the file system's
@@ -540,11 +534,9 @@ impl PagedCachedFile {
     }
 
     /// The newest bytes of `len` bytes at `offset`: from the write buffer,
-    /// the in-flight set, the read cache or the backend. Bytes never written
-    /// inside the file read as zeros. A one-page read of a buffered page
-    /// returns the buffered page itself (no copy).
-    ///
-    /// Works on a poisoned file (buffered pages stay readable).
+    /// the in-flight set, the read cache or the backend (zeros where never
+    /// written; a one-page read of a buffered page is that page, no copy).
+    /// Works on a poisoned file.
     ///
     /// Errors: [`Error::ZeroLength`], [`Error::Unaligned`],
     /// [`Error::Overflow`], [`Error::OutOfBounds`] past the logical length
@@ -639,12 +631,10 @@ impl PagedCachedFile {
 
     /// Writes all of `buf` at byte `offset`: any offset, any length. Whole
     /// pages are copied into the write buffer; a partial page is merged
-    /// with its newest version (buffered, in flight or cached, with no
-    /// read; else read once from disk). The logical length grows to
-    /// `offset + buf.len()` (rounded up to a page under `O_DIRECT`, where
-    /// the file is always a whole number of pages). The bytes reach the OS
-    /// at the next flush and are durable after the next successful
-    /// [`sync`](Self::sync). An empty `buf` is accepted and does nothing.
+    /// with its newest version (read once from disk if it is in no
+    /// buffer). The logical length grows to `offset + buf.len()` (rounded
+    /// up to a page under `O_DIRECT`). The bytes are durable after the next
+    /// commit. An empty `buf` does nothing.
     ///
     /// Backpressure applies per page, so `buf` may exceed the write buffer
     /// (if a flush it runs fails, the pages before are buffered). A page
@@ -707,11 +697,9 @@ impl PagedCachedFile {
 
     /// Fills `buf` with the newest bytes from byte `offset`: buffered and
     /// in-flight pages are copied in, and every stretch of pages in neither
-    /// is read with one call (`pread` straight into `buf` for a buffered
-    /// file without a read cache; `preadv` into pool pages under `O_DIRECT`
-    /// or when the read cache keeps them). Bytes never written inside the
-    /// file read as zeros. Works on a poisoned file. An empty `buf` is
-    /// accepted.
+    /// is read with one call (into `buf`, or into pool pages under
+    /// `O_DIRECT` or with the read cache). Bytes never written inside the
+    /// file read as zeros. Works on a poisoned file; `buf` may be empty.
     ///
     /// Errors: [`Error::Overflow`], [`Error::OutOfBounds`] past
     /// [`len`](Self::len), [`Error::Closed`], `Error::Io` from the read
@@ -738,11 +726,10 @@ impl PagedCachedFile {
 
     /// Drops the buffered pages in `len` bytes at `offset` (both multiples
     /// of the page size) and their read-cache copies: an engine freeing
-    /// pages, cancelling a write, or dropping pages that failed to write
-    /// for good ([`Error::PagesFailed`]). A version already in flight is not
-    /// called back; if its write fails it is not retried. Until a page is
-    /// written again its bytes are unspecified: whatever the file held, or
-    /// the version in flight (zeros for a page never written).
+    /// pages, or dropping pages that failed to write for good
+    /// ([`Error::PagesFailed`]). A version in flight is not called back
+    /// (nor retried if its write fails). Until a page is written again its
+    /// bytes are unspecified.
     ///
     /// The length is not changed (pages discarded at the end are zeros
     /// after the next `sync`); [`set_len`](Self::set_len) drops them.
@@ -779,16 +766,12 @@ impl PagedCachedFile {
         Ok(())
     }
 
-    /// Follows a change another writer made to the file (another process,
-    /// or another handle on the same file in this one, taking turns under
-    /// a lock of their own, as redb's multi-process modes do): drops every
-    /// read-cache page and takes the file's length from the OS. Reads
-    /// after it see what the OS holds.
-    ///
-    /// Only between writes: with pages in the write buffer or in flight
-    /// it changes nothing and returns [`Error::Buffered`]
-    /// ([`flush`](Self::flush) first; what was buffered is then with the
-    /// OS). A write racing with it is not lost: it makes the call fail.
+    /// Follows a change another writer made to the file (another process
+    /// or handle, taking turns under a lock of their own, as redb's
+    /// multi-process modes do): drops every read-cache page and takes the
+    /// file's length from the OS. Only between writes: with pages buffered
+    /// or in flight it changes nothing and returns [`Error::Buffered`]
+    /// ([`flush`](Self::flush) first); a racing write makes it fail.
     ///
     /// Errors: [`Error::Buffered`]; [`Error::Closed`];
     /// [`Error::InvalidConfig`] with a doublewrite area (whose records
@@ -804,13 +787,11 @@ impl PagedCachedFile {
     }
 
     /// Sets the logical length to `len` bytes, ordered with everything
-    /// buffered: growing extends the file with zeros now; shrinking first
-    /// waits for the in-flight writes (a pass waiting for its `fdatasync`
-    /// included), cuts the file, then drops every buffered and cached page
-    /// past `len` and zeroes the buffered tail of the page `len` falls in,
-    /// so nothing past the new end is written afterwards. [`len`](Self::len)
-    /// follows at once, both ways; the next [`sync`](Self::sync) makes the
-    /// new length durable even if no page was written.
+    /// buffered: growing extends the file with zeros now; shrinking waits
+    /// for the in-flight writes, cuts the file, then drops every buffered
+    /// and cached page past `len` and zeroes the tail of the page `len`
+    /// falls in. [`len`](Self::len) follows at once; the next commit makes
+    /// the new length durable.
     ///
     /// Writes racing with a shrink over the pages it cuts land before or
     /// after it, page by page. With

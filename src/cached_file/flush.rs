@@ -57,15 +57,13 @@ use crate::error::{Error, Result};
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
 /// The state under the drain lock: the file's size as the OS will hold it
-/// once every drained write completed, and grow-ahead's trailer. A method
-/// that changes the size takes `&mut FileSize`, which only the lock's
-/// guard hands out (methods in `size.rs`).
+/// once every drained write completed, and grow-ahead's trailer (methods
+/// in `size.rs`).
 pub(crate) struct FileSize {
-    /// The proof that the drain lock is held, lent to the calls that need
-    /// it ([`held`](Self::held)).
+    /// The proof that the drain lock is held, lent to the calls needing it.
     pub(super) held: DrainHeld,
-    /// Grown at each drain by its pages, and by every `fallocate` and
-    /// `ftruncate`: what a flush compares the logical length with.
+    /// Grown at each drain by its pages, and by `fallocate`s and
+    /// `ftruncate`s.
     pub(super) os_len: u64,
     pub(super) window: Option<Window>,
 }
@@ -87,8 +85,8 @@ pub(crate) enum LengthRecord {
     /// Record the length if the newest record holds another (a flush, a
     /// `set_len` that grows).
     Write,
-    /// No record: a cut removes the trailer, and a record that failed
-    /// partway must not make a refused cut come back after a crash.
+    /// No record (a cut: a record that failed partway must not make a
+    /// refused cut come back after a crash).
     Skip,
 }
 
@@ -96,23 +94,19 @@ pub(crate) enum LengthRecord {
 pub(crate) enum Drain<'a> {
     /// Every dirty page (`sync`, `flush`, backpressure).
     All,
-    /// The dirty ones among these page numbers, grouped by stripe
-    /// (`WriteBuffer::by_stripe`): a writer's scope; with scratch space
-    /// for the generations that hold its pages in flight.
+    /// The dirty ones among these pages (grouped by stripe), with scratch
+    /// for the generations holding the others in flight.
     Pages(&'a [u64], &'a mut Vec<u64>),
 }
 
 /// What a flush did.
 #[derive(Default)]
 pub(crate) struct Flushed {
-    /// The last batch written, to settle (its failed pages are already
-    /// back in the write buffer); `None` if nothing was drained.
+    /// The last batch written, to settle; `None` if nothing was drained.
     pub(crate) batch: Option<Batch>,
-    /// The first error: pages that failed to write (`PagesFailed`, naming
-    /// them), or the file could not be extended or cut to its length.
+    /// The first error (`PagesFailed`, or the length could not be set).
     pub(crate) error: Option<Error>,
-    /// A `write_seq` step that counts every write the flush covers: an
-    /// `fdatasync` covering it makes them durable.
+    /// A `write_seq` step counting every write the flush covers.
     pub(crate) target: u64,
     /// `unstaged_at`, read together with the write sequence at the end.
     pub(crate) unstaged_at: u64,
@@ -122,15 +116,13 @@ pub(crate) struct Flushed {
 
 /// The flush pipeline of one file (see the module docs).
 pub(crate) struct FlushPipeline {
-    /// The drain lock: drains are serialized by it and number the
-    /// generations in drain order; the file's size changes under it.
+    /// The drain lock: drains, and size changes, are serialized by it.
     pub(super) drain: Mutex<FileSize>,
     pub(super) writers: Writers,
     pub(super) gens: Generations<Settled>,
     spare: SpareBatches,
-    /// A failed write left the file to be cut back to the written length;
-    /// done by the next holder of the drain lock that finds no write in
-    /// flight.
+    /// A failed write left the file to be cut back to the written length
+    /// (by the next holder of the drain lock that finds no write in flight).
     pub(super) cut_pending: AtomicBool,
     /// Grow-ahead's filler thread, with a window (not on a read-only file).
     pub(super) filler: Option<Filler>,
@@ -140,11 +132,10 @@ pub(crate) struct FlushPipeline {
 /// [`FlushPipeline::write_batch`] hand on to each other.
 struct BatchWrite {
     batch: Batch,
-    /// The first run that failed, by offset (its pages are in
-    /// `batch.failed`).
+    /// The first run that failed, by offset.
     failed_run: Option<(u64, &'static str, io::Error)>,
-    /// A failure of the batch as a whole: no room past the grow-ahead
-    /// window (no run went out), or the file could not be extended.
+    /// A failure of the batch as a whole (no room past the window, or the
+    /// file could not be extended).
     error: Option<Error>,
     /// The size step extended the file to the logical length.
     grown: bool,
@@ -162,8 +153,7 @@ impl BatchWrite {
         }
     }
 
-    /// Notes a write that failed for some runs: their pages, the first
-    /// failure by offset, whether any run still reached the OS.
+    /// Notes a write that failed for some runs.
     fn record_failure(&mut self, failure: WriteFailure) {
         self.some_written |= failure.some_written;
         self.fail_run(failure.offset, failure.op, failure.error);
@@ -171,9 +161,7 @@ impl BatchWrite {
     }
 }
 
-/// One batch written: the batch (to settle), the error of what failed,
-/// and the `write_seq` step its writes made (none if nothing reached the
-/// OS).
+/// One batch written: the batch, the error, the `write_seq` step made.
 struct Written {
     batch: Batch,
     error: Option<Error>,
@@ -199,9 +187,8 @@ impl FlushPipeline {
     }
 
     /// A plain flush (`flush()`, backpressure): every page buffered when
-    /// it was called reaches the OS before it returns, whichever flush
-    /// drains it; its batch is settled. Returns whether anything was
-    /// written or the file's length changed.
+    /// called reaches the OS before it returns; its batch is settled.
+    /// Whether anything was written or the length changed.
     ///
     /// Errors: pages that failed to write (`PagesFailed`; they stay dirty),
     /// or the file could not be extended to its length.
@@ -215,17 +202,13 @@ impl FlushPipeline {
 
     /// One flush whose batch the caller settles (a commit, after its
     /// `fdatasync`): drains what `drain` names, writes it from this
-    /// thread, and waits until the older writes it depends on have
-    /// completed: for [`Drain::All`] every generation drained before or
-    /// with it, so what was buffered when it started is with the OS; for
-    /// [`Drain::Pages`] those holding the scope's pages in flight, and no
-    /// other. If a write of an older generation failed meanwhile (its
-    /// pages went back to the write buffer after this drain), it drains
-    /// and writes again; the batches before the last are settled at once.
-    ///
-    /// Every run is tried, whatever failed before it; the pages of the runs
-    /// that failed are back in the write buffer when it returns, and their
-    /// error, naming their byte ranges, is in [`Flushed::error`].
+    /// thread, and waits for the older writes it depends on (for
+    /// [`Drain::All`] every generation drained before it; for
+    /// [`Drain::Pages`] those holding the scope's pages). If an older
+    /// generation's failed pages went back after this drain, it drains and
+    /// writes again (earlier batches settled at once). Every run is tried;
+    /// failed pages are back in the write buffer, named in
+    /// [`Flushed::error`].
     pub(crate) fn flush(&self, p: &Parts<'_>, mut drain: Drain<'_>) -> Flushed {
         let mut f = Flushed::default();
         loop {
@@ -304,15 +287,9 @@ impl FlushPipeline {
         }
     }
 
-    /// Ends a batch: with `ok`, the entries in `batch.failed` (ranges of
-    /// the sorted batch) did not reach the OS and go back to the write
-    /// buffer (`Batch::requeue`), the rest did; without (its `fdatasync`
-    /// failed, or the file was poisoned meanwhile), every entry goes back.
-    /// Writers waiting for room are woken either way.
-    ///
-    /// The generation then retires: at once if it shares no page with an
-    /// older generation in flight, else only after every older generation
-    /// did (a younger generation shadows an older one for readers).
+    /// Ends a batch: with `ok`, the entries of `batch.failed` go back to
+    /// the write buffer; without (its `fdatasync` failed), every entry
+    /// does. The generation then retires (see `Generations::settle`).
     pub(crate) fn settle(&self, p: &Parts<'_>, mut batch: Batch, ok: bool) {
         if !ok {
             batch.fail_all();
@@ -329,10 +306,8 @@ impl FlushPipeline {
         }
     }
 
-    /// After a failed write (`cut_pending`): once no write is in flight
-    /// (the caller holds the drain lock, so none starts), cuts the file
-    /// back to its written length; while writes are in flight, leaves it
-    /// to the next holder of the drain lock.
+    /// After a failed write (`cut_pending`): cuts the file back to its
+    /// written length once no write is in flight (else leaves it).
     pub(super) fn cut_back_if_idle(&self, p: &Parts<'_>, size: &mut FileSize) {
         if !self.gens.all_written() {
             return;
@@ -341,8 +316,7 @@ impl FlushPipeline {
         size.cut_back(p);
     }
 
-    /// Zero bytes grow-ahead's filler wrote, its failed calls and why it
-    /// stopped, if it did.
+    /// Grow-ahead's zero bytes, failed calls, and why it stopped.
     pub(crate) fn grow_stats(&self) -> (u64, u64, Option<String>) {
         self.filler
             .as_ref()

@@ -1,11 +1,8 @@
 //! The in-flight generations: what each flush drained, numbered in drain
-//! order, from the drain until the generation retires. Generic over what a
-//! settled generation carries (`T`: the flush pipeline's batch); no I/O.
+//! order, until it retires (generic over what a settled one carries).
 //!
-//! Owns: the queue and the drain bookkeeping under one lock, two condvars
-//! (a generation has written; the last one retired), and the next
-//! generation's number. Calls: nothing but the `retire` callback it is
-//! handed, run under its lock.
+//! Owns: the queue and drain bookkeeping under one lock, two condvars, the
+//! next number. Calls: the `retire` callback, under its lock.
 //!
 //! Invariants:
 //! - generations are numbered and queued in drain order (drains hold the

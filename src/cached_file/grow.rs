@@ -71,48 +71,39 @@ pub(crate) struct Window {
     slot: u64,
     /// Page size in bytes.
     page: u64,
-    /// The file's size on the OS while a window is in place (the
-    /// trailer's end), 0 while there is none.
+    /// The file's size while a window is in place (0: none).
     end: u64,
     /// Sequence number of the newest record written.
     seq: u64,
     /// The slot the next record goes to (0 or 1).
     next: usize,
-    /// The length the newest record holds; `None` after a failed write
-    /// (the slot may hold anything: write again).
+    /// The length the newest record holds (`None` after a failed write).
     recorded: Option<u64>,
     /// Both slots as last written (`2 * slot` bytes, page aligned).
     buf: AlignedBuf,
     /// Largest file length the backend holds.
     max: u64,
-    /// An old trailer's slots whose zeroing failed: tried again before the
-    /// next record (they lie in the data's range).
+    /// An old trailer's slots whose zeroing failed (tried again first).
     stale: Option<u64>,
-    /// Where the trailer before this window's was ([`NO_PREV`] for the
-    /// first): every record of the window carries it, so recovery can zero
-    /// it if a crash came before its zeroing was durable.
+    /// Where the previous window's trailer was ([`NO_PREV`]): every record
+    /// carries it, so recovery can zero it.
     prev: u64,
-    /// The newest extension is not known durable: set when its trailer is
-    /// written, cleared when its `fdatasync` passes. One that failed
-    /// poisoned the file, so it stays, and nothing more is written.
+    /// The newest extension is not known durable (stays after its
+    /// `fdatasync` failed: nothing more is written).
     unconfirmed: bool,
-    /// The `write_seq` step that counted the latest zeroing of an old
-    /// trailer (0: none): an `fdatasync` covering it must pass before the
-    /// next extension's trailer is written, which points back to this
-    /// window's trailer only.
+    /// The `write_seq` step of the latest zeroing of an old trailer: an
+    /// `fdatasync` must cover it before the next extension.
     zeroed_at: u64,
 }
 
-/// What an extension did: the old trailer's slots (to zero once the new
-/// one is durable), if there was one.
+/// What an extension did: the old trailer's slots, to zero.
 pub(crate) struct Extended {
     pub(crate) old_slots: Option<u64>,
 }
 
 impl Window {
-    /// A window of `bytes` over a file with no window yet, trailer slots
-    /// of `slot` bytes in memory aligned to `align`, pages of `page`
-    /// bytes, files of at most `max` bytes.
+    /// A window of `bytes`, slots of `slot` bytes (memory aligned to
+    /// `align`), pages of `page` bytes, files of at most `max` bytes.
     pub(crate) fn new(bytes: u64, slot: u64, page: u64, align: usize, max: u64) -> Option<Self> {
         Some(Self {
             bytes,
@@ -131,8 +122,7 @@ impl Window {
         })
     }
 
-    /// Bytes at the end of the file the trailer keeps from data: its
-    /// slots, rounded up to pages.
+    /// The trailer's slots rounded up to pages.
     fn reserve(&self) -> u64 {
         (2 * self.slot).next_multiple_of(self.page)
     }
@@ -175,13 +165,10 @@ impl Window {
     }
 
     /// Moves the trailer to a new end `need` + `bytes` (pages, plus the
-    /// trailer's page; at most the largest file), writing both slots there
-    /// with `len`: that write moves the file's size. The caller makes it
-    /// durable, then zeros the old slots ([`zero_old`](Self::zero_old)).
+    /// trailer's page), writing both slots there with `len` (which moves
+    /// the size). The caller makes it durable, then zeros the old slots.
     ///
-    /// Errors: the write's (`ENOSPC`, ...): nothing changed in memory (the
-    /// file may have grown; its size is cut back by the caller or left
-    /// for the next extension, which writes past it).
+    /// Errors: the write's; nothing changed in memory.
     pub(crate) fn extend(
         &mut self,
         backend: &dyn StorageBackend,
@@ -272,10 +259,9 @@ impl Window {
     }
 
     /// Writes `len` into the next slot if the newest record holds another
-    /// length. Returns whether it wrote.
+    /// length; whether it wrote.
     ///
-    /// Errors: the write's (the record stays as it was: the next commit
-    /// writes it again).
+    /// Errors: the write's (the next commit writes it again).
     pub(crate) fn record(&mut self, backend: &dyn StorageBackend, len: u64) -> io::Result<bool> {
         if !self.active() || self.recorded == Some(len) {
             return Ok(false);

@@ -1,12 +1,9 @@
-//! The file's lengths: what the engine sees ([`Length::get`], the logical
-//! length), what the backend holds (the disk length, which reads trust),
-//! what completed writes left (the written length, which a failed write is
-//! cut back to), and the largest length the file system takes.
+//! The file's lengths: logical ([`Length::get`], what the engine sees),
+//! disk (what the backend holds, which reads trust), written (what a failed
+//! write is cut back to), dense (data held at open) and the largest one.
 //!
-//! Owns: three atomics, the shrink sequence, and where old grow-ahead
-//! trailers were kept on disk inside the file's range (reads see zeros
-//! there; a lock taken only while there is one). Calls: nothing.
-//! Invariants:
+//! Owns: four atomics, the shrink sequence, and old grow-ahead trailers
+//! kept inside the file's range (reads see zeros there). Invariants:
 //! - the logical length only grows under a stripe lock of the write buffer
 //!   (an insert) or with the drain lock held (`set_len`); it is lowered only
 //!   with the drain lock and every stripe lock held, so no page can be left
@@ -15,9 +12,6 @@
 //!   `ftruncate`s are made; a cut lowers it inside an odd shrink sequence,
 //!   so a read that meets the file's end early can tell a racing cut from
 //!   someone else truncating the file ([`read_disk`](Length::read_disk)).
-//!
-//! The length the OS will hold once every drained write completes
-//! (`os_len`) is the flush pipeline's, under its drain lock.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering;

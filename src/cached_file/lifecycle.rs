@@ -3,17 +3,14 @@
 //! them.
 //!
 //! Owns: the flags, the count of write calls in progress (live guards
-//! included), and the close handshake (`closer`, `close_wait` with
-//! `close_done`). Calls: nothing. Lock order: `closer` is taken first of
-//! all locks of the file and held through a whole `close` (which then
-//! commits); `close_wait` is a leaf.
+//! included), and the close handshake (`closer`, taken first of all locks
+//! and held through a `close`; `close_wait`, a leaf, with `close_done`).
 //!
 //! The handshake: a write call counts itself, then looks at `closing`; a
-//! close sets `closing`, then waits for the count to drain. Both in
-//! `SeqCst`, so one of the two sees the other. Write calls that start
-//! while a close runs wait for its outcome instead of failing: a refused
-//! or failed close leaves the file open, and no thread may have been told
-//! otherwise.
+//! close sets `closing`, then waits for the count to drain (both
+//! `SeqCst`, so one sees the other). Write calls that start while a close
+//! runs wait for its outcome: a refused or failed close leaves the file
+//! open, and no thread may have been told otherwise.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,10 +38,8 @@ pub(crate) enum LockHeld {
 
 /// Flags and the close handshake of one open file (see the module docs).
 pub(crate) struct Lifecycle {
-    /// An `fdatasync` failed: the kernel may have dropped dirty pages, so
-    /// every later write and commit is refused (`Error::Poisoned`).
-    /// Shared with the durability component, which sets it when an
-    /// `fdatasync` fails.
+    /// An `fdatasync` failed (set by the durability component): every later
+    /// write and commit is refused (`Error::Poisoned`).
     poisoned: Arc<AtomicBool>,
     closed: AtomicBool,
     read_only: bool,
@@ -54,9 +49,8 @@ pub(crate) struct Lifecycle {
     /// Write calls in progress plus live guards; `close` refuses while a
     /// guard lives and waits for the calls.
     writers: AtomicUsize,
-    /// A `close` is between refusing new write calls and its outcome. Set
-    /// and cleared under `close_wait`; `close_done` is notified when it is
-    /// cleared.
+    /// A `close` is between refusing new write calls and its outcome (set
+    /// and cleared under `close_wait`; `close_done` notified then).
     closing: AtomicBool,
     close_wait: Mutex<()>,
     close_done: Condvar,

@@ -7,20 +7,17 @@
 //! The newest version of a page is in exactly one of these places, searched
 //! in this order by [`PagedCachedFile::read`]:
 //!
-//! 1. the write buffer: a stripe's dirty map, written by writers;
-//! 2. the in-flight generations: what each running flush drained and is
-//!    writing (a commit's, until its `fdatasync` returned), youngest last
-//!    (also in the write buffer's stripes);
+//! 1. the write buffer: a stripe's dirty map;
+//! 2. the in-flight generations: what each running flush drained (a
+//!    commit's, until its `fdatasync` returned), youngest last;
 //! 3. the read cache of clean pages (optional);
 //! 4. the backend.
 //!
-//! A page moves 1 -> 2 under its stripe lock (one map swap, no I/O), so a
-//! reader holding that lock sees it in one of the two. It leaves 2 only
-//! after its write completed (and, for a commit, after its `fdatasync`),
-//! and after the read cache was updated, so a reader that misses 1 and 2
-//! finds it in 3 or 4. A generation holding a page an older one in flight
-//! also holds retires only after every older generation has, so a younger
-//! version of a page in flight always shadows an older one.
+//! A page moves 1 -> 2 under its stripe lock (a map swap, no I/O). It
+//! leaves 2 only after its write completed (for a commit, its `fdatasync`)
+//! and the read cache was updated, so a reader that misses 1 and 2 finds
+//! it in 3 or 4. A generation sharing a page with an older one retires
+//! after it, so a younger version in flight always shadows an older one.
 //!
 //! # The components, from the bottom up
 //!
@@ -58,14 +55,12 @@
 //! # Lock order
 //!
 //! `closer` (a `close`, which then commits) -> drain lock -> ring ->
-//! generations -> stripe -> cache stripe. Leaves (nothing is taken under
-//! them): the room counter, `close_wait`, `unstaged_at`, the `fdatasync`
-//! state, the commit queue, the write slots, the doublewrite
-//! area's lock, grow-ahead's filler lock (taken under the drain lock or
-//! alone). An `fdatasync` may be waited for with the drain lock held
-//! (grow-ahead's extension, a doublewrite checkpoint), and a thread in
-//! `fdatasync` never takes the drain lock. No I/O happens under a stripe
-//! or cache lock.
+//! generations -> stripe -> cache stripe. Leaves: the room counter,
+//! `close_wait`, `unstaged_at`, the `fdatasync` state, the commit queue,
+//! the scratch vectors, the write slots, the doublewrite area's lock,
+//! grow-ahead's filler lock. An `fdatasync` may be waited for with the
+//! drain lock held, and a thread in `fdatasync` never takes it. No I/O
+//! happens under a stripe or cache lock.
 
 mod batch;
 mod commit;

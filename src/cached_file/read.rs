@@ -1,26 +1,19 @@
-//! Reading: the read cache of clean pages ([`ReadCache`]), the
-//! components a flush, a commit or a read acts on, borrowed together
-//! ([`Parts`]), and the read path over them, which finds the newest bytes
-//! of a page where the module docs of `cached_file` say a page lives
-//! (write buffer, in-flight generations, read cache, disk), in that order.
+//! Reading: the read cache of clean pages ([`ReadCache`]), the components
+//! borrowed together ([`Parts`]), and the read path, which finds a page's
+//! newest bytes in the write buffer, the in-flight generations, the read
+//! cache, the disk, in that order.
 //!
-//! The read cache is striped as the write buffer is, each stripe evicted
-//! by CLOCK (second chance; Corbató 1968, as in most buffer pools): each
-//! cached page has a slot on a ring and a referenced bit, set by every
-//! hit; the hand clears a referenced page's bit and evicts the first
-//! unreferenced one. A page hit between two sweeps is never evicted, which
-//! keeps an engine's hot pages (its header page, rewritten at every
-//! commit) cached while a stream of once-written pages passes through.
+//! The cache is striped as the write buffer is, each stripe evicted by
+//! CLOCK (second chance; Corbató 1968): a hit sets a page's referenced
+//! bit; the hand clears set bits and evicts the first page without one,
+//! so an engine's hot pages stay while once-written pages pass through.
 //!
-//! Owns: the cache stripes, each its own lock, and their budget. The read
-//! path and `Parts` own nothing. Lock order: a cache stripe is taken last,
-//! after a write-buffer stripe if any; no I/O under it. The read path
-//! takes a stripe lock, then a cache stripe lock, one at a time, and reads
-//! the disk with no lock held. Invariant: every change a flush makes to a
-//! cache stripe bumps its `seq`; a reader that read the disk offers its
-//! copy with the `seq` it saw before the read, and the copy is kept only
-//! if `seq` did not move (a slow reader never caches bytes older than a
-//! completed write).
+//! Owns: the cache stripes (each a lock, taken last; no I/O under it).
+//! The read path takes a stripe lock, then a cache stripe lock, one at a
+//! time, and reads the disk with no lock held. Invariant: every change a
+//! flush makes to a cache stripe bumps its `seq`; a copy read from disk is
+//! kept only if `seq` did not move since before the read (a slow reader
+//! never caches bytes older than a completed write).
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -142,9 +135,7 @@ impl ReadCache {
     }
 
     /// Inserts a clean page into stripe `c` (CLOCK eviction within the
-    /// stripe's budget); evicted pages go back to `pool` (their memory is
-    /// reused if nothing else holds them: a steady write load with the
-    /// read cache on does not allocate a page per write).
+    /// budget); evicted pages go back to `pool`.
     fn insert(&self, c: &mut CacheStripe, page_no: u64, page: PageRef, pool: &BufferPool) {
         c.insert(page_no, page, self.budget, &mut |old| pool.put_all([old]));
     }
@@ -169,9 +160,7 @@ struct CacheStripe {
     hand: usize,
     /// Bytes of the cached pages.
     pub(crate) bytes: usize,
-    /// Bumped whenever a flush updates this stripe; a reader that read the
-    /// backend inserts its page only if `seq` has not moved meanwhile, so a
-    /// slow reader never caches bytes older than a completed write.
+    /// Bumped whenever a flush updates this stripe (see the module docs).
     pub(crate) seq: u64,
 }
 
@@ -183,10 +172,9 @@ impl CacheStripe {
         Some(&e.page)
     }
 
-    /// Caches `page` as `page_no` (replacing an older copy), then evicts
-    /// until the stripe holds at most `budget` bytes; `page_no` itself is
-    /// never the victim. A page larger than the budget is not cached (and
-    /// an older copy is dropped). Every page that leaves goes to `dropped`.
+    /// Caches `page` as `page_no`, then evicts (never `page_no`) down to
+    /// `budget` bytes; a page larger than the budget is not cached. Every
+    /// page that leaves goes to `dropped`.
     pub(crate) fn insert(
         &mut self,
         page_no: u64,

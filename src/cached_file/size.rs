@@ -322,15 +322,10 @@ impl FlushPipeline {
         };
         let trailer = |e| Error::io("grow-ahead trailer", None, e);
         if w.unconfirmed() {
-            // The last extension's `fdatasync` failed (the mark is set only
-            // across that sync, under this lock), so the file is poisoned
-            // and its new end and trailer may not be durable: a pass
-            // already on its way writes nothing more. Data past the old
-            // space could leave a crash a file longer than the old window
-            // with the old trailer inside its data and none at its end; a
-            // length record in the new trailer could be the one a crash
-            // keeps, and it points back one window only, past an older
-            // trailer whose zeroing the failed sync lost.
+            // The last extension's `fdatasync` failed: its new end and
+            // trailer may not be durable, so a pass on its way writes
+            // nothing more (data past the old space, or a record in the new
+            // trailer, could leave a crash an old trailer inside the data).
             return Err(Error::Poisoned);
         }
         let grows = if w.active() {
@@ -381,14 +376,9 @@ impl FlushPipeline {
             }
             size.window_moved(end);
             // The new end and trailer durable before anything is written
-            // below them: zeros or data written into the window before its
-            // end is durable could bring a crash back with the file's size
-            // at their end and no trailer there (a file system writes back
-            // blocks in any order), and the old trailer must stay valid
-            // until the new one is. If that sync fails (the file is
-            // poisoned), the old trailer stays: it holds the length the
-            // last successful sync made durable, which a crash must keep
-            // (the new end may not be durable), until a write covers it.
+            // below them (see the module docs of `grow.rs`). If that sync
+            // fails (the file is poisoned), the old trailer stays: it holds
+            // the length the last successful sync made durable.
             self.sync_file(p)?;
             if let Some(w) = size.window() {
                 w.confirm();

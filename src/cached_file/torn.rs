@@ -57,18 +57,15 @@ struct AreaState {
     /// `write_seq` the last successful data `fdatasync` covered.
     synced: u64,
     /// Pages (byte offsets) whose in-place write failed after their record
-    /// was staged and that no later in-place write has replaced: possibly
-    /// torn on disk, so the area keeps its records until they are written
-    /// whole (or discarded, which leaves their bytes unspecified).
+    /// was staged, not replaced since: possibly torn, so the area keeps
+    /// their records until they are written whole (or discarded).
     failed: BTreeSet<u64>,
     /// The header and page table of the record being written (reused).
     head: Vec<u8>,
 }
 
-/// Area bytes past which a flush first makes the pages written in place
-/// durable (an `fdatasync` of the file), so the area starts over and its
-/// next records overwrite blocks already allocated (an `fdatasync` of a
-/// growing area also commits its new size and blocks).
+/// Area bytes past which a flush first `fdatasync`s the file, so the area
+/// starts over and its records overwrite blocks already allocated.
 pub(crate) const CHECKPOINT_BYTES: u64 = 16 << 20;
 
 impl Area {
@@ -94,18 +91,13 @@ impl Area {
         }
     }
 
-    /// Writes `entries` (sorted `(offset, page)`) as one record and makes
-    /// it durable. On success the caller writes the pages in place and then
-    /// calls [`written`](Self::written) once. Records are staged one at a
-    /// time (the lock is held through the write and its `fdatasync`).
+    /// Writes `entries` (sorted `(offset, page)`) as one record with the
+    /// logical length `file_len` (which recovery restores) and makes it
+    /// durable, the lock held throughout; the caller then writes the pages
+    /// in place and calls [`written`](Self::written). `synced`: the
+    /// watermark now.
     ///
-    /// Errors: the area's write or `fdatasync` error; nothing was staged
-    /// (the next record is written at the same place).
-    ///
-    /// `file_len` is the file's logical length, which recovery restores
-    /// (a commit acknowledged on the area alone may have grown the file).
-    /// `synced`: the durable watermark now (`Durability::fsynced`): the
-    /// data file is durable in place up to there.
+    /// Errors: the area's write or `fdatasync`; nothing was staged.
     pub(crate) fn stage(
         &self,
         entries: &[(u64, PageRef)],
@@ -178,9 +170,8 @@ impl Area {
         !self.state.lock().failed.is_empty()
     }
 
-    /// Pages in `[start, end)` were discarded: their bytes are unspecified
-    /// until written again, so a failed write of theirs no longer holds
-    /// the area.
+    /// Pages in `[start, end)` were discarded: a failed write of theirs no
+    /// longer holds the area.
     pub(crate) fn forget_failed(&self, start: u64, end: u64) {
         let mut st = self.state.lock();
         if !st.failed.is_empty() {
@@ -191,9 +182,7 @@ impl Area {
         }
     }
 
-    /// An `fdatasync` of the data file covered `write_seq` up to `covered`
-    /// (the watermark, which [`stage`](Self::stage) and
-    /// [`wants_checkpoint`](Self::wants_checkpoint) are also handed).
+    /// An `fdatasync` of the data file covered `write_seq` up to `covered`.
     #[cfg(test)]
     pub(crate) fn data_synced(&self, covered: u64) {
         let mut st = self.state.lock();
@@ -201,17 +190,14 @@ impl Area {
     }
 
     /// Whether the area has grown past `limit` bytes with records whose
-    /// pages may not be durable in place: the next flush should `fdatasync`
-    /// the file first ([`CHECKPOINT_BYTES`]).
-    /// `synced`: the durable watermark now.
+    /// pages may not be durable in place (`synced`: the watermark now).
     pub(crate) fn wants_checkpoint(&self, limit: u64, synced: u64) -> bool {
         let mut st = self.state.lock();
         st.synced = st.synced.max(synced);
         st.tail >= limit && st.synced < st.last_written
     }
 
-    /// Empties the area (after the data file was synced with nothing in
-    /// flight: `set_len` cutting the file, a successful `close`), so no
+    /// Empties the area (the data file synced, nothing in flight), so no
     /// record can bring back a page past a cut.
     pub(crate) fn clear(&self) -> io::Result<()> {
         let mut st = self.state.lock();
@@ -244,8 +230,7 @@ impl TornProtection {
         }
     }
 
-    /// The largest atomic piece in bytes, with [`TornWrites::Atomic`] in
-    /// force.
+    /// The largest atomic piece in bytes, with [`TornWrites::Atomic`].
     #[inline]
     pub(crate) fn atomic_max(&self) -> Option<usize> {
         self.atomic_max

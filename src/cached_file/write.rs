@@ -1,19 +1,14 @@
-//! How a batch's runs become write calls ([`Writers`]): each flush takes a
-//! write slot (its runs and scratch) and writes from the flushing thread
-//! with one `pwritev` per run; with the io_uring engine a flush of several
-//! runs takes the file's ring, if it is free, and has them all in flight
-//! at once. The engine is resolved once at open ([`Writers::open`]).
+//! How a batch's runs become write calls ([`Writers`]): a flush takes a
+//! write slot and writes from its own thread, one `pwritev` per run; with
+//! the io_uring engine a flush of several runs takes the ring, if free,
+//! and has them all in flight. The engine is resolved at open.
 //!
-//! Owns: the free write slots (a leaf lock; made on demand, one per flush
-//! writing at once) and the ring (its own lock, taken with `try_lock` only,
-//! so no flush waits for another's ring). Calls: the backend.
-//!
-//! Under `O_DIRECT` a run whose pages lie in more than
-//! [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory is copied into one aligned
-//! buffer and written with one `pwrite` (the ring copies into its own
-//! registered buffers for the same reason): the kernel pins and maps each
-//! iovec segment of a direct write on its own, which costs more than the
-//! copy.
+//! Owns: the free write slots (a leaf lock) and the ring (taken with
+//! `try_lock` only). Calls: the backend. Under `O_DIRECT` a run whose
+//! pages lie in more than [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory is
+//! copied into one aligned buffer first (the ring copies into its own
+//! buffers): the kernel pins and maps each iovec segment of a direct
+//! write on its own, which costs more than the copy.
 
 use std::io::IoSlice;
 
@@ -25,18 +20,15 @@ use crate::coalesce::Run;
 use crate::error::{Error, Result, short_error};
 use crate::sync::{Mutex, MutexGuard};
 
-/// Most write slots kept (flushes writing at once beyond this make and
-/// drop their own).
+/// Most write slots kept.
 const MAX_SLOTS: usize = 64;
 
-/// Above this many pieces of memory per run, a run written under
-/// `O_DIRECT` is copied into one buffer first (see the module docs). Page
-/// slabs (`BufferPool`) lay a run written in file order out in one or two.
+/// Above this many pieces of memory, a run under `O_DIRECT` is copied
+/// into one buffer first (page slabs lay a run out in one or two).
 pub(crate) const MAX_ZERO_COPY_SEGMENTS: usize = 2;
 
-/// What a failed write left behind: the entry ranges (of the sorted batch)
-/// that did not reach the OS, whether any run did, and the first error in
-/// offset order.
+/// What a failed write left: the entry ranges that did not reach the OS,
+/// whether any run did, and the first error by offset.
 pub(crate) struct WriteFailure {
     pub(crate) failed: Vec<std::ops::Range<usize>>,
     pub(crate) some_written: bool,
@@ -85,9 +77,8 @@ pub(crate) struct Writers {
 impl Writers {
     /// The writers for `config.engine` on `backend`: the engine in force
     /// (never `Auto`), why it differs from the one asked for, and the
-    /// writers. Under `O_DIRECT` the ring gets `queue_depth` bounce
-    /// buffers of the longest run (fewer if the write buffer holds fewer
-    /// runs). `atomic`: atomic pieces are written.
+    /// writers (under `O_DIRECT`, the ring's bounce buffers of the longest
+    /// run). `atomic`: atomic pieces are written.
     ///
     /// Errors: `IoUring` refused (`Error::Io`, op "io_uring setup"), or
     /// where there is none ([`Error::Unsupported`]) or the backend has no
@@ -164,9 +155,8 @@ impl Writers {
         }
     }
 
-    /// The ring for a flush of `runs` runs: only for several (a lone run
-    /// has nothing to overlap with, and goes out with one `pwritev` on the
-    /// flushing thread), and only if no other flush holds it.
+    /// The ring for a flush of `runs` runs: only for several, and only if no
+    /// other flush holds it.
     pub(crate) fn ring_for(&self, runs: usize) -> Option<MutexGuard<'_, Ring>> {
         if runs < 2 {
             return None;
@@ -175,13 +165,9 @@ impl Writers {
     }
 
     /// Writes `slot.runs` of the sorted `entries`, through `ring` if given,
-    /// else one call per run on this thread: every run is tried whatever
-    /// failed before it. On error, names the runs that did not reach the
-    /// OS (a run is retried whole at the next flush: rewriting the same
-    /// bytes is harmless).
-    ///
-    /// Atomic pieces (`slot.atomic`, runs cut by `split_for_atomic`) go
-    /// out as one `RWF_ATOMIC` write each, from one memory segment.
+    /// else one call per run on this thread (atomic pieces: one
+    /// `RWF_ATOMIC` write each); every run is tried. On error, names the
+    /// runs that did not reach the OS (retried whole at the next flush).
     pub(crate) fn write(
         &self,
         backend: &dyn StorageBackend,
@@ -241,9 +227,8 @@ impl Writers {
         results.finish(&slot.runs, counters)
     }
 
-    /// The baselines the tools measure against (`testing` only): one
-    /// `pwrite` per page, or per run copied into one buffer. `false` for
-    /// the real engines.
+    /// The tools' baselines (`testing` only): a `pwrite` per page, or per
+    /// run copied into one buffer; `false` for the real engines.
     #[cfg(feature = "testing")]
     fn baseline_write(
         &self,
@@ -284,10 +269,10 @@ impl Writers {
 }
 
 impl Ring {
-    /// Every run in flight at once: `WRITEV` SQEs from page memory, or,
-    /// with `copy` and pages scattered in memory (or `force_copy`), one
-    /// segment per run copied into the ring's buffers. An
-    /// `io_uring_enter` failure fails every run.
+    /// Every run in flight at once: `WRITEV` SQEs from page memory, or one
+    /// segment per run copied into the ring's buffers (scattered pages
+    /// under `O_DIRECT`, or `force_copy`). An `io_uring_enter` failure
+    /// fails every run.
     fn write(
         &mut self,
         backend: &dyn StorageBackend,
@@ -375,9 +360,8 @@ fn write_atomic(
     }
 }
 
-/// Whether the runs' pages are adjacent in memory often enough that the
-/// runs make at most [`MAX_ZERO_COPY_SEGMENTS`] iovec segments each on
-/// average (pages carved from one slab in file order).
+/// Whether the runs average at most [`MAX_ZERO_COPY_SEGMENTS`] pieces of
+/// memory each.
 fn mostly_contiguous(runs: &[Run], entries: &[(u64, PageRef)]) -> bool {
     let pieces: usize = runs.iter().map(|r| segments(&entries[r.entries()])).sum();
     pieces <= MAX_ZERO_COPY_SEGMENTS * runs.len()
@@ -408,11 +392,9 @@ fn ring(
             Error::io("io_uring setup", None, e.into())
         }
     };
-    // The ring holds an open file description of its own, not the one the
-    // open's lock is on: a killed process's ring keeps what it registered
-    // until the kernel's deferred teardown, and the lock must not outlive
-    // the process. Where the file cannot be reopened (no /proc) the ring
-    // shares the locked description.
+    // The ring holds a description of its own, not the locked one: a
+    // killed process's ring keeps what it registered until the kernel's
+    // deferred teardown, which the lock must not outlive.
     let own = crate::backend::reopen_description(file).ok().flatten();
     let file = own.as_ref().unwrap_or(file);
     let ring = match SlotRing::new(file, opts, bounce_buffers(bounce, len, align)?) {
@@ -432,8 +414,8 @@ fn ring(
     })
 }
 
-/// `count` buffers of `len` bytes aligned to `align`, one THP-advised
-/// mapping where the alignment allows, pre-faulted so no flush pays for it.
+/// `count` buffers of `len` bytes aligned to `align` (one THP-advised
+/// mapping where it can), pre-faulted.
 ///
 /// Errors: [`Error::NoMemory`].
 fn bounce_buffers(count: usize, len: usize, align: usize) -> Result<Vec<AlignedBuf>> {
@@ -519,9 +501,8 @@ impl Results {
     }
 }
 
-/// A copy buffer a run's pages are gathered into, so the run goes out as
-/// one memory segment. Aligned for `O_DIRECT`, grown to the largest run,
-/// kept between flushes.
+/// A buffer a run's pages are gathered into (one memory segment), aligned
+/// for `O_DIRECT`, grown to the largest run, kept between flushes.
 pub(crate) struct GatherBuf {
     buf: Option<AlignedBuf>,
     align: usize,
@@ -553,11 +534,9 @@ fn segments(pages: &[(u64, PageRef)]) -> usize {
         .count()
 }
 
-/// Writes `run` (its `pages`) from this thread: one `pwrite` of the pages
-/// gathered into `copy` where they lie in more than
-/// [`MAX_ZERO_COPY_SEGMENTS`] pieces of memory (`copy` is given under
-/// `O_DIRECT`), else one `pwritev` from page memory (split at `IOV_MAX`
-/// by the backend). Returns the outcome and the call's name.
+/// Writes `run` from this thread: one `pwrite` of its pages gathered into
+/// `copy` (given under `O_DIRECT`) where they are scattered, else one
+/// `pwritev` from page memory. The outcome and the call's name.
 fn write_run(
     backend: &dyn StorageBackend,
     run: &Run,
@@ -580,11 +559,9 @@ fn write_run(
     }
 }
 
-/// An empty vector with `v`'s allocation, for elements of the same layout
-/// (`IoSlice`s of another lifetime, so a vector borrowed from one flush's
-/// pages serves the next). std collects a `vec::IntoIter` into a `Vec` in
-/// place when the layouts match, so nothing is allocated
-/// (`tests/alloc_free.rs` checks it).
+/// An empty vector with `v`'s allocation for elements of the same layout
+/// (`IoSlice`s of another lifetime): std collects in place, so nothing is
+/// allocated (`tests/alloc_free.rs` checks it).
 fn reuse<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().map(|_| unreachable!("cleared")).collect()

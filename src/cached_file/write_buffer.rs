@@ -9,18 +9,14 @@
 //! stripe). The only I/O is a partial write's disk read, with no lock held.
 //!
 //! Invariants:
-//! - page `n` lives in stripe `n & (stripes - 1)`; its newest version is
-//!   in the stripe's `dirty`, else in its youngest in-flight generation
-//!   (`flushing`), else in neither (the read cache or the disk has it);
-//! - `buffered` counts a page from its insert (under the stripe lock, so a
-//!   drain never sees and later subtracts a page not yet counted) until
-//!   its generation retires or it is dropped (`discard`, a cut);
-//! - a page under a live guard is written by no one but the guard's drop;
-//!   the thread that holds the guard is refused (`Busy`) instead of
-//!   waiting on itself;
-//! - every event that may free room (a retire, pages put back, a poison)
-//!   bumps `room` and notifies under its lock, so a writer that looked
-//!   before the event never sleeps through it.
+//! - page `n` lives in stripe `n & (stripes - 1)`: its newest version is in
+//!   `dirty`, else in its youngest in-flight generation, else in neither;
+//! - `buffered` counts a page from its insert (under the stripe lock) until
+//!   its generation retires or it is dropped;
+//! - a page under a live guard is written by no one but the guard's drop
+//!   (the guard's own thread is refused, `Busy`);
+//! - every event that may free room bumps `room` and notifies under its
+//!   lock, so no writer sleeps through one.
 //!
 //! Lock order: stripe -> cache stripe; the room lock is a leaf. A drain,
 //! a requeue and a retire take one stripe at a time; a cut and a refresh
@@ -283,13 +279,11 @@ impl WriteBuffer {
         self.buffered.load(Ordering::Acquire)
     }
 
-    /// Backpressure: while the buffer is at or over its bound, `flush`
-    /// (which says whether it wrote anything); if nothing was left to
-    /// flush, the bytes are in flight waiting for their `fdatasync`: wait
-    /// until one settles. `check` refuses a file that takes no writes.
-    /// Called before a writer's pages exist (a guard's holder never waits
-    /// on its own memory), so the bound is exceeded by at most the pages
-    /// of writers between this check and their insert.
+    /// Backpressure: while the buffer is at or over its bound, `flush`;
+    /// if nothing was left to flush (the bytes wait for their `fdatasync`),
+    /// wait until one settles. `check` refuses a file that takes no writes.
+    /// Called before a writer's pages exist, so the bound is exceeded by at
+    /// most the pages of writers between this check and their insert.
     ///
     /// Errors: `check`'s, or the flush's unless it still freed room.
     pub(crate) fn wait_for_room(
@@ -401,12 +395,10 @@ impl WriteBuffer {
         add(&counters.pages_dirtied, 1);
     }
 
-    /// Merges `write.bytes` into page `write.page_no` and buffers it; the
-    /// length grows to `write.end`. The page merged into is the buffered or
-    /// in-flight version, else `cached`'s, else what `read_disk` reads
-    /// (with no lock held: the merge goes in only if `Stripe::seq` did not
-    /// move, else it is redone), so two partial writes to one page never
-    /// lose each other's bytes.
+    /// Merges `write.bytes` into page `write.page_no` and buffers it (the
+    /// length grows to `write.end`): into the buffered or in-flight version,
+    /// else `cached`'s, else what `read_disk` reads with no lock held (kept
+    /// only if `Stripe::seq` did not move, else redone).
     ///
     /// Errors: [`Error::Busy`] over a page this thread guards;
     /// [`Error::NoMemory`]; `read_disk`'s.

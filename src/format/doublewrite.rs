@@ -24,10 +24,8 @@
 //! pages never went in place, since in-place writes start only after the
 //! record is durable) ends the scan with a warning; an area of another
 //! file (birth time and inode differ) is reported and not applied. An area
-//! of this file holding records of another page size refuses the open
-//! instead (nothing is changed): skipping its records and emptying the
-//! area would throw away the copies of pages a crash may have torn; the
-//! open with the page size the records were written with repairs them.
+//! of this file holding records of another page size refuses the open,
+//! changing nothing (the open with that page size repairs them).
 
 use std::io;
 

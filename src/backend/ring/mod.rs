@@ -1,41 +1,27 @@
 //! The io_uring loop of the crate and its tools (Linux, cargo feature
-//! `io-uring`).
+//! `io-uring`): [`SlotRing`] is the one place where SQEs are submitted,
+//! CQEs reaped and short or interrupted transfers resubmitted. The flush
+//! of [`PagedCachedFile`](crate::PagedCachedFile) writes runs as
+//! `IORING_OP_WRITEV` SQEs from page memory
+//! ([`write_vectored`](SlotRing::write_vectored)) or, under `O_DIRECT`,
+//! copied into the ring's buffers ([`write_copied`](SlotRing::write_copied));
+//! the tools crate drives the buffers itself ([`push`](SlotRing::push),
+//! [`wait`](SlotRing::wait)).
 //!
-//! [`SlotRing`] is the one place where SQEs are submitted, CQEs reaped and
-//! short or interrupted transfers resubmitted. Its users:
-//! - the flush of [`PagedCachedFile`](crate::PagedCachedFile): runs of
-//!   pages as `IORING_OP_WRITEV` SQEs straight from page memory
-//!   ([`write_vectored`](SlotRing::write_vectored)), or under `O_DIRECT`
-//!   copied into the ring's own buffers and written as one segment each
-//!   ([`write_copied`](SlotRing::write_copied));
-//! - the streaming writer and the fio-style I/O worker of the tools crate
-//!   (`pagewriter-bench`), which drive the ring's buffers themselves with
-//!   [`push`](SlotRing::push) and [`wait`](SlotRing::wait).
+//! The ring owns a fixed set of aligned buffers ("slots", `buffers.rs`),
+//! optionally registered (`IORING_REGISTER_BUFFERS`, `_FIXED` opcodes), and
+//! a duplicate of the file's descriptor, optionally registered. Memory the
+//! kernel may touch stays valid: a slot with an SQE in flight is refused by
+//! [`buf`](SlotRing::buf), [`take`](SlotRing::take) and
+//! [`push`](SlotRing::push) until its CQE is reaped; a lent [`SlotBuf`]
+//! shares ownership with the ring; registered buffers are freed only after
+//! `Drop` unregistered them and waited for every SQE in flight (or leaked
+//! them); borrowed page memory of `write_vectored` is used only within
+//! that call.
 //!
-//! The ring owns a fixed set of aligned buffers ("slots", `buffers.rs`:
-//! who holds each, the ring, a lent [`SlotBuf`] or the kernel), optionally
-//! registered with the kernel (`IORING_REGISTER_BUFFERS`, then
-//! `IORING_OP_{READ,WRITE}_FIXED`), and a duplicate of the file's
-//! descriptor, optionally registered (`IORING_REGISTER_FILES`). This file
-//! is the submission side: SQEs queued, submitted, their CQEs reaped.
-//!
-//! Memory the kernel may touch stays valid:
-//! - A slot with an SQE in flight cannot be touched: [`buf`](SlotRing::buf),
-//!   [`take`](SlotRing::take) and [`push`](SlotRing::push) refuse it until
-//!   its CQE is reaped, and dropping the ring waits for every SQE in flight
-//!   (or leaks the buffers if it cannot).
-//! - A slot's buffer lent out with [`take`](SlotRing::take) (to be filled
-//!   on another thread) shares ownership with the ring: dropping the
-//!   [`SlotBuf`] does not free it. Registered buffers are freed only after
-//!   the ring unregistered them, in its `Drop`.
-//! - Borrowed page memory of [`write_vectored`](SlotRing::write_vectored)
-//!   is only used within that call, which returns when no SQE is in
-//!   flight.
-//!
-//! A transfer is reported once, when it is complete or failed: a short
-//! read or write is resubmitted for the rest, an `EAGAIN` or `EINTR`
-//! completion is resubmitted (up to [`MAX_RETRIES`] times), and a read
-//! that returns 0 bytes (end of file) is reported with the bytes it got.
+//! A transfer is reported once, complete or failed: short transfers and
+//! `EAGAIN`/`EINTR` completions are resubmitted (up to [`MAX_RETRIES`]
+//! times); a read that meets the end of the file reports what it got.
 
 use std::fs::File;
 use std::io::{self, IoSlice};
@@ -79,19 +65,14 @@ pub struct RingOptions {
     /// opcodes: saves pinning the pages on every I/O. The pages are pinned
     /// once, counted against `RLIMIT_MEMLOCK` unless `CAP_IPC_LOCK`.
     pub fixed_buffers: bool,
-    /// One thread submits and reaps (`IORING_SETUP_SINGLE_ISSUER`, 6.0+,
-    /// with `COOP_TASKRUN`, 5.19+: completions' task work runs at that
-    /// thread's next kernel entry instead of interrupting it). Falls back
-    /// to a plain ring on older kernels. Leave it off for a ring used from
-    /// several threads in turn (such as a flush): the kernel refuses their
-    /// submissions with `EEXIST`.
+    /// One thread submits and reaps (`IORING_SETUP_SINGLE_ISSUER` with
+    /// `COOP_TASKRUN`; a plain ring on older kernels). Off for a ring used
+    /// from several threads in turn (a flush): the kernel refuses them.
     pub single_issuer: bool,
-    /// A kernel thread polls the SQ (`IORING_SETUP_SQPOLL`, idle 1000 ms):
-    /// submission without a syscall while it is awake.
+    /// A kernel thread polls the SQ (`IORING_SETUP_SQPOLL`, idle 1000 ms).
     pub sqpoll: bool,
     /// Busy-poll completions (`IORING_SETUP_IOPOLL`): needs `O_DIRECT` and
-    /// a device with poll queues (NVMe `poll_queues`), else each I/O
-    /// completes with `EOPNOTSUPP`.
+    /// a device with poll queues, else each I/O fails with `EOPNOTSUPP`.
     pub iopoll: bool,
 }
 
@@ -258,16 +239,13 @@ pub struct CopyJob {
 }
 
 impl SlotRing {
-    /// A ring on `file` (through a duplicate descriptor the ring owns)
-    /// owning `bufs` as slots `0..bufs.len()` (none for a ring that only
-    /// does [`write_vectored`](Self::write_vectored)).
+    /// A ring on a duplicate of `file`'s descriptor, owning `bufs` as slots
+    /// `0..bufs.len()` (none for a ring that only writes vectored).
     ///
-    /// Errors: `io_uring setup` (`EINVAL` for a queue depth outside
-    /// 1..=[`MAX_QUEUE_DEPTH`] or unsupported flags, `EPERM`/`ENOSYS` where
+    /// Errors, the buffers dropped with them: `io_uring setup` (`EINVAL` for
+    /// a queue depth outside 1..=[`MAX_QUEUE_DEPTH`], `EPERM`/`ENOSYS` where
     /// io_uring is disabled), `dup file descriptor`, `register files`,
-    /// `register buffers` (`ENOMEM`/`EPERM` past `RLIMIT_MEMLOCK`, `EINVAL`
-    /// for more than 16384 buffers or one over 1 GiB); the buffers are
-    /// dropped with the error.
+    /// `register buffers` (`ENOMEM`/`EPERM` past `RLIMIT_MEMLOCK`).
     pub fn new(
         file: &File,
         opts: RingOptions,
@@ -626,11 +604,9 @@ impl SlotRing {
         }
     }
 
-    /// Submits what is queued, waits until at least `min` transfers
-    /// finished (fewer if fewer are in flight), and appends every finished
-    /// one to `out`. Returns the number appended. Queued SQEs (including
-    /// resubmissions of short transfers) are always submitted, even when
-    /// enough transfers already finished.
+    /// Submits what is queued (resubmissions included), waits until at
+    /// least `min` transfers finished (fewer if fewer are in flight), and
+    /// appends every finished one to `out`; returns the number appended.
     ///
     /// Errors: `io_uring_enter`'s, other than `EINTR`/`EAGAIN`/`EBUSY`.
     pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> io::Result<usize> {
@@ -668,9 +644,7 @@ impl SlotRing {
     }
 
     /// Appends every finished transfer to `out` without entering the
-    /// kernel; short and interrupted ones are queued again for the rest
-    /// (submitted by the next [`submit`](Self::submit) or
-    /// [`wait`](Self::wait)).
+    /// kernel; short and interrupted ones are queued again for the rest.
     pub fn reap(&mut self, out: &mut Vec<Completion>) -> usize {
         self.reap_with(out, None)
     }
@@ -735,11 +709,10 @@ impl SlotRing {
         n
     }
 
-    /// Runs jobs `0..jobs`: `begin(ring, job)` pushes one (called only
-    /// while fewer than `capacity` transfers are in flight), `end(ring,
-    /// completion)` accounts a finished one. Returns when every job began
-    /// and nothing is in flight, also after an `io_uring_enter` failure
-    /// (which is then returned, and no further job begins).
+    /// Runs jobs `0..jobs`: `begin(ring, job)` pushes one while fewer than
+    /// `capacity` are in flight, `end(ring, completion)` accounts one.
+    /// Returns when nothing is in flight, also after an `io_uring_enter`
+    /// failure (returned; no further job begins).
     fn drive(
         &mut self,
         jobs: usize,
@@ -785,17 +758,14 @@ impl SlotRing {
     }
 
     /// Writes each run from the caller's memory as `IORING_OP_WRITEV`
-    /// SQEs, up to `queue_depth` at once (a run of more than `IOV_MAX`
-    /// segments takes several SQEs one after another), and returns only
-    /// when no SQE is in flight. Sets `errors` to each run's error
-    /// (cleared first; its allocation is reused): a failed run does not
-    /// stop the others.
+    /// SQEs, up to `queue_depth` at once (over `IOV_MAX` segments: several
+    /// SQEs in turn), returning when none is in flight. Sets `errors` to
+    /// each run's error: a failed run does not stop the others. `fault` is
+    /// the test fail point.
     ///
-    /// Errors (`Err`): `InvalidInput` if transfers pushed with
-    /// [`push`](Self::push) are still in flight (nothing written);
-    /// `io_uring_enter` failing other than with `EINTR`, `EBUSY` or
-    /// `EAGAIN`; any run may then be unwritten or partly written. `fault` is
-    /// the test fail point (`None` outside tests).
+    /// Errors (`Err`): `InvalidInput` if [`push`](Self::push)ed transfers
+    /// are in flight (nothing written); `io_uring_enter` failing (other
+    /// than `EINTR`/`EBUSY`/`EAGAIN`), any run then maybe partly written.
     pub fn write_vectored(
         &mut self,
         runs: &[VectoredRun<'_, '_>],
@@ -839,13 +809,9 @@ impl SlotRing {
     }
 
     /// Writes each job from the ring's own buffers: `fill(job, buf)` copies
-    /// the job's bytes into a free slot, which goes out as one segment
-    /// (with `O_DIRECT` the kernel's per-segment cost exceeds a memcpy).
-    /// Up to `min(queue_depth, slots)`
-    /// writes are in flight; the copy of the next job overlaps them.
-    /// Sets `errors` to each job's error (as in
-    /// [`write_vectored`](Self::write_vectored)): a failed job does not
-    /// stop the others.
+    /// its bytes into a free slot, which goes out as one segment; up to
+    /// `min(queue_depth, slots)` writes in flight, the next copy overlapping
+    /// them. Sets `errors` as [`write_vectored`](Self::write_vectored) does.
     ///
     /// Errors (`Err`): `InvalidInput` if the ring has no slot or a job is
     /// longer than a slot's buffer (nothing written); otherwise as

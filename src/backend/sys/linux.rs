@@ -224,14 +224,9 @@ fn pwritev2(file: &File, iov: &[libc::iovec], offset: u64, flags: i32) -> io::Re
     Ok(rc as usize)
 }
 
-/// Another open file description of `file` (through `/proc/self/fd`),
-/// with the same access mode and `O_DIRECT` flag (`fcntl(F_GETFL)`): a
-/// read-only file is reopened read-only, never asking for write access.
-/// Locks taken on `file` do not reach it, and it lives as long as its own
-/// references.
-///
-/// Errors: `F_GETFL`'s; the reopen's (`ENOENT` where `/proc` is not
-/// mounted).
+/// Another open file description of `file` through `/proc/self/fd`, with
+/// its access mode and `O_DIRECT` flag (`fcntl(F_GETFL)`). Errors:
+/// `F_GETFL`'s; the reopen's (`ENOENT` where `/proc` is not mounted).
 pub(crate) fn reopen(file: &File) -> io::Result<Option<File>> {
     let fd = file.as_raw_fd();
     // SAFETY: F_GETFL takes only the descriptor, which `file` keeps open
@@ -271,12 +266,10 @@ pub(crate) fn syncs_one_at_a_time(file: &File) -> bool {
     st.f_type as u32 == BTRFS_SUPER_MAGIC
 }
 
-/// The file system's largest file length (`s_maxbytes`) for `file`, found
-/// by binary search with `lseek(SEEK_SET)`, which Linux refuses with
-/// `EINVAL` past that length (`generic_file_llseek_size`); about 63 calls,
-/// made once at open. The descriptor's file position is left wherever the
-/// search ends (the backend does only positional I/O). `None` where
-/// `lseek` does not behave so (a pipe, a file system with its own rule).
+/// The file system's largest file length (`s_maxbytes`), by binary search
+/// with `lseek(SEEK_SET)`, which Linux refuses with `EINVAL` past it
+/// (about 63 calls, once at open; the file position is left anywhere).
+/// `None` where `lseek` does not behave so.
 pub(crate) fn max_file_size(file: &File) -> Option<u64> {
     let fd = file.as_raw_fd();
     let seek_ok = |pos: i64| {
@@ -299,10 +292,7 @@ pub(crate) fn max_file_size(file: &File) -> Option<u64> {
     Some(lo as u64)
 }
 
-/// An attribute of the block queue under the file system holding `file`,
-/// from `/sys/dev/block/MAJ:MIN/queue/NAME` (or the parent disk's queue for
-/// a partition), trimmed. `None` where sysfs has no such entry (tmpfs,
-/// overlay).
+/// `/sys/dev/block/MAJ:MIN/queue/NAME` (or the parent disk's), trimmed.
 pub(crate) fn queue_attr(file: &File, name: &str) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let dev = file.metadata().ok()?.dev();
