@@ -418,10 +418,10 @@ fn an_asynchronous_commit_writes_and_syncs_on_the_committer_thread() {
 
 /// A write that fails in the committer's pass fails the tickets that pass
 /// covered with `PagesFailed`, poisons nothing, and leaves the pages dirty:
-/// the next asynchronous commit writes them and resolves Ok with them
-/// durable.
+/// the writer's next ticket promises only its new pages, and the next
+/// `sync` writes the failed one.
 #[test]
-fn a_failed_write_fails_the_tickets_of_its_pass_and_the_next_pass_retries() {
+fn a_failed_write_fails_the_tickets_of_its_pass_and_sync_writes_the_pages_later() {
     let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
     let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
     let mut w = f.writer();
@@ -435,13 +435,50 @@ fn a_failed_write_fails_the_tickets_of_its_pass_and_the_next_pass_retries() {
     w.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
     w.commit_async().unwrap().wait().unwrap();
     let img = be.inner().durable_image();
+    assert_eq!(image_page(&img, 1), Some((1, 1)));
+    assert_ne!(
+        image_page(&img, 0),
+        Some((0, 1)),
+        "a later pass carried the failed page"
+    );
+    f.sync().unwrap();
+    let img = be.inner().durable_image();
     assert_eq!(
         image_page(&img, 0),
         Some((0, 1)),
-        "the failed page, retried"
+        "sync wrote the failed page"
     );
-    assert_eq!(image_page(&img, 1), Some((1, 1)));
     f.close().unwrap();
+}
+
+/// A writer's commit after another writer's commit failed to write
+/// neither writes nor waits for that writer's pages: it succeeds with its
+/// own, and the failed writer keeps its pages for its next commit.
+#[test]
+fn a_writers_commit_never_carries_another_writers_failed_pages() {
+    let be = Arc::new(FaultyBackend::new(CrashBackend::new()));
+    let f = PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap();
+    let (mut a, mut b) = (f.writer(), f.writer());
+    b.write_page(0, &page(PS, 0, 1)).unwrap();
+    be.schedule_writes([pagewriter::testing::WriteFault::Errno(libc::ENOSPC)]);
+    assert!(matches!(b.commit(), Err(Error::PagesFailed { .. })));
+    a.write_page(PS as u64, &page(PS, 1, 1)).unwrap();
+    let calls = be.write_calls();
+    a.commit().unwrap();
+    assert_eq!(
+        be.write_calls() - calls,
+        1,
+        "a's commit wrote more than its page"
+    );
+    let img = be.inner().durable_image();
+    assert_eq!(image_page(&img, 1), Some((1, 1)));
+    assert_ne!(
+        image_page(&img, 0),
+        Some((0, 1)),
+        "b's failed page went out with a's commit"
+    );
+    b.commit().unwrap();
+    assert_eq!(image_page(&be.inner().durable_image(), 0), Some((0, 1)));
 }
 
 /// Writes through a writer obey every check the file's own writes do,
@@ -526,6 +563,32 @@ fn _assert_send_sync() {
     send::<pagewriter::Writer<'static>>();
     sync::<CommitTicket>();
     let _ = <CrashBackend as StorageBackend>::len;
+}
+
+/// A writer holding its file through an `Arc` outlives every borrow: it
+/// moves to another thread with the file, commits there, and its commit
+/// promises its own pages only (another writer's stay buffered).
+#[test]
+fn a_shared_writer_commits_its_own_pages_from_another_thread() {
+    let be = Arc::new(CrashBackend::new());
+    let f = Arc::new(PagedCachedFile::new(Arc::clone(&be), Config::default()).unwrap());
+    let mut other = f.writer();
+    other.write_page(0, &page(PS, 0, 9)).unwrap();
+    let mut w = pagewriter::Writer::shared(Arc::clone(&f));
+    std::thread::spawn(move || {
+        w.write_all_at(PS as u64 + 3, b"mine").unwrap();
+        w.commit().unwrap();
+    })
+    .join()
+    .unwrap();
+    let durable = be.durable_image();
+    assert_eq!(&durable[PS + 3..PS + 7], b"mine");
+    assert!(
+        durable[..PS].iter().all(|&b| b == 0),
+        "another writer's page was committed"
+    );
+    other.commit().unwrap();
+    assert_eq!(&be.durable_image()[..PS], &page(PS, 0, 9)[..]);
 }
 
 // ---- write_and_commit ----

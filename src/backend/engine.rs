@@ -9,8 +9,6 @@ use crate::error::Result;
 pub const MAX_QUEUE_DEPTH: u32 = 4096;
 
 /// How a flush turns runs of contiguous dirty pages into write calls.
-///
-/// The run writers of the flush pipeline's write slots (`cached_file/writer.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum FlushEngine {

@@ -111,10 +111,9 @@ impl Core {
         if outcome.is_ok() {
             add(&p.counters.commits, pass.hi - pass.lo);
         }
-        let retry = matches!(outcome, Err(Error::PagesFailed { .. }));
         self.requests.resolve(pass.lo, pass.hi, outcome);
         if let Some(pages) = pages.take() {
-            self.requests.give_back(pages, retry);
+            self.requests.give_back(pages);
         }
     }
 
@@ -252,7 +251,7 @@ impl PagedCachedFile {
     /// pages.
     pub fn writer(&self) -> Writer<'_> {
         Writer {
-            file: self,
+            file: Held::Borrowed(self),
             pages: Vec::new(),
         }
     }
@@ -271,16 +270,45 @@ impl PagedCachedFile {
 /// [`CommitTicket`]. Pages other writers wrote are not promised by this
 /// writer's commit; reads see every writer's newest bytes.
 pub struct Writer<'a> {
-    file: &'a PagedCachedFile,
+    file: Held<'a>,
     /// Page numbers written through this writer since its last commit
     /// (repeats allowed).
     pages: Vec<u64>,
 }
 
-impl<'a> Writer<'a> {
+/// How a [`Writer`] holds its file: borrowed, or shared for a writer that
+/// must outlive any borrow (an engine's `'static` backend).
+enum Held<'a> {
+    Borrowed(&'a PagedCachedFile),
+    Shared(Arc<PagedCachedFile>),
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = PagedCachedFile;
+    fn deref(&self) -> &PagedCachedFile {
+        match self {
+            Held::Borrowed(f) => f,
+            Held::Shared(f) => f,
+        }
+    }
+}
+
+impl Writer<'static> {
+    /// A writer that holds its file through `file` (an `Arc`), as
+    /// [`PagedCachedFile::writer`] otherwise: for a writer kept in a
+    /// `'static` value, such as a storage backend over a region of the file.
+    pub fn shared(file: Arc<PagedCachedFile>) -> Self {
+        Writer {
+            file: Held::Shared(file),
+            pages: Vec::new(),
+        }
+    }
+}
+
+impl Writer<'_> {
     /// The file this writer writes.
-    pub fn file(&self) -> &'a PagedCachedFile {
-        self.file
+    pub fn file(&self) -> &PagedCachedFile {
+        &self.file
     }
 
     /// Writes whole pages at `offset`, as [`PagedCachedFile::write_page`]

@@ -345,16 +345,10 @@ pub(crate) enum Step {
 /// Failed passes remembered apart; past this many the two oldest merge.
 const MAX_FAILURES: usize = 64;
 
-/// The commit queue of one file: every commit is a numbered request for a
-/// scope. A pass takes every request asked so far, drains and writes the
-/// union of their scopes (the *write stage*, one pass at a time), then
-/// waits for an `fdatasync` covering it (beside the next pass's write
-/// stage) and resolves them. It is led by whichever committing thread
-/// finds the write stage free, or by the committer thread for tickets no
-/// blocked thread carries along (see `commit.rs`).
-///
+/// The commit queue of one file: numbered requests for scopes, taken by
+/// passes (see `commit.rs`); one pass in its *write stage* at a time.
 /// Requests resolve in order: a pass that ends before an earlier one
-/// waits for it (both are durable by then anyway).
+/// waits for it.
 pub(crate) struct Requests {
     st: Mutex<Queue>,
     /// The committer waits here for a pass to lead.
@@ -549,14 +543,13 @@ impl Requests {
         }
     }
 
-    /// A pass is done with its page vector (kept for the next); with
-    /// `retry` (its writes failed) its pages join the next pass.
-    pub(crate) fn give_back(&self, mut pages: Vec<u64>, retry: bool) {
+    /// A pass is done with its page vector (kept for the next). Pages
+    /// whose writes failed do not join the next pass: they are back in the
+    /// write buffer, a blocking writer's stay in its scope, and the next
+    /// whole-file commit writes them; a writer's commit never carries
+    /// another writer's failed pages.
+    pub(crate) fn give_back(&self, mut pages: Vec<u64>) {
         let mut st = self.st.lock();
-        if retry {
-            pages.append(&mut st.pages);
-            std::mem::swap(&mut st.pages, &mut pages);
-        }
         pages.clear();
         if st.spare.capacity() < pages.capacity() {
             st.spare = pages;

@@ -262,15 +262,10 @@ impl<T> Generations<T> {
         }
     }
 
-    /// Generation `id`, holding the drain lock with every older generation
-    /// written, cut the file to `len` bytes: runs `lower` (which lowers
-    /// the disk length to `len`) with no generation retiring meanwhile, and
-    /// caps what the older ones not yet retired may grow the disk length
-    /// to at their retire. Such a generation may have written a page past
-    /// `len` (the page the length falls in, drained whole after its flush
-    /// read an aligned length); without the cap its retire would claim
-    /// bytes the cut removed, and a read of that page would meet the
-    /// file's end.
+    /// Generation `id` (drain lock held, every older one written) cut the
+    /// file to `len`: runs `lower` with no generation retiring meanwhile,
+    /// and caps the disk length the older ones not yet retired may claim
+    /// (one may have written the page `len` falls in whole).
     pub(crate) fn cut_under(&self, id: u64, len: u64, lower: impl FnOnce()) {
         let mut g = self.state.lock();
         g.cut = Some((id, len));

@@ -53,13 +53,10 @@ impl FileSize {
         self.os_len = self.os_len.max(end);
     }
 
-    /// Extends the file to `len` bytes (the logical length read before the
-    /// drain) where its writes leave it shorter (pages discarded at the
-    /// end, a `write_all_at` past the last page): length is data. Called
-    /// before the flush's writes, so it only grows the file. Returns
-    /// whether it extended. With [`Staging::Yes`] the caller stages a
-    /// record carrying `len` and makes the `write_seq` step itself;
-    /// otherwise the step is marked unstaged here.
+    /// Extends the file to `len` bytes (the length read before the drain)
+    /// where its writes leave it shorter (pages discarded at the end, a
+    /// partial last page): length is data. Returns whether it extended;
+    /// with [`Staging::Yes`] the caller stages a record carrying `len`.
     ///
     /// Errors: `Error::Io` with op "ftruncate".
     pub(crate) fn extend_to(&mut self, p: &Parts<'_>, len: u64, staging: Staging) -> Result<bool> {
@@ -203,16 +200,12 @@ impl FileSize {
         Ok(true)
     }
 
-    /// With `O_DIRECT`, reserves blocks for the runs past the file's end
-    /// before writing them: `fallocate` over each group of runs whose gaps
-    /// are at most [`PREALLOC_MAX_GAP`]. ext4 serializes `O_DIRECT` writes
-    /// that extend the file under the exclusive inode lock (io_uring then
-    /// queues them in worker threads), while over allocated blocks they
-    /// run in parallel; so only a flush whose runs go out through the ring
-    /// preallocates (one call at a time gains nothing, and pays for
-    /// converting unwritten extents). Runs whose `fallocate` fails are not
-    /// written: their entries go to `batch.failed`, the error into `first`
-    /// (lowest offset wins).
+    /// With `O_DIRECT` and the ring, reserves blocks for the runs past the
+    /// file's end before writing them (`fallocate` over groups of runs
+    /// with gaps of at most [`PREALLOC_MAX_GAP`]): ext4 serializes
+    /// extending `O_DIRECT` writes under the inode lock. Runs whose
+    /// `fallocate` fails are not written: their entries go to
+    /// `batch.failed`, the error into `first` (lowest offset wins).
     pub(crate) fn preallocate(
         &mut self,
         p: &Parts<'_>,

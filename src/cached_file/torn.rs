@@ -345,11 +345,8 @@ pub(crate) fn area_path(path: &std::path::Path) -> std::path::PathBuf {
 }
 
 /// Opens the doublewrite area beside `path` if `config.torn_writes` may
-/// need one (`DoubleWrite`, or `Auto` where `backend` has no atomic
-/// writes): buffered, created if missing, not locked (the data file's lock
-/// covers it). A read-only open reads an existing area and writes none
-/// (a missing one is an empty area).
-///
+/// need one (`DoubleWrite`, or `Auto` without atomic writes): buffered,
+/// created if missing (read-only: a missing one is empty), not locked.
 /// Errors: `Error::Io` with op "open doublewrite area".
 pub(crate) fn open_area(
     path: &std::path::Path,

@@ -77,10 +77,7 @@ pub(crate) struct Writers {
 impl Writers {
     /// The writers for `config.engine` on `backend`: the engine in force
     /// (never `Auto`), why it differs from the one asked for, and the
-    /// writers (under `O_DIRECT`, the ring's bounce buffers of the longest
-    /// run). `atomic`: atomic pieces are written.
-    ///
-    /// Errors: `IoUring` refused (`Error::Io`, op "io_uring setup"), or
+    /// writers. `atomic`: atomic pieces are written. Errors: `IoUring` refused (`Error::Io`, op "io_uring setup"), or
     /// where there is none ([`Error::Unsupported`]) or the backend has no
     /// file (`InvalidConfig`); [`Error::NoMemory`] for the buffers.
     pub(crate) fn open(

@@ -279,11 +279,10 @@ impl WriteBuffer {
         self.buffered.load(Ordering::Acquire)
     }
 
-    /// Backpressure: while the buffer is at or over its bound, `flush`;
-    /// if nothing was left to flush (the bytes wait for their `fdatasync`),
-    /// wait until one settles. `check` refuses a file that takes no writes.
-    /// Called before a writer's pages exist, so the bound is exceeded by at
-    /// most the pages of writers between this check and their insert.
+    /// Backpressure: while the buffer is at or over its bound, `flush`, or
+    /// with nothing left to flush wait until a batch settles (the bound is
+    /// exceeded by at most the pages of writers past this check). `check`
+    /// refuses a file that takes no writes.
     ///
     /// Errors: `check`'s, or the flush's unless it still freed room.
     pub(crate) fn wait_for_room(
