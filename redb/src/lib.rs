@@ -42,6 +42,10 @@
 //! In `ExclusiveWriter` mode redb locks once at open and unlocks at close,
 //! so neither costs anything there.
 
+pub mod cf;
+
+pub use cf::{ColumnFamilies, ColumnFamily};
+
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
@@ -133,7 +137,8 @@ impl PagewriterBackend {
     /// backend, and pagewriter's whole-file lock, on another description,
     /// would refuse them.
     ///
-    /// Errors: as [`PagedCachedFile::open_with`].
+    /// Errors: as [`PagedCachedFile::open_with`]; `Error::Open` naming the
+    /// path for a column-family file ([`ColumnFamilies`]), nothing written.
     pub fn open_with(
         path: impl AsRef<Path>,
         options: &OpenOptions,
@@ -141,6 +146,13 @@ impl PagewriterBackend {
     ) -> pagewriter::Result<Self> {
         let options = options.lock(false);
         let file = PagedCachedFile::open_with(path.as_ref(), &options, config)?;
+        if cf::holds_directory(&file)? {
+            return Err(pagewriter::Error::open(
+                "open (a column-family file: open it with ColumnFamilies)",
+                path.as_ref(),
+                io::Error::from(io::ErrorKind::InvalidData),
+            ));
+        }
         #[cfg(target_os = "linux")]
         let locks = lock_description(path.as_ref(), options.is_read_only());
         #[cfg(not(target_os = "linux"))]
@@ -187,9 +199,7 @@ impl PagewriterBackend {
     /// Why: a redb commit dirties ~13 pages in ~7 runs scattered over the
     /// file. With `O_DIRECT` and io_uring those runs go to the device in
     /// parallel from one `io_uring_enter`, and `fdatasync` has no page cache
-    /// to write back; on this project's test machine (ext4, virtio disk)
-    /// that made 1.08x the durable commits/s of redb's own backend, where
-    /// buffered `pwritev` made 0.9x (`.project/redb.md`).
+    /// to write back (figures: `docs/redb.md`).
     ///
     /// Torn pages: [`TornWrites::Allow`](pagewriter::TornWrites::Allow).
     /// redb never overwrites a live page in place (copy-on-write B-trees,

@@ -1,0 +1,507 @@
+//! Column families: redb databases in one file, bounds, the directory's
+//! crash atomicity, delete and reuse, and bad input.
+
+use std::sync::Arc;
+
+use pagewriter::testing::CrashBackend;
+use pagewriter::{Config, PagedCachedFile};
+use pagewriter_redb::cf::{self, DATA_START, EXTENT_UNIT, SLOT_BYTES};
+use pagewriter_redb::{ColumnFamilies, ColumnFamily, PagewriterBackend};
+use redb::{Database, ReadableDatabase, ReadableTableMetadata, TableDefinition};
+
+const T: TableDefinition<u64, &[u8]> = TableDefinition::new("t");
+
+fn value(writer: u64, key: u64) -> Vec<u8> {
+    (0..150)
+        .map(|i| (writer * 31 + key * 7 + i) as u8)
+        .collect()
+}
+
+#[test]
+fn four_databases_on_four_threads_commit_and_read_back_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    std::thread::scope(|s| {
+        for w in 0..4u64 {
+            let cfs = cfs.clone();
+            s.spawn(move || {
+                let db = Database::builder()
+                    .create_with_backend(cfs.column_family(&format!("cf{w}")).unwrap())
+                    .unwrap();
+                for batch in 0..20u64 {
+                    let txn = db.begin_write().unwrap();
+                    {
+                        let mut t = txn.open_table(T).unwrap();
+                        for k in batch * 50..(batch + 1) * 50 {
+                            t.insert(k, value(w, k).as_slice()).unwrap();
+                        }
+                    }
+                    txn.commit().unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(cfs.names(), ["cf0", "cf1", "cf2", "cf3"]);
+    drop(cfs);
+
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    for w in 0..4u64 {
+        let db = Database::builder()
+            .create_with_backend(cfs.column_family(&format!("cf{w}")).unwrap())
+            .unwrap();
+        let txn = db.begin_read().unwrap();
+        let t = txn.open_table(T).unwrap();
+        assert_eq!(t.len().unwrap(), 1000);
+        for k in [0, 499, 999] {
+            assert_eq!(t.get(k).unwrap().unwrap().value(), value(w, k).as_slice());
+        }
+        drop(t);
+        drop(txn);
+        let mut db = db;
+        assert!(db.check_integrity().unwrap());
+    }
+}
+
+#[test]
+fn a_family_outlives_its_column_families_and_is_send_and_sync() {
+    fn send_sync<T: Send + Sync + 'static>() {}
+    send_sync::<ColumnFamilies>();
+    send_sync::<ColumnFamily>();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let family = ColumnFamilies::open(&path)
+        .unwrap()
+        .column_family("a")
+        .unwrap();
+    family.write_at(0, b"still open").unwrap();
+    family.sync().unwrap();
+    drop(family);
+    let family = ColumnFamilies::open(&path)
+        .unwrap()
+        .column_family("a")
+        .unwrap();
+    let mut got = [0u8; 10];
+    family.read_at(0, &mut got).unwrap();
+    assert_eq!(&got, b"still open");
+}
+
+/// A pattern byte for family `f` at logical offset `at`.
+fn byte(f: u8, at: u64) -> u8 {
+    f.wrapping_mul(77).wrapping_add((at / 4096) as u8)
+}
+
+#[test]
+fn families_growing_in_turns_never_touch_each_other_and_reads_stop_at_the_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
+    let a = cfs.column_family("a").unwrap();
+    let b = cfs.column_family("b").unwrap();
+    // Interleaved growth: the extents of a and b alternate in the file.
+    let chunk = vec![0u8; 300_000];
+    for step in 0..12u64 {
+        for (f, fam) in [(1u8, &a), (2u8, &b)] {
+            let at = step * chunk.len() as u64;
+            let data: Vec<u8> = (0..chunk.len() as u64).map(|i| byte(f, at + i)).collect();
+            fam.write_at(at, &data).unwrap();
+        }
+    }
+    a.sync().unwrap();
+    b.sync().unwrap();
+    let len = 12 * chunk.len() as u64;
+    for (f, fam) in [(1u8, &a), (2u8, &b)] {
+        assert_eq!(fam.len(), len);
+        let mut all = vec![0u8; len as usize];
+        fam.read_at(0, &mut all).unwrap();
+        for (i, got) in all.iter().enumerate() {
+            assert_eq!(*got, byte(f, i as u64), "family {f} byte {i}");
+        }
+        // Reads stop at the length; a write past it grows the family.
+        let mut one = [0u8; 1];
+        let err = fam.read_at(len, &mut one).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert!(fam.read_at(u64::MAX, &mut one).is_err());
+        assert!(fam.write_at(u64::MAX, b"xy").is_err());
+    }
+    // No two extents overlap, none reaches the directory slots.
+    let mut extents: Vec<_> = a.extents().into_iter().chain(b.extents()).collect();
+    extents.sort_by_key(|r| r.start);
+    assert!(extents[0].start >= DATA_START);
+    for w in extents.windows(2) {
+        assert!(w[0].end <= w[1].start, "{w:?}");
+    }
+    // Growth is geometric: a few extents, not one per write.
+    assert!(a.extents().len() <= 4, "{:?}", a.extents());
+}
+
+#[test]
+fn shrinking_then_growing_reads_zeros_where_bytes_were_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let a = cfs.column_family("a").unwrap();
+    a.write_at(0, &vec![0xAB; 3 * 4096]).unwrap();
+    a.set_len(4096).unwrap();
+    a.set_len(3 * 4096).unwrap();
+    let mut got = vec![1u8; 2 * 4096];
+    a.read_at(4096, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0));
+    a.sync().unwrap();
+    drop(a);
+    drop(cfs);
+    let a = ColumnFamilies::open(&path)
+        .unwrap()
+        .column_family("a")
+        .unwrap();
+    assert_eq!(a.len(), 3 * 4096);
+}
+
+#[test]
+fn a_deleted_familys_space_is_reused_and_reads_as_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    {
+        let old = cfs.column_family("old").unwrap();
+        old.write_at(0, &vec![0xEE; 4 * EXTENT_UNIT as usize])
+            .unwrap();
+        old.sync().unwrap();
+        assert!(matches!(cfs.delete("old"), Err(cf::Error::InUse { .. })));
+    }
+    let end = cfs.allocated_bytes();
+    cfs.delete("old").unwrap();
+    assert!(matches!(cfs.delete("old"), Err(cf::Error::NotFound { .. })));
+    assert_eq!(cfs.names(), Vec::<String>::new());
+
+    let new = cfs.column_family("new").unwrap();
+    new.set_len(2 * EXTENT_UNIT).unwrap();
+    assert_eq!(cfs.allocated_bytes(), end, "the freed space was reused");
+    let mut got = vec![1u8; 2 * EXTENT_UNIT as usize];
+    new.read_at(0, &mut got).unwrap();
+    assert!(got.iter().all(|&b| b == 0), "old bytes showed through");
+    new.sync().unwrap();
+    drop(new);
+    drop(cfs);
+
+    // The delete and the reuse are durable.
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    assert_eq!(cfs.names(), ["new"]);
+    assert_eq!(cfs.allocated_bytes(), end);
+}
+
+#[test]
+fn bad_names_and_second_handles_are_typed_errors_that_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
+    let long = "x".repeat(256);
+    for bad in ["", long.as_str(), "a\0b"] {
+        match cfs.column_family(bad) {
+            Err(cf::Error::InvalidName { name, .. }) => assert_eq!(name, bad),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+        assert!(matches!(
+            cfs.delete(bad),
+            Err(cf::Error::InvalidName { .. })
+        ));
+    }
+    assert!(cfs.column_family(&"y".repeat(255)).is_ok());
+    let a = cfs.column_family("a").unwrap();
+    match cfs.column_family("a") {
+        Err(cf::Error::InUse { name }) => assert_eq!(name, "a"),
+        other => panic!("{other:?}"),
+    }
+    drop(a);
+    cfs.column_family("a").unwrap();
+    assert_eq!(cfs.names().len(), 2);
+}
+
+#[test]
+fn plain_files_and_column_family_files_refuse_the_other_opener_and_are_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    // A plain redb file, opened as column families.
+    let plain = dir.path().join("plain.redb");
+    {
+        let db = Database::create(&plain).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(T)
+            .unwrap()
+            .insert(1, b"v".as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let before = std::fs::read(&plain).unwrap();
+    match ColumnFamilies::open(&plain) {
+        Err(cf::Error::NotColumnFamilies { path }) => assert_eq!(path, plain),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&plain).unwrap(), before);
+
+    // A column-family file, opened as a plain backend.
+    let cf_path = dir.path().join("cf.pwcf");
+    drop(
+        ColumnFamilies::open(&cf_path)
+            .unwrap()
+            .column_family("a")
+            .unwrap(),
+    );
+    let before = std::fs::read(&cf_path).unwrap();
+    match PagewriterBackend::open(&cf_path) {
+        Err(pagewriter::Error::Open { path, .. }) => assert_eq!(path, cf_path),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&cf_path).unwrap(), before);
+}
+
+#[test]
+fn a_directory_whose_checksums_fail_is_a_typed_error_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    {
+        let cfs = ColumnFamilies::open(&path).unwrap();
+        drop(cfs.column_family("a").unwrap());
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Flip a body byte in both slots.
+    bytes[30] ^= 0xFF;
+    bytes[SLOT_BYTES as usize + 30] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    match ColumnFamilies::open(&path) {
+        Err(cf::Error::BadDirectory { path: p, why }) => {
+            assert_eq!(p, path);
+            assert!(why.contains("checksum"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn a_torn_newest_directory_falls_back_to_the_one_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    {
+        let cfs = ColumnFamilies::open(&path).unwrap();
+        drop(cfs.column_family("a").unwrap()); // generation 2, slot 0
+        drop(cfs.column_family("b").unwrap()); // generation 3, slot 1
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[SLOT_BYTES as usize + 30] ^= 0xFF;
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(ColumnFamilies::open(&path).unwrap().names(), ["a"]);
+}
+
+/// A committed family: its length and fill byte.
+type Family = (u64, u8);
+
+/// Checks one crash image: the directory opens (the old one or the new
+/// one, never a mix); every family in `intact` holds exactly what it was
+/// committed with; `changing` (the family an operation was committing
+/// when the power went: its pages may be torn between two versions, as a
+/// file's overwrite would be) has one of the `lengths`, `None` for absent.
+fn check_image(
+    image: &[u8],
+    config: &Config,
+    intact: &[(String, Family)],
+    changing: (&str, &[Option<u64>]),
+    at: &str,
+) {
+    let file = PagedCachedFile::new(CrashBackend::from_image(image), config.clone()).unwrap();
+    let cfs = ColumnFamilies::new(file, "image").unwrap_or_else(|e| panic!("{at}: {e}"));
+    for (name, (len, fill)) in intact {
+        assert!(cfs.names().contains(name), "{at}: {name} lost");
+        let fam = cfs.column_family(name).unwrap();
+        assert_eq!(fam.len(), *len, "{at}: {name}");
+        let mut got = vec![0u8; *len as usize];
+        fam.read_at(0, &mut got).unwrap();
+        assert!(got.iter().all(|b| b == fill), "{at}: {name}'s bytes");
+    }
+    let (name, lengths) = changing;
+    let len = cfs
+        .names()
+        .contains(&name.to_string())
+        .then(|| cfs.column_family(name).unwrap().len());
+    assert!(
+        lengths.contains(&len),
+        "{at}: {name} has length {len:?}, allowed {lengths:?}"
+    );
+}
+
+#[test]
+fn after_a_power_cut_at_any_fdatasync_the_directory_is_whole_and_every_commit_is_there() {
+    // Families created, grown, written, committed and one deleted on a
+    // backend that takes crash images (writes since the last fdatasync
+    // kept, dropped or torn) at the start of every fdatasync.
+    let config = Config::default().max_write_buffer_bytes(8 << 20);
+    let mut images = 0;
+    for seed in 0..8u64 {
+        let backend = Arc::new(CrashBackend::new().images_at_every_sync(8));
+        let file = PagedCachedFile::new(Arc::clone(&backend), config.clone()).unwrap();
+        let cfs = ColumnFamilies::new(file, "crash").unwrap();
+        // Long names: the directory spans several 512-byte sectors, so a
+        // crash can tear its write.
+        let mut committed: Vec<(String, Family)> = (0..6)
+            .map(|i| (format!("{i}{}", "n".repeat(200)), (0, 0)))
+            .collect();
+        for (name, _) in &committed {
+            drop(cfs.column_family(name).unwrap());
+        }
+        backend.take_images();
+        for step in 0..7u64 {
+            let name = format!("f{}", (seed + step) % 3);
+            let before = committed.iter().find(|(n, _)| *n == name).map(|(_, f)| *f);
+            let after = if step == 4 && before.is_some() {
+                cfs.delete(&name).unwrap();
+                None
+            } else {
+                let fam = cfs.column_family(&name).unwrap();
+                let fill = (seed * 16 + step) as u8 | 1;
+                let len = (1 + (seed + step) % 3) * 150_000;
+                fam.set_len(0).unwrap();
+                fam.write_at(0, &vec![fill; len as usize]).unwrap();
+                fam.sync().unwrap();
+                Some((len, fill))
+            };
+            // Images taken during this step: every other family as
+            // committed; this one with its length before or after (0 once
+            // a new one is named, before its data commit).
+            let intact: Vec<(String, Family)> = committed
+                .iter()
+                .filter(|(n, _)| *n != name)
+                .cloned()
+                .collect();
+            let mut lengths = vec![before.map(|f| f.0), after.map(|f| f.0)];
+            if before.is_none() {
+                lengths.push(Some(0));
+            }
+            for (i, image) in backend.take_images().iter().enumerate() {
+                let at = format!("seed {seed} step {step} image {i}");
+                check_image(image, &config, &intact, (&name, &lengths), &at);
+                images += 1;
+            }
+            committed.retain(|(n, _)| *n != name);
+            if let Some(f) = after {
+                committed.push((name, f));
+            }
+        }
+    }
+    assert!(images > 100, "only {images} crash images");
+}
+
+#[test]
+fn concurrent_commits_of_different_families_share_fdatasyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
+    let families: Vec<Arc<ColumnFamily>> = (0..4)
+        .map(|i| Arc::new(cfs.column_family(&format!("f{i}")).unwrap()))
+        .collect();
+    for f in &families {
+        f.set_len(EXTENT_UNIT).unwrap();
+        f.sync().unwrap();
+    }
+    let before = cfs.file().stats();
+    let commits = 200u64;
+    std::thread::scope(|s| {
+        for (i, f) in families.iter().enumerate() {
+            s.spawn(move || {
+                for c in 0..commits {
+                    f.write_at((c % 64) * 4096, &[i as u8; 4096]).unwrap();
+                    f.sync().unwrap();
+                }
+            });
+        }
+    });
+    let after = cfs.file().stats();
+    let syncs = after.syncs - before.syncs;
+    // Every commit is durable with at most one fdatasync of its own; the
+    // count is not timing-dependent in that direction.
+    assert!(syncs >= 1 && syncs <= 4 * commits, "{syncs}");
+    for (i, f) in families.iter().enumerate() {
+        let mut got = [0u8; 4096];
+        f.read_at(0, &mut got).unwrap();
+        assert!(got.iter().all(|&b| b == i as u8));
+    }
+}
+
+#[test]
+fn redbs_multi_process_modes_on_a_column_family_are_refused_at_open() {
+    // A column family has no byte-range locks of its own: redb's
+    // `SingleWriter` and `MultiWriter` modes need them and refuse the
+    // open with a typed error; `ExclusiveWriter` (the default) works, and
+    // a second handle on the family is refused by the column families.
+    let dir = tempfile::tempdir().unwrap();
+    let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
+    for mode in [
+        redb::ConcurrencyMode::SingleWriter,
+        redb::ConcurrencyMode::MultiWriter,
+    ] {
+        let got = Database::builder()
+            .set_concurrency_mode(mode)
+            .create_with_backend(cfs.column_family("m").unwrap());
+        assert!(got.is_err(), "{mode:?} opened");
+    }
+    let db = Database::builder()
+        .create_with_backend(cfs.column_family("m").unwrap())
+        .unwrap();
+    assert!(matches!(
+        cfs.column_family("m"),
+        Err(cf::Error::InUse { .. })
+    ));
+    drop(db);
+    assert!(cfs.column_family("m").is_ok());
+}
+
+#[test]
+fn a_full_disk_while_a_family_grows_fails_its_commit_and_leaves_the_others_intact() {
+    use pagewriter::testing::{FsKind, ScratchFs};
+    let Some(fs) = ScratchFs::new(
+        FsKind::Tmpfs,
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")),
+        8,
+    ) else {
+        assert!(
+            std::env::var_os("PAGEWRITER_REQUIRE_FS").is_none(),
+            "tmpfs could not be mounted, and PAGEWRITER_REQUIRE_FS is set"
+        );
+        return;
+    };
+    let path = fs.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let a = cfs.column_family("a").unwrap();
+    a.write_at(0, &vec![0xA1; EXTENT_UNIT as usize]).unwrap();
+    a.sync().unwrap();
+    let b = cfs.column_family("b").unwrap();
+    let chunk = vec![0xB2; EXTENT_UNIT as usize];
+    let mut committed = 0u64;
+    let err = loop {
+        assert!(
+            committed < 64 * EXTENT_UNIT,
+            "the 16 MiB file system never filled"
+        );
+        let written = b.write_at(committed, &chunk).and_then(|()| b.sync());
+        match written {
+            Ok(()) => committed += EXTENT_UNIT,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind(), std::io::ErrorKind::StorageFull, "{err}");
+    // The other family goes on committing in the space it has.
+    a.write_at(4096, &[0xA3; 4096]).unwrap();
+    a.sync().unwrap();
+    drop((a, b, cfs));
+
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let a = cfs.column_family("a").unwrap();
+    let mut got = vec![0u8; EXTENT_UNIT as usize];
+    a.read_at(0, &mut got).unwrap();
+    assert!(got[..4096].iter().all(|&x| x == 0xA1));
+    assert!(got[4096..8192].iter().all(|&x| x == 0xA3));
+    assert!(got[8192..].iter().all(|&x| x == 0xA1));
+    let b = cfs.column_family("b").unwrap();
+    assert!(b.len() >= committed);
+    let mut got = vec![0u8; committed as usize];
+    b.read_at(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0xB2),
+        "an acknowledged commit of b was lost"
+    );
+}
