@@ -11,7 +11,7 @@
 #        scripts/ab-scale.sh /tmp/base/target/release/pagewriter target/release/pagewriter 7 \
 #          --threads 1,8 --modes vectored,io-uring --duration 1 --path /some/dir
 #   or one binary, a flag on one side:
-#        NEW_ARGS=--commit-dsync scripts/ab-scale.sh target/release/pagewriter \
+#        NEW_ARGS="--read-cache 64MiB" scripts/ab-scale.sh target/release/pagewriter \
 #          target/release/pagewriter 9 --threads 1 --modes vectored --rewrite 0 --path /some/dir
 set -euo pipefail
 [ $# -ge 3 ] || { sed -n '2,15p' "$0" >&2; exit 2; }

@@ -39,9 +39,8 @@
 # written by default), O_DIRECT, at each thread count of --commit-threads
 # (1,8), per mode of --commit-modes and commit kind of --commit-kinds:
 #   global    sync() per transaction (every page any thread wrote)
-#   scoped    each thread's own Writer::commit (its pages only, no leader)
-#   through   Writer::write_and_commit: the pages and the commit in one
-#             call, written straight from the thread's buffer where it can
+#   scoped    each thread's own Writer::commit (its pages only)
+#   through   Writer::write_and_commit: the pages and the commit in one call
 #   async:N   Writer::commit_async with N tickets in flight per thread
 # pagewriter: `scale --rewrite 0 --pages N --fill fixed --direct on
 # --layout L --commit K` (N pages of 4 KiB per transaction, one buffer
@@ -79,7 +78,7 @@
 # against the streams' (both traced, so the probes' cost falls on both):
 # whether fio itself reaches a p99 bar, which its JSON cannot say.
 # --commit-scale-args: more `pagewriter scale` flags for the commit suite's
-# runs, one string (e.g. "--commit-strategy group"); fio's job is unchanged.
+# runs, one string (e.g. "--queue-depth 8"); fio's job is unchanged.
 #
 # Suite flush runs every pass of either tool from the same page-cache state:
 # `sync` and, as root, `echo 3 > /proc/sys/vm/drop_caches` before each (the

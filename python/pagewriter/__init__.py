@@ -72,8 +72,7 @@ def scale(
     ``--reads`` and ``--read-cache``); ``commit`` is ``"global"``
     (``sync()``), ``"scoped"`` (each thread's own ``Writer::commit``),
     ``"through"`` (``Writer::write_and_commit``: a transaction's pages and
-    its commit in one call, written straight from the thread's buffer where
-    it can), ``"async:N"`` (N tickets in flight per thread) or ``"flush"``, and the
+    its commit in one call), ``"async:N"`` (N tickets in flight per thread) or ``"flush"``, and the
     ``"streams"`` mode runs ``pwrite`` + ``fdatasync`` per commit without a
     page writer."""
     if modes is None:

@@ -394,10 +394,10 @@ pub(crate) struct ScaleArgs {
     pub(crate) rewrite: f64,
     /// How each transaction ends: global (sync(): durable, every page any
     /// thread wrote), scoped (each thread's own Writer::commit: its pages
-    /// only, no leader), through (Writer::write_and_commit: a transaction's
-    /// pages and its commit in one call, written straight from the thread's
-    /// buffer where it can; `--fill fixed`), async:N (Writer::commit_async, N tickets in flight
-    /// per thread), flush (to the OS only). `sync` is `global`.
+    /// only), through (Writer::write_and_commit: a transaction's pages and
+    /// its commit in one call; `--fill fixed`), async:N
+    /// (Writer::commit_async, N tickets in flight per thread), flush (to
+    /// the OS only). `sync` is `global`.
     #[arg(long, default_value = "global",
           value_parser = |s: &str| s.parse::<CommitKind>().map_err(|e| e.to_string()))]
     pub(crate) commit: CommitKind,
