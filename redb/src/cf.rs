@@ -38,6 +38,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use pagewriter::{Config, PagedCachedFile, Writer};
@@ -616,6 +617,7 @@ impl ColumnFamilies {
                 len: entry.len,
                 extents: entry.extents,
             }),
+            closed: AtomicBool::new(false),
             writer: Mutex::new(Mine {
                 writer: Writer::shared(Arc::clone(&s.file)),
                 committed_len: entry.len,
@@ -726,8 +728,9 @@ struct Mine {
 /// One column family: a region of the shared file, a
 /// [`redb::StorageBackend`] (`redb::Database::builder().create_with_backend`)
 /// whose `sync_data` commits its own pages. Holds the file open: it may
-/// outlive the [`ColumnFamilies`] it came from. Dropping it frees the name
-/// for a new handle; pages it wrote and did not commit stay buffered.
+/// outlive the [`ColumnFamilies`] it came from. Dropping it (or
+/// [`close`](Self::close)) frees the name for a new handle; pages it wrote
+/// and did not commit stay buffered.
 ///
 /// Offsets are bounds-checked against the family's own length: a read past
 /// it is `UnexpectedEof`, a write past it grows the family first, and no
@@ -738,6 +741,8 @@ pub struct ColumnFamily {
     name: String,
     geometry: RwLock<Geometry>,
     writer: Mutex<Mine>,
+    /// `close` was called: the name is free, this handle refuses I/O.
+    closed: AtomicBool,
 }
 
 impl ColumnFamily {
@@ -776,6 +781,7 @@ impl ColumnFamily {
     /// Reads `out.len()` bytes at `offset`. Errors: `UnexpectedEof` past
     /// the family's length; the page writer's.
     pub fn read_at(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
+        self.check_open()?;
         let g = self.geometry();
         let end = offset
             .checked_add(out.len() as u64)
@@ -795,6 +801,7 @@ impl ColumnFamily {
     /// past its length. Errors: `InvalidInput` for an offset past `u64`;
     /// as [`set_len`](Self::set_len); the page writer's.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
+        self.check_open()?;
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or(io::ErrorKind::InvalidInput)?;
@@ -819,6 +826,7 @@ impl ColumnFamily {
     /// Errors: the page writer's (a full disk: `StorageFull`);
     /// [`Error::DirectoryFull`] as an `io::Error` of kind `StorageFull`.
     pub fn set_len(&self, len: u64) -> Result<(), io::Error> {
+        self.check_open()?;
         let mut mine = self.mine();
         self.resize(&mut mine, len)
     }
@@ -902,6 +910,7 @@ impl ColumnFamily {
     /// Errors: the page writer's (a failed `fdatasync` poisons the file
     /// for every family); [`Error::DirectoryFull`] as `StorageFull`.
     pub fn sync(&self) -> Result<(), io::Error> {
+        self.check_open()?;
         let mut mine = self.mine();
         let (len, extents) = {
             let g = self.geometry();
@@ -925,19 +934,50 @@ impl ColumnFamily {
     }
 }
 
+impl ColumnFamily {
+    /// Frees the name for a new handle (redb calls it when its database
+    /// closes, possibly before the last reference to this handle goes);
+    /// every later call on this handle is refused. Uncommitted pages stay
+    /// buffered.
+    pub fn close(&self) {
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            self.shared.live().remove(&self.name);
+        }
+    }
+
+    /// Refuses a call on a closed handle.
+    fn check_open(&self) -> Result<(), io::Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(io::Error::other(format!(
+                "column family {:?}: this handle was closed",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for ColumnFamily {
     fn drop(&mut self) {
-        self.shared.live().remove(&self.name);
+        self.close();
     }
 }
 
 impl redb::StorageBackend for ColumnFamily {
     fn len(&self) -> Result<u64, io::Error> {
+        self.check_open()?;
         Ok(ColumnFamily::len(self))
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         self.read_at(offset, out)
+    }
+
+    /// Frees the family's name for a new handle: see
+    /// [`ColumnFamily::close`].
+    fn close(&self) -> Result<(), io::Error> {
+        ColumnFamily::close(self);
+        Ok(())
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {

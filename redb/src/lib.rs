@@ -19,6 +19,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! [`ColumnFamilies`] keeps many redb databases in one file instead, each
+//! a [`ColumnFamily`] whose commits are scoped to its own pages (see
+//! [`cf`]).
+//!
 //! Locking is redb's own, every level of it: the backend hands redb's lock
 //! calls to redb's own file backend (`redb::backends::FileBackend`) on a
 //! second open file description of the same file (Linux; a clone of the

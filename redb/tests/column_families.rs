@@ -505,3 +505,46 @@ fn a_full_disk_while_a_family_grows_fails_its_commit_and_leaves_the_others_intac
         "an acknowledged commit of b was lost"
     );
 }
+
+#[test]
+fn close_frees_the_name_while_the_handle_lives_and_the_closed_handle_refuses_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
+    let old = cfs.column_family("a").unwrap();
+    old.write_at(0, b"first").unwrap();
+    old.sync().unwrap();
+    old.close();
+    let new = cfs.column_family("a").unwrap();
+    let mut got = [0u8; 5];
+    new.read_at(0, &mut got).unwrap();
+    assert_eq!(&got, b"first");
+    assert!(old.write_at(0, b"stale").is_err());
+    assert!(old.read_at(0, &mut got).is_err());
+    assert!(old.set_len(0).is_err());
+    assert!(old.sync().is_err());
+    // Dropping the closed handle leaves the new one's claim on the name.
+    drop(old);
+    assert!(matches!(
+        cfs.column_family("a"),
+        Err(cf::Error::InUse { .. })
+    ));
+    // redb closes its backend when the database closes, with a read
+    // transaction still alive: the file opens again at once.
+    let db = Database::builder()
+        .create_with_backend(cfs.column_family("r").unwrap())
+        .unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(T)
+        .unwrap()
+        .insert(1, b"v".as_slice())
+        .unwrap();
+    txn.commit().unwrap();
+    let read = db.begin_read().unwrap();
+    db.close().unwrap();
+    let db = Database::builder()
+        .create_with_backend(cfs.column_family("r").unwrap())
+        .unwrap();
+    let t = db.begin_read().unwrap().open_table(T).unwrap();
+    assert_eq!(t.get(1).unwrap().unwrap().value(), b"v");
+    drop(read);
+}

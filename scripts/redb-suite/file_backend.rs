@@ -10,8 +10,14 @@
 // buffered; otherwise the adapter's defaults (O_DIRECT where the file
 // system takes it, io_uring where a ring can be set up).
 // `PW_REDB_SUITE_GROW_AHEAD=<bytes>` adds a grow-ahead window.
+//
+// `PW_REDB_SUITE_CF=<dir>` stores each database in a column family of one
+// shared file in <dir> instead (named by the identity of the file redb
+// opened: device, inode, birth time), while a thread of the process keeps
+// writing and committing another family of that file.
 
 use crate::pw_backend::PagewriterBackend;
+use crate::pw_backend::cf::{ColumnFamilies, ColumnFamily};
 #[cfg(not(feature = "experimental-api-5"))]
 use crate::DatabaseError;
 use crate::{BackendError, StorageBackend};
@@ -23,7 +29,91 @@ use std::os::fd::AsRawFd;
 /// Stores a database as a file on-disk, through pagewriter.
 #[derive(Debug)]
 pub struct FileBackend {
-    inner: PagewriterBackend,
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    File(PagewriterBackend),
+    Family(ColumnFamily),
+    /// The family has a live handle: every lock is held elsewhere, so
+    /// redb reports the database as open, as it does for a second open of
+    /// a locked file; any I/O fails.
+    Refused,
+}
+
+/// The backend of a family another handle holds.
+#[derive(Debug)]
+struct Held;
+
+impl StorageBackend for Held {
+    fn len(&self) -> Result<u64, io::Error> {
+        Err(io::Error::other("the column family has a live handle"))
+    }
+    fn read(&self, _: u64, _: &mut [u8]) -> Result<(), io::Error> {
+        Err(io::Error::other("the column family has a live handle"))
+    }
+    fn set_len(&self, _: u64) -> Result<(), io::Error> {
+        Err(io::Error::other("the column family has a live handle"))
+    }
+    fn sync_data(&self) -> Result<(), io::Error> {
+        Err(io::Error::other("the column family has a live handle"))
+    }
+    fn write(&self, _: u64, _: &[u8]) -> Result<(), io::Error> {
+        Err(io::Error::other("the column family has a live handle"))
+    }
+    fn try_lock_range(&self, _: Bound<u64>, _: Bound<u64>) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+    fn try_lock_shared_range(&self, _: Bound<u64>, _: Bound<u64>) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+}
+
+impl Inner {
+    fn get(&self) -> &dyn StorageBackend {
+        match self {
+            Inner::File(f) => f,
+            Inner::Family(f) => f,
+            Inner::Refused => &Held,
+        }
+    }
+}
+
+/// The process's shared column-family file (`PW_REDB_SUITE_CF`), with its
+/// writer of another family started.
+fn families() -> Option<&'static ColumnFamilies> {
+    static CFS: std::sync::OnceLock<Option<ColumnFamilies>> = std::sync::OnceLock::new();
+    CFS.get_or_init(|| {
+        let dir = std::env::var_os("PW_REDB_SUITE_CF")?;
+        let path = std::path::Path::new(&dir).join(format!("shared-{}.pwcf", std::process::id()));
+        let cfs = ColumnFamilies::open(&path).expect("open the shared column-family file");
+        let noise = cfs.column_family("noise").expect("the writer's family");
+        std::thread::spawn(move || {
+            for i in 0u64.. {
+                let page = [i as u8; 4096];
+                if noise.write_at((i % 256) * 4096, &page).and_then(|()| noise.sync()).is_err() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        Some(cfs)
+    })
+    .as_ref()
+}
+
+/// The family of the file redb opened: its device, inode and birth time.
+fn family_of(file: &File) -> Option<Result<ColumnFamily, crate::pw_backend::cf::Error>> {
+    use std::os::unix::fs::MetadataExt;
+    let cfs = families()?;
+    let m = file.metadata().expect("fstat the file redb opened");
+    let born = m
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    Some(cfs.column_family(&format!("{}-{}-{born}", m.dev(), m.ino())))
 }
 
 /// Whether the description behind `fd` was opened read-only, from
@@ -46,10 +136,25 @@ impl FileBackend {
     /// Creates a new backend which stores data to the given file.
     #[cfg(not(feature = "experimental-api-5"))]
     pub fn new(file: File) -> Result<Self, DatabaseError> {
-        Ok(Self::from_file(file))
+        match family_of(&file) {
+            Some(Ok(family)) => Ok(Self { inner: Inner::Family(family) }),
+            // A second live handle on the family: what redb reports for
+            // a second open of a file.
+            Some(Err(crate::pw_backend::cf::Error::InUse { .. })) => {
+                Err(DatabaseError::DatabaseAlreadyOpen)
+            }
+            Some(Err(e)) => panic!("column family of the file redb opened: {e}"),
+            None => Ok(Self::from_file(file)),
+        }
     }
 
     pub(crate) fn from_file(file: File) -> Self {
+        match family_of(&file) {
+            Some(Ok(family)) => return Self { inner: Inner::Family(family) },
+            Some(Err(crate::pw_backend::cf::Error::InUse { .. })) => return Self { inner: Inner::Refused },
+            Some(Err(e)) => panic!("column family of the file redb opened: {e}"),
+            None => {}
+        }
         let fd = file.as_raw_fd();
         let read_only = opened_read_only(fd);
         let mut config = PagewriterBackend::default_config();
@@ -67,45 +172,45 @@ impl FileBackend {
         let inner = PagewriterBackend::open_with(format!("/proc/self/fd/{fd}"), &options, config)
             .unwrap_or_else(|e| panic!("pagewriter could not open the file redb opened: {e}"));
         drop(file);
-        Self { inner }
+        Self { inner: Inner::File(inner) }
     }
 }
 
 impl StorageBackend for FileBackend {
     fn len(&self) -> Result<u64, io::Error> {
-        self.inner.len()
+        self.inner.get().len()
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
-        self.inner.read(offset, out)
+        self.inner.get().read(offset, out)
     }
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.inner.set_len(len)
+        self.inner.get().set_len(len)
     }
     fn sync_data(&self) -> Result<(), io::Error> {
-        self.inner.sync_data()
+        self.inner.get().sync_data()
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        self.inner.write(offset, data)
+        self.inner.get().write(offset, data)
     }
     fn close(&self) -> Result<(), io::Error> {
-        self.inner.close()
+        self.inner.get().close()
     }
     fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.try_lock_range(start, end)
+        self.inner.get().try_lock_range(start, end)
     }
     fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.try_lock_shared_range(start, end)
+        self.inner.get().try_lock_shared_range(start, end)
     }
     fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_range(start, end)
+        self.inner.get().lock_range(start, end)
     }
     fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.lock_shared_range(start, end)
+        self.inner.get().lock_shared_range(start, end)
     }
     fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.inner.unlock_range(start, end)
+        self.inner.get().unlock_range(start, end)
     }
     fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.inner.query_lock_range(start, end)
+        self.inner.get().query_lock_range(start, end)
     }
 }
