@@ -5,6 +5,8 @@
 //!   (`ColumnFamilies`; a commit is a scoped commit of the family's pages);
 //! - `files`: redb on W separate files, redb's own backend (a commit is
 //!   redb's `pwrite`s and `fdatasync` of its file);
+//! - `pw-files`: redb on W separate files through `PagewriterBackend` (a
+//!   commit is one coalesced write pass and `fdatasync` of its file);
 //! - `one-file`: one redb file, a table per writer (redb's one write
 //!   transaction at a time: writers take turns).
 //!
@@ -26,7 +28,7 @@ use pagewriter_redb::ColumnFamilies;
 use redb::{Database, TableDefinition};
 
 const VALUE: usize = 150;
-const WAYS: [&str; 3] = ["cf", "files", "one-file"];
+const WAYS: [&str; 4] = ["cf", "files", "pw-files", "one-file"];
 
 #[derive(Clone, Copy)]
 struct Run {
@@ -79,6 +81,16 @@ fn run(way: &str, dir: &Path, writers: usize, batch: u64, seconds: f64) -> Run {
         }
         "files" => (0..writers)
             .map(|w| Database::create(dir.join(format!("w{w}.redb"))).expect("create"))
+            .collect(),
+        "pw-files" => (0..writers)
+            .map(|w| {
+                let backend =
+                    pagewriter_redb::PagewriterBackend::open(dir.join(format!("w{w}.redb")))
+                        .expect("open");
+                Database::builder()
+                    .create_with_backend(backend)
+                    .expect("create")
+            })
             .collect(),
         _ => vec![Database::create(dir.join("one.redb")).expect("create")],
     };
