@@ -381,11 +381,19 @@ impl Shared {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes `dir`'s next generation into the slot the current one is
-    /// not in, through `writer` (which the caller then commits), and counts
-    /// it in `dir`. Nothing is changed on an error.
-    fn write_directory(&self, dir: &mut Directory, writer: &mut Writer<'_>) -> Result<()> {
-        let body = dir.encode();
+    /// Makes `next` the directory, durably: writes it as the next
+    /// generation into the slot the current one is not in, through
+    /// `writer`, commits `writer` (its other pages with it), then installs
+    /// it in `dir`. The guard is held across the commit, so one directory
+    /// change commits at a time and the slot being overwritten never holds
+    /// the only valid directory. Nothing is installed on an error.
+    fn commit_directory(
+        &self,
+        dir: &mut MutexGuard<'_, Directory>,
+        mut next: Directory,
+        writer: &mut Writer<'_>,
+    ) -> Result<()> {
+        let body = next.encode();
         if HEADER_BYTES + body.len() > SLOT_BYTES as usize {
             return Err(Error::DirectoryFull {
                 bytes: HEADER_BYTES + body.len(),
@@ -399,7 +407,9 @@ impl Shared {
         slot.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
         slot.extend_from_slice(&body);
         writer.write_all_at((generation % 2) * SLOT_BYTES, &slot)?;
-        dir.generation = generation;
+        writer.commit()?;
+        next.generation = generation;
+        **dir = next;
         Ok(())
     }
 }
@@ -565,9 +575,9 @@ impl ColumnFamilies {
         });
         if fresh {
             let mut dir = shared.dir();
+            let next = dir.clone();
             let mut w = Writer::shared(Arc::clone(&shared.file));
-            shared.write_directory(&mut dir, &mut w)?;
-            w.commit()?;
+            shared.commit_directory(&mut dir, next, &mut w)?;
         }
         Ok(ColumnFamilies { shared })
     }
@@ -602,9 +612,7 @@ impl ColumnFamilies {
                 let mut next = dir.clone();
                 next.families.insert(name.to_string(), Entry::default());
                 let mut w = Writer::shared(Arc::clone(&s.file));
-                s.write_directory(&mut next, &mut w)?;
-                w.commit()?;
-                *dir = next;
+                s.commit_directory(&mut dir, next, &mut w)?;
                 Entry::default()
             }
         };
@@ -659,10 +667,7 @@ impl ColumnFamilies {
         };
         next.release(&entry.extents);
         let mut w = Writer::shared(Arc::clone(&s.file));
-        s.write_directory(&mut next, &mut w)?;
-        w.commit()?;
-        *dir = next;
-        Ok(())
+        s.commit_directory(&mut dir, next, &mut w)
     }
 
     /// The page writer underneath (for its stats).
@@ -925,9 +930,8 @@ impl ColumnFamily {
         let entry = next.families.entry(self.name.clone()).or_default();
         entry.len = len;
         entry.extents = extents;
-        s.write_directory(&mut next, &mut mine.writer)?;
-        mine.writer.commit()?;
-        *dir = next;
+        s.commit_directory(&mut dir, next, &mut mine.writer)?;
+        drop(dir);
         mine.committed_len = len;
         mine.extents_changed = false;
         Ok(())
