@@ -32,7 +32,9 @@
 //! durable; its extents are written as soon as another commit writes the
 //! directory (an extent allocated and not yet committed is owned, not
 //! leaked, after a crash). Space a deleted family held goes to the free
-//! list and is zeroed, durably, before a family that grows gets it.
+//! list and is zeroed, durably, before a family that grows gets it; new
+//! space at the end is written with zeros (up to [`MAX_ZEROED_EXTENT`])
+//! so that the families' writes overwrite allocated blocks.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;
@@ -57,6 +59,11 @@ pub const EXTENT_UNIT: u64 = 1 << 20;
 /// family of N bytes has about log2(N / 1 MiB) extents), at most this:
 /// 1 GiB.
 pub const MAX_EXTENT_STEP: u64 = 1 << 30;
+/// A new extent appended at the file's end up to this size (8 MiB) is
+/// written with zeros before use (`StorageBackend::write_zeroes`:
+/// `FALLOC_FL_WRITE_ZEROES` where the kernel and device do it); larger
+/// ones stay holes.
+pub const MAX_ZEROED_EXTENT: u64 = 8 << 20;
 /// Longest name of a column family in bytes: 255.
 pub const MAX_NAME_BYTES: usize = 255;
 /// Bytes of a slot's header (magic, generation, body length, crc).
@@ -887,6 +894,16 @@ impl ColumnFamily {
         }
         if !reused && s.file.len() < next.end {
             s.file.set_len(next.end)?;
+        }
+        let no_window = matches!(s.file.config().grow_ahead, pagewriter::GrowAhead::Off);
+        if !reused && extent.bytes <= MAX_ZEROED_EXTENT && no_window {
+            // Written zeros, not a hole: the family's writes then overwrite
+            // allocated blocks instead of allocating them, which under
+            // O_DIRECT serializes every family's writes on the file's
+            // inode lock. Nothing buffers or caches these bytes yet; they
+            // read as zeros either way, so their durability does not
+            // matter.
+            s.file.backend().write_zeroes(extent.offset, extent.bytes)?;
         }
         if reused {
             let zeros = vec![0u8; EXTENT_UNIT as usize];
