@@ -494,16 +494,21 @@ fn read_directory(file: &PagedCachedFile, path: &Path) -> Result<Option<Director
 }
 
 /// Whether `file` is what a crash leaves of a creation that never
-/// committed its first directory (written to slot 1): no longer than two
-/// slots, zeros but for slot 1, which opens with the magic or is zeros
-/// too. Such a file holds nothing else, so it is created again.
+/// committed its first directory: that write (an empty directory, into
+/// slot 1) is the first the file sees, so the file reaches past slot 0 by
+/// at most the page it lands in, and holds zeros but for slot 1, which
+/// opens with the magic or is zeros too. Such a file holds nothing else,
+/// so it is created again. Any other file of zeros (a user's, of another
+/// length) is not column families.
 fn creation_cut_short(file: &PagedCachedFile) -> pagewriter::Result<bool> {
-    if file.len() > 2 * SLOT_BYTES {
+    let first = SLOT_BYTES + (HEADER_BYTES + Directory::new().encode().len()) as u64;
+    let reach = first.next_multiple_of(file.page_size() as u64);
+    if file.len() <= SLOT_BYTES || file.len() > reach {
         return Ok(false);
     }
     let mut bytes = vec![0u8; file.len() as usize];
     file.read_exact_at(0, &mut bytes)?;
-    let (head, slot1) = bytes.split_at(bytes.len().min(SLOT_BYTES as usize));
+    let (head, slot1) = bytes.split_at(SLOT_BYTES as usize);
     let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
     Ok(zeros(head) && (zeros(slot1) || slot1.starts_with(MAGIC)))
 }
@@ -570,21 +575,24 @@ impl ColumnFamilies {
             }]);
             dir.end = tail;
         }
-        // A crash may keep a directory whose extents reach past the file's
-        // durable length: the file is extended (zeros) to cover them.
-        if file.len() < dir.end {
-            file.set_len(dir.end)?;
-        }
+        let end = dir.end;
         let shared = Arc::new(Shared {
             file,
             dir: Mutex::new(dir),
             live: Mutex::new(HashSet::new()),
         });
         if fresh {
+            // The directory is the first write a new file sees (what
+            // `creation_cut_short` knows a crash to leave).
             let mut dir = shared.dir();
             let next = dir.clone();
             let mut w = Writer::shared(Arc::clone(&shared.file));
             shared.commit_directory(&mut dir, next, &mut w)?;
+        }
+        // A crash may keep a directory whose extents reach past the file's
+        // durable length: the file is extended (zeros) to cover them.
+        if shared.file.len() < end {
+            shared.file.set_len(end)?;
         }
         Ok(ColumnFamilies { shared })
     }

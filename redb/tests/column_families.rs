@@ -254,6 +254,43 @@ fn plain_files_and_column_family_files_refuse_the_other_opener_and_are_left_alon
 }
 
 #[test]
+fn a_creation_cut_short_by_a_power_cut_is_created_again_but_a_users_file_of_zeros_is_refused() {
+    // Every image a power cut during the creation's one fdatasync could
+    // leave opens as empty column families.
+    let config = Config::default();
+    let backend = Arc::new(CrashBackend::new().images_at_every_sync(16));
+    let file = PagedCachedFile::new(Arc::clone(&backend), config.clone()).unwrap();
+    drop(ColumnFamilies::new(file, "crash").unwrap());
+    let images = backend.take_images();
+    assert!(images.len() >= 16, "{} images", images.len());
+    let mut cut_short = 0;
+    for (i, image) in images.iter().enumerate() {
+        let file = PagedCachedFile::new(CrashBackend::from_image(image), config.clone()).unwrap();
+        let cfs = ColumnFamilies::new(file, "image").unwrap_or_else(|e| panic!("image {i}: {e}"));
+        assert!(cfs.names().is_empty(), "image {i}");
+        cut_short +=
+            usize::from(!image.is_empty() && !image[SLOT_BYTES as usize..].starts_with(b"PWCF"));
+    }
+    assert!(cut_short > 0, "no image lost the directory's write");
+
+    // Files of zeros no creation leaves: refused, left as they were.
+    let dir = tempfile::tempdir().unwrap();
+    for len in [1, 4096, SLOT_BYTES, SLOT_BYTES + (64 << 10), 2 * SLOT_BYTES] {
+        let path = dir.path().join(format!("zeros-{len}"));
+        std::fs::write(&path, vec![0u8; len as usize]).unwrap();
+        match ColumnFamilies::open(&path) {
+            Err(cf::Error::NotColumnFamilies { path: p }) => assert_eq!(p, path),
+            other => panic!("{len} bytes of zeros: {other:?}"),
+        }
+        let after = std::fs::read(&path).unwrap();
+        assert!(
+            after.len() == len as usize && after.iter().all(|&b| b == 0),
+            "{len}"
+        );
+    }
+}
+
+#[test]
 fn a_directory_whose_checksums_fail_is_a_typed_error_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cf.pwcf");
