@@ -48,6 +48,9 @@ struct State {
     next_version: u64,
     /// Per acknowledged commit, its floors: (page, position).
     acks: Vec<Vec<(u64, usize)>>,
+    /// What acknowledged commits of a workload with its own check
+    /// promised, by id (see [`Tracker::ack_note`]).
+    notes: BTreeMap<usize, String>,
 }
 
 /// The record of a workload (see the module docs). Shared by its
@@ -141,12 +144,24 @@ impl Tracker {
         st.acks.len() - 1
     }
 
+    /// Records an acknowledged commit whose promise is `note`, read by the
+    /// workload's own check rather than by page floors; its id for the
+    /// mark.
+    pub fn ack_note(&self, note: String) -> usize {
+        let mut st = self.lock();
+        st.acks.push(Vec::new());
+        let id = st.acks.len() - 1;
+        st.notes.insert(id, note);
+        id
+    }
+
     /// What the workload wrote and promised, for the checks.
     pub fn finish(&self) -> Expect {
         let st = self.lock();
         Expect {
             history: st.history.clone(),
             acks: st.acks.clone(),
+            notes: st.notes.clone(),
             page_size: self.page_size,
         }
     }
@@ -157,6 +172,8 @@ impl Tracker {
 pub struct Expect {
     pub history: BTreeMap<u64, Vec<u64>>,
     pub acks: Vec<Vec<(u64, usize)>>,
+    /// The promises of commits acknowledged with [`Tracker::ack_note`].
+    pub notes: BTreeMap<usize, String>,
     pub page_size: usize,
 }
 

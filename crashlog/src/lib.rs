@@ -12,6 +12,7 @@
 //! log's order is a faithful model.
 
 pub mod expect;
+pub mod families;
 pub mod log;
 pub mod replay;
 pub mod run;

@@ -225,6 +225,11 @@ fn replay(
             let mnt = Mounted::check_mount(plan.fs, &state_img, &check_dir)
                 .map_err(|e| format!("the file system does not mount: {e}"))?;
             let path = mnt.path().join("pages.db");
+            if let Some(check) = plan.workload.check {
+                let found = check(&path, &config, expect, &acked);
+                mnt.unmount()?;
+                return found;
+            }
             let bytes = if path.exists() {
                 let f = PagedCachedFile::open(&path, config.clone())
                     .map_err(|e| format!("the page file does not open: {e}"))?;

@@ -13,7 +13,7 @@ use pagewriter::{
     StorageBackend, TornWrites,
 };
 
-use crate::expect::Tracker;
+use crate::expect::{Expect, Tracker};
 use crate::serve::Faults;
 
 /// Page size of the workloads but one: the device's sector outside the
@@ -32,7 +32,16 @@ pub struct Workload {
     /// Pages torn by a crash are acceptable (`TornWrites::Allow`).
     pub torn_ok: bool,
     body: fn(&Ctx) -> Result<(), String>,
+    /// The check of a replayed state, where the workload has its own
+    /// (its commits acknowledged with notes); `None`: the page file read
+    /// back whole against the page floors.
+    pub check: Option<Check>,
 }
+
+/// A workload's own check of a replayed state: the page file's path on
+/// the mounted state (it may be missing), the workload's config, what it
+/// recorded, and the ids of the commits acknowledged before the state.
+pub type Check = fn(&Path, &Config, &Expect, &[usize]) -> Result<(), String>;
 
 /// What a workload runs with.
 pub struct Ctx {
@@ -76,6 +85,17 @@ impl Ctx {
     /// Records an acknowledged commit with `floors` and logs its mark.
     fn ack(&self, floors: Vec<(u64, usize)>) -> Result<(), String> {
         let id = self.tracker.ack(floors);
+        self.mark(id)
+    }
+
+    /// Records an acknowledged commit whose promise is `note` (for the
+    /// workload's own check) and logs its mark.
+    pub fn ack_note(&self, note: String) -> Result<(), String> {
+        let id = self.tracker.ack_note(note);
+        self.mark(id)
+    }
+
+    fn mark(&self, id: usize) -> Result<(), String> {
         let mut m = self.marks.lock().unwrap_or_else(|p| p.into_inner());
         m.write_all(format!("ack {id}\n").as_bytes())
             .map_err(|e| format!("writing mark {id}: {e}"))
@@ -132,13 +152,14 @@ fn base() -> Config {
 }
 
 /// Every workload.
-pub const ALL: [Workload; 17] = [
+pub const ALL: [Workload; 18] = [
     Workload {
         name: "sync-buffered",
         about: "sync() from 4 threads, buffered, vectored engine",
         config: || base().engine(FlushEngine::Vectored).direct(DirectIo::Off),
         torn_ok: true,
         body: |c| sync_threads(c, 4, 12),
+        check: None,
     },
     Workload {
         name: "sync-direct-uring",
@@ -150,6 +171,7 @@ pub const ALL: [Workload; 17] = [
         },
         torn_ok: true,
         body: |c| sync_threads(c, 2, 16),
+        check: None,
     },
     Workload {
         name: "scoped-tickets",
@@ -157,6 +179,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_tickets,
+        check: None,
     },
     Workload {
         name: "scoped-through",
@@ -164,6 +187,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_through,
+        check: None,
     },
     Workload {
         name: "scoped-large",
@@ -171,6 +195,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_large,
+        check: None,
     },
     Workload {
         name: "scoped-large-preallocated",
@@ -178,6 +203,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_large_preallocated,
+        check: None,
     },
     Workload {
         name: "scoped-large-growing",
@@ -185,6 +211,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_large_growing,
+        check: None,
     },
     Workload {
         name: "scoped-claimed",
@@ -192,6 +219,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_claimed,
+        check: None,
     },
     Workload {
         name: "scoped-growing",
@@ -199,6 +227,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_growing,
+        check: None,
     },
     Workload {
         name: "scoped-preallocated",
@@ -206,6 +235,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_preallocated,
+        check: None,
     },
     Workload {
         name: "resize-discard-reopen",
@@ -213,6 +243,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Off),
         torn_ok: true,
         body: resize_discard_reopen,
+        check: None,
     },
     Workload {
         name: "doublewrite",
@@ -225,6 +256,7 @@ pub const ALL: [Workload; 17] = [
         },
         torn_ok: false,
         body: |c| rewrite_threads(c, 2, 10),
+        check: None,
     },
     Workload {
         name: "doublewrite-4k",
@@ -236,6 +268,7 @@ pub const ALL: [Workload; 17] = [
         },
         torn_ok: false,
         body: |c| rewrite_threads(c, 2, 10),
+        check: None,
     },
     Workload {
         name: "grow-ahead",
@@ -247,6 +280,7 @@ pub const ALL: [Workload; 17] = [
         },
         torn_ok: true,
         body: appends,
+        check: None,
     },
     Workload {
         name: "scoped-eio",
@@ -254,6 +288,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Auto),
         torn_ok: true,
         body: scoped_eio,
+        check: None,
     },
     Workload {
         name: "eio-on-flush",
@@ -261,6 +296,7 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Off),
         torn_ok: true,
         body: |c| eio(c, Fail::Flush),
+        check: None,
     },
     Workload {
         name: "eio-on-write",
@@ -268,6 +304,15 @@ pub const ALL: [Workload; 17] = [
         config: || base().direct(DirectIo::Off),
         torn_ok: true,
         body: |c| eio(c, Fail::Write),
+        check: None,
+    },
+    Workload {
+        name: "column-families",
+        about: "redb databases in column families of one file: three threads commit transactions into a family each (growing it by extents), a fourth fills one, deletes it and fills a new one in its space; each state reopened with redb and check_integrity; O_DIRECT",
+        config: crate::families::config,
+        torn_ok: true,
+        body: crate::families::run,
+        check: Some(crate::families::check),
     },
 ];
 
@@ -284,6 +329,7 @@ pub const EXPERIMENTS: [Workload; 1] = [Workload {
     config: base,
     torn_ok: true,
     body: raw_fdatasync_threads,
+    check: None,
 }];
 
 /// Pages 0 to 39 written (`O_DIRECT`) and synced with plain calls; then
@@ -666,7 +712,10 @@ fn appends(c: &Ctx) -> Result<(), String> {
 
 /// Runs `body(t)` on `n` threads (`t` in `0..n`) and returns the first
 /// error in thread order (a panic is one); every thread is joined.
-fn on_threads(n: u64, body: impl Fn(u64) -> Result<(), String> + Sync) -> Result<(), String> {
+pub(crate) fn on_threads(
+    n: u64,
+    body: impl Fn(u64) -> Result<(), String> + Sync,
+) -> Result<(), String> {
     std::thread::scope(|s| {
         let body = &body;
         let handles: Vec<_> = (0..n).map(|t| s.spawn(move || body(t))).collect();

@@ -426,7 +426,7 @@ fn after_a_power_cut_at_any_fdatasync_the_directory_is_whole_and_every_commit_is
 }
 
 #[test]
-fn concurrent_commits_of_different_families_share_fdatasyncs() {
+fn concurrent_commits_of_four_families_keep_their_bytes_with_at_most_one_fdatasync_each() {
     let dir = tempfile::tempdir().unwrap();
     let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
     let families: Vec<Arc<ColumnFamily>> = (0..4)
