@@ -24,8 +24,9 @@ pub fn install() {
     let _ = ctrlc::set_handler(on_signal);
 }
 
-/// Registers a scratch file to remove if the run is interrupted (removing
-/// one that is already gone is harmless).
+/// Registers a scratch file (or directory, removed with what it holds) to
+/// remove if the run is interrupted (removing one that is already gone is
+/// harmless).
 pub fn scratch(path: PathBuf) {
     SCRATCH.lock().push(path);
 }
@@ -44,7 +45,11 @@ pub fn partial(path: PathBuf, good: Arc<AtomicU64>) {
 
 fn on_signal() {
     for p in SCRATCH.lock().drain(..) {
-        let _ = std::fs::remove_file(p);
+        if p.is_dir() {
+            let _ = std::fs::remove_dir_all(p);
+        } else {
+            let _ = std::fs::remove_file(p);
+        }
     }
     if let Some((path, good)) = PARTIAL.lock().take() {
         let n = good.load(Ordering::Acquire);

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-const SUFFIX: &str = ".pwtmp";
+/// What every scratch file's (and directory's) name ends with.
+pub const SUFFIX: &str = ".pwtmp";
 
 /// A scratch file for `what` ("scale", "bulk") in `dir`, removed on drop.
 ///
@@ -24,9 +25,10 @@ pub fn create(dir: &Path, what: &str) -> Result<tempfile::NamedTempFile> {
     Ok(f)
 }
 
-/// Removes the scratch files in `dir` whose creating process no longer
-/// runs (checked through `/proc/PID`); returns how many. Files of live
-/// processes, and anything not named like a scratch file, are left alone.
+/// Removes the scratch files (and directories, with what they hold) in
+/// `dir` whose creating process no longer runs (checked through
+/// `/proc/PID`); returns how many. Those of live processes, and anything
+/// not named like a scratch file, are left alone.
 pub fn remove_stale(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -37,8 +39,15 @@ pub fn remove_stale(dir: &Path) -> usize {
         let Some(pid) = name.to_str().and_then(scratch_pid) else {
             continue;
         };
-        let alive = Path::new("/proc").join(pid.to_string()).exists();
-        if !alive && std::fs::remove_file(e.path()).is_ok() {
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        let gone = if e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(e.path())
+        } else {
+            std::fs::remove_file(e.path())
+        };
+        if gone.is_ok() {
             removed += 1;
         }
     }
@@ -87,5 +96,21 @@ mod tests {
         assert!(!dead.exists() && !dead_area.exists());
         assert!(users.exists() && odd.exists() && mine.path().exists());
         assert_eq!(scratch_pid(".pagewriter-scale-12-x.pwtmp"), Some(12));
+    }
+
+    #[test]
+    fn directories_of_dead_processes_go_with_what_they_hold() {
+        let d = tempfile::tempdir().unwrap();
+        let dead = d.path().join(".pagewriter-cf-4194304-abc.pwtmp");
+        let live = d
+            .path()
+            .join(format!(".pagewriter-cf-{}-abc.pwtmp", std::process::id()));
+        for dir in [&dead, &live] {
+            std::fs::create_dir_all(dir.join("fjall")).unwrap();
+            std::fs::write(dir.join("fjall/journal"), b"x").unwrap();
+        }
+        assert_eq!(remove_stale(d.path()), 1);
+        assert!(!dead.exists());
+        assert!(live.join("fjall/journal").exists());
     }
 }

@@ -248,3 +248,74 @@ fn a_cell_with_too_few_commits_is_not_ranked() {
         "{text}"
     );
 }
+
+#[cfg(feature = "cf")]
+#[test]
+fn cf_refuses_bad_settings_by_their_flag_before_any_file_is_made() {
+    refused(&["cf", "--writers", "0"], &["--writers", "1 to 16"], &[]);
+    refused(&["cf", "--writers", "17"], &["--writers", "17"], &[]);
+    refused(&["cf", "--batches", "0"], &["--batches", "[0]"], &[]);
+    refused(&["cf", "--seconds", "0"], &["--seconds", "0"], &[]);
+    refused(&["cf", "--seconds", "-1"], &["--seconds", "-1"], &[]);
+    refused(&["cf", "--rounds", "0"], &["--rounds"], &[]);
+    refused(&["cf", "--readers", "65"], &["--readers", "65"], &[]);
+    refused(
+        &["cf", "--engines", "pw-cf,sqlite"],
+        &["--engines", "\"sqlite\"", "pw-cf"],
+        &[],
+    );
+    refused(
+        &["cf", "--path", "no-such-dir"],
+        &["--path", "no-such-dir"],
+        &[],
+    );
+}
+
+#[cfg(feature = "cf")]
+#[test]
+fn cf_runs_every_engine_it_names_reads_back_what_was_committed_and_leaves_nothing() {
+    let d = dir();
+    let plot = d.path().join("cf.svg");
+    let out = Command::new(bin())
+        .args([
+            "cf",
+            "--writers",
+            "1,2",
+            "--batches",
+            "10",
+            "--seconds",
+            "0.3",
+        ])
+        .args(["--rounds", "1", "--readers", "1", "--json", "--plot"])
+        .arg(&plot)
+        .arg("--path")
+        .arg(d.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells = report["cells"].as_array().unwrap();
+    // pw-cf, redb-files, pw-files, redb-one-file (and the peers this
+    // build has) at 1 and 2 writers.
+    assert!(cells.len() >= 8, "{} cells", cells.len());
+    for engine in ["pw-cf", "redb-files", "pw-files", "redb-one-file"] {
+        for writers in [1, 2] {
+            let c = cells
+                .iter()
+                .find(|c| c["engine"] == engine && c["writers"] == writers)
+                .unwrap_or_else(|| panic!("no cell of {engine} at {writers} writers"));
+            assert!(c["commits_per_s"].as_f64().unwrap() > 0.0, "{c}");
+            assert!(c["reads_per_s"].as_f64().unwrap() > 0.0, "{c}");
+            assert!(c["bytes_on_disk"].as_u64().unwrap() > 0, "{c}");
+            assert_eq!(c["hung"], false, "{c}");
+        }
+    }
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+    let left: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "cf.svg")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -62,6 +62,63 @@ pub(crate) enum Command {
     Report(ReportArgs),
     /// Plot every round's ratio per case (scripts/compare-fio.sh --plot).
     PlotRounds(PlotRoundsArgs),
+    /// Many writers, a database each: redb column families on pagewriter
+    /// (one file) against redb on a file per writer, redb in one file, and
+    /// the peers this build has (features peer-fjall, peer-manifold);
+    /// batches of u64 keys -> 150-byte values, a durable commit per batch,
+    /// readers doing point reads meanwhile.
+    #[cfg(feature = "cf")]
+    #[command(after_long_help = CF_COLUMNS)]
+    Cf(CfArgs),
+}
+
+/// What `cf`'s columns mean (`cf --help`).
+#[cfg(feature = "cf")]
+const CF_COLUMNS: &str = "\
+Columns (one row per writers x batch x engine: the median over --rounds):
+  ops/s          keys committed per second (all writers)
+  commits/s      durable commits (batches) per second
+  p99 us         99th percentile of a batch's inserts + commit, microseconds
+  MiB on disk    blocks the engine's files hold at the end of the cell (2^20 bytes)
+  reads/s        the readers' point reads per second while the writers run
+  alone          the same readers' reads per second with no writer, on the same data
+  vs redb-files  ops/s over redb on a file per writer in the same round (median)
+
+How each engine makes a commit durable is printed above the table.";
+
+#[cfg(feature = "cf")]
+#[derive(clap::Args)]
+pub(crate) struct CfArgs {
+    /// Writer counts, comma separated (each 1 to 16).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub(crate) writers: Vec<usize>,
+    /// Keys per commit, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "10,1000")]
+    pub(crate) batches: Vec<u64>,
+    /// Reader threads doing point reads of committed keys meanwhile.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) readers: usize,
+    /// Engines, comma separated: pw-cf, redb-files, pw-files,
+    /// redb-one-file, and with their features fjall, manifold-wal,
+    /// manifold-no-wal. Default: every one this build has.
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) engines: Vec<String>,
+    /// Seconds each cell's writers run (its readers then run alone as long).
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    pub(crate) seconds: f64,
+    /// Rounds over every cell (the engines' order rotates by round).
+    #[arg(long, default_value_t = 3)]
+    pub(crate) rounds: usize,
+    /// Directory the cells' scratch directories go in (each removed after
+    /// its cell).
+    #[arg(long, default_value = ".")]
+    pub(crate) path: PathBuf,
+    /// Print the report (every cell) as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write an SVG plot of ops/s over writers here.
+    #[arg(long)]
+    pub(crate) plot: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]

@@ -27,6 +27,8 @@ fn main() -> ExitCode {
     pagewriter_bench::interrupt::install();
     let result = match cli.command {
         Command::Scale(args) => cmd_scale(args),
+        #[cfg(feature = "cf")]
+        Command::Cf(args) => cmd_cf(args),
         Command::Flush(args) => cmd_flush(args),
         Command::Gen(args) => cmd_gen(args),
         Command::WriteFile(args) => cmd_write_file(args),
@@ -120,6 +122,70 @@ fn cmd_scale(a: ScaleArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(p) = &a.plot {
         plot::line_svg(&plot::scale_figure(&report, reference.as_ref()), p)?;
+        eprintln!("plot: {}", p.display());
+    }
+    Ok(())
+}
+
+#[cfg(feature = "cf")]
+fn cmd_cf(a: CfArgs) -> Result<(), Box<dyn std::error::Error>> {
+    use pagewriter_bench::workload::cf::{self, CfConfig, Engine};
+    let engines = if a.engines.is_empty() {
+        Engine::all()
+    } else {
+        a.engines
+            .iter()
+            .map(|s| {
+                Engine::parse(s).ok_or_else(|| {
+                    let have: Vec<&str> = Engine::all().iter().map(|e| e.name()).collect();
+                    format!(
+                        "--engines: {s:?} is not one this build has ({}; the peers need their features)",
+                        have.join(", ")
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?
+    };
+    let config = CfConfig {
+        writers: a.writers,
+        batches: a.batches,
+        readers: a.readers,
+        engines,
+        seconds: a.seconds,
+        rounds: a.rounds,
+        dir: a.path,
+    };
+    config.validate()?;
+    if let Some(p) = &a.plot {
+        plot::check_writable(p)?;
+    }
+    pagewriter_bench::scratch::remove_stale(&config.dir);
+    let bar = indicatif::ProgressBar::new(config.cells() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} cells, {elapsed} {msg}")
+            .expect("template"),
+    );
+    let report = cf::run(&config, |c| {
+        bar.inc(1);
+        bar.set_message(format!(
+            "round {} {} writers x {} {}: {:.0} ops/s{}",
+            c.round + 1,
+            c.writers,
+            c.batch,
+            c.engine.name(),
+            c.ops_per_s,
+            if c.hung { " (a writer hung)" } else { "" }
+        ));
+    });
+    bar.finish_and_clear();
+    let report = report?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_cf(&report);
+    }
+    if let Some(p) = &a.plot {
+        plot::line_svg(&cf::figure(&report), p)?;
         eprintln!("plot: {}", p.display());
     }
     Ok(())

@@ -147,3 +147,49 @@ pub(crate) fn print_io(r: &pagewriter_bench::workload::io::IoReport) {
         println!("  verify: {} blocks OK", r.verified_blocks);
     }
 }
+
+#[cfg(feature = "cf")]
+pub(crate) fn print_cf(r: &pagewriter_bench::workload::cf::CfReport) {
+    use pagewriter_bench::workload::cf;
+    let c = &r.config;
+    println!(
+        "{} readers; {} s cells, median of {} rounds, the engines alternating; {}",
+        c.readers, c.seconds, c.rounds, r.machine
+    );
+    for e in &c.engines {
+        println!("  {:<16} {}", e.name(), e.durability());
+    }
+    println!(
+        "{:>7} {:>6} {:<16} {:>10} {:>10} {:>9} {:>11} {:>10} {:>10} {:>13}",
+        "writers",
+        "batch",
+        "engine",
+        "ops/s",
+        "commits/s",
+        "p99 us",
+        "MiB on disk",
+        "reads/s",
+        "alone",
+        "vs redb-files"
+    );
+    for row in cf::rows(r) {
+        println!(
+            "{:>7} {:>6} {:<16} {:>10.0} {:>10.0} {:>9.0} {:>11.1} {:>10.0} {:>10.0} {:>13}{}",
+            row.writers,
+            row.batch,
+            row.engine.name(),
+            row.ops_per_s,
+            row.commits_per_s,
+            row.p99_commit_us,
+            row.bytes_on_disk / (1u64 << 20) as f64,
+            row.reads_per_s,
+            row.reads_per_s_alone,
+            row.vs_redb_files.map_or("-".into(), |v| format!("{v:.2}")),
+            if row.hung > 0 {
+                format!("  (hung in {} rounds)", row.hung)
+            } else {
+                String::new()
+            }
+        );
+    }
+}
