@@ -1,8 +1,8 @@
 //! The engines `pagewriter cf` runs, each behind [`Store`]: a database
 //! (or column family, or keyspace) per writer, batches of keys committed
 //! durably, point reads. The peers are behind cargo features
-//! (`peer-fjall`, `peer-manifold`), so the default build has only redb
-//! and pagewriter-redb.
+//! (`peer-fjall`, `peer-manifold`, `peer-lmdb`), so the default build has
+//! only redb and pagewriter-redb.
 
 use std::path::Path;
 
@@ -41,6 +41,9 @@ pub enum Engine {
     /// manifold-db column families without its WAL.
     #[cfg(feature = "peer-manifold")]
     ManifoldNoWal,
+    /// LMDB named databases, one environment.
+    #[cfg(feature = "peer-lmdb")]
+    Lmdb,
 }
 
 impl Engine {
@@ -57,6 +60,8 @@ impl Engine {
             Engine::ManifoldWal,
             #[cfg(feature = "peer-manifold")]
             Engine::ManifoldNoWal,
+            #[cfg(feature = "peer-lmdb")]
+            Engine::Lmdb,
         ]
     }
 
@@ -73,6 +78,8 @@ impl Engine {
             Engine::ManifoldWal => "manifold-wal",
             #[cfg(feature = "peer-manifold")]
             Engine::ManifoldNoWal => "manifold-no-wal",
+            #[cfg(feature = "peer-lmdb")]
+            Engine::Lmdb => "lmdb",
         }
     }
 
@@ -102,6 +109,10 @@ impl Engine {
             #[cfg(feature = "peer-manifold")]
             Engine::ManifoldNoWal => {
                 "manifold-db 3.1 ColumnFamilyDatabase without its WAL: the column family's pages synced per commit"
+            }
+            #[cfg(feature = "peer-lmdb")]
+            Engine::Lmdb => {
+                "LMDB (lmdb-rkv 0.14), a named database per writer in one environment: one write transaction at a time, fdatasync per commit (its default sync)"
             }
         }
     }
@@ -170,6 +181,8 @@ pub fn open(engine: Engine, dir: &Path, writers: usize) -> Result<Box<dyn Store>
         Engine::ManifoldWal => Box::new(peers::Manifold::open(dir, writers, true)?),
         #[cfg(feature = "peer-manifold")]
         Engine::ManifoldNoWal => Box::new(peers::Manifold::open(dir, writers, false)?),
+        #[cfg(feature = "peer-lmdb")]
+        Engine::Lmdb => Box::new(peers::Lmdb::open(dir, writers)?),
     })
 }
 
@@ -224,7 +237,11 @@ impl Store for RedbOne {
     }
 }
 
-#[cfg(any(feature = "peer-fjall", feature = "peer-manifold"))]
+#[cfg(any(
+    feature = "peer-fjall",
+    feature = "peer-manifold",
+    feature = "peer-lmdb"
+))]
 mod peers {
     use super::*;
 
@@ -315,6 +332,63 @@ mod peers {
             match txn.open_table(MT) {
                 Ok(tab) => Ok(tab.get(key).map_err(err)?.is_some()),
                 Err(manifold::TableError::TableDoesNotExist(_)) => Ok(false),
+                Err(e) => Err(err(e)),
+            }
+        }
+    }
+
+    #[cfg(feature = "peer-lmdb")]
+    pub struct Lmdb {
+        env: lmdb::Environment,
+        dbs: Vec<lmdb::Database>,
+    }
+
+    /// The environment's map (the most it can hold): sparse until written.
+    #[cfg(feature = "peer-lmdb")]
+    const LMDB_MAP_BYTES: usize = 16 << 30;
+
+    #[cfg(feature = "peer-lmdb")]
+    impl Lmdb {
+        pub fn open(dir: &Path, writers: usize) -> Result<Self, String> {
+            let path = dir.join("lmdb");
+            std::fs::create_dir_all(&path).map_err(err)?;
+            let env = lmdb::Environment::new()
+                .set_max_dbs(MAX_WRITERS as u32)
+                .set_map_size(LMDB_MAP_BYTES)
+                .open(&path)
+                .map_err(err)?;
+            let dbs = (0..writers)
+                .map(|w| {
+                    env.create_db(Some(TABLES[w]), lmdb::DatabaseFlags::empty())
+                        .map_err(err)
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(Lmdb { env, dbs })
+        }
+    }
+
+    #[cfg(feature = "peer-lmdb")]
+    impl Store for Lmdb {
+        fn commit(&self, w: usize, keys: std::ops::Range<u64>, value: &[u8]) -> Result<(), String> {
+            use lmdb::Transaction;
+            let mut txn = self.env.begin_rw_txn().map_err(err)?;
+            for k in keys {
+                txn.put(
+                    self.dbs[w],
+                    &k.to_be_bytes(),
+                    &value,
+                    lmdb::WriteFlags::empty(),
+                )
+                .map_err(err)?;
+            }
+            txn.commit().map_err(err)
+        }
+        fn get(&self, w: usize, key: u64) -> Result<bool, String> {
+            use lmdb::Transaction;
+            let txn = self.env.begin_ro_txn().map_err(err)?;
+            match txn.get(self.dbs[w], &key.to_be_bytes()) {
+                Ok(_) => Ok(true),
+                Err(lmdb::Error::NotFound) => Ok(false),
                 Err(e) => Err(err(e)),
             }
         }
