@@ -821,11 +821,10 @@ impl ColumnFamily {
     /// past its length. Errors: `InvalidInput` for an offset past `u64`;
     /// as [`set_len`](Self::set_len); the page writer's.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        self.check_open()?;
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or(io::ErrorKind::InvalidInput)?;
-        let mut mine = self.mine();
+        let mut mine = self.mine_open()?;
         if end > self.geometry().len {
             self.resize(&mut mine, end)?;
         }
@@ -846,8 +845,7 @@ impl ColumnFamily {
     /// Errors: the page writer's (a full disk: `StorageFull`);
     /// [`Error::DirectoryFull`] as an `io::Error` of kind `StorageFull`.
     pub fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.check_open()?;
-        let mut mine = self.mine();
+        let mut mine = self.mine_open()?;
         self.resize(&mut mine, len)
     }
 
@@ -940,8 +938,7 @@ impl ColumnFamily {
     /// Errors: the page writer's (a failed `fdatasync` poisons the file
     /// for every family); [`Error::DirectoryFull`] as `StorageFull`.
     pub fn sync(&self) -> Result<(), io::Error> {
-        self.check_open()?;
-        let mut mine = self.mine();
+        let mut mine = self.mine_open()?;
         let (len, extents) = {
             let g = self.geometry();
             (g.len, g.extents.clone())
@@ -968,10 +965,24 @@ impl ColumnFamily {
     /// closes, possibly before the last reference to this handle goes);
     /// every later call on this handle is refused. Uncommitted pages stay
     /// buffered.
+    ///
+    /// A write, `set_len` or commit of this handle running on another
+    /// thread ends first: none lands after `close` returns, so a new
+    /// handle on the name never races the old one's changes.
     pub fn close(&self) {
+        let _mine = self.mine();
         if !self.closed.swap(true, Ordering::AcqRel) {
             self.shared.live().remove(&self.name);
         }
+    }
+
+    /// The writing side's lock, refused on a closed handle: checked under
+    /// the lock, which [`close`](Self::close) takes, so no change of a
+    /// handle closed meanwhile goes ahead.
+    fn mine_open(&self) -> Result<MutexGuard<'_, Mine>, io::Error> {
+        let mine = self.mine();
+        self.check_open()?;
+        Ok(mine)
     }
 
     /// Refuses a call on a closed handle.

@@ -676,3 +676,52 @@ fn power_cuts_while_four_threads_grow_and_commit_their_families_lose_no_acknowle
         }
     }
 }
+
+#[test]
+fn a_close_racing_the_handles_own_writes_lets_no_write_land_after_it() {
+    // A thread rewrites the family through one handle, 16 MiB at a time,
+    // while it is closed and a new handle on the name rewrites it once and
+    // commits: no write of the closed handle may land after the close
+    // returned (it would overwrite the new handle's bytes).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let unit = 16 * EXTENT_UNIT as usize;
+    for round in 0..20u8 {
+        let old = Arc::new(cfs.column_family("a").unwrap());
+        old.set_len(0).unwrap();
+        old.write_at(0, &vec![1; unit]).unwrap();
+        old.sync().unwrap();
+        let started = Arc::new(std::sync::Barrier::new(2));
+        let writer = {
+            let (old, started) = (Arc::clone(&old), Arc::clone(&started));
+            std::thread::spawn(move || {
+                started.wait();
+                let chunk = vec![0xA0 | (round & 0xF); unit];
+                while old.write_at(0, &chunk).and_then(|()| old.sync()).is_ok() {}
+            })
+        };
+        started.wait();
+        std::thread::sleep(std::time::Duration::from_micros(200 * round as u64));
+        old.close();
+        let new = cfs.column_family("a").unwrap();
+        new.write_at(0, &vec![0xBB; unit]).unwrap();
+        new.sync().unwrap();
+        writer.join().unwrap();
+        let mut got = vec![0u8; unit];
+        new.read_at(0, &mut got).unwrap();
+        let stray = got.iter().position(|&b| b != 0xBB);
+        assert_eq!(
+            stray, None,
+            "round {round}: a write of the closed handle landed after the close"
+        );
+    }
+    drop(cfs);
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let mut got = vec![0u8; unit];
+    cfs.column_family("a")
+        .unwrap()
+        .read_at(0, &mut got)
+        .unwrap();
+    assert!(got.iter().all(|&b| b == 0xBB), "after reopen");
+}
