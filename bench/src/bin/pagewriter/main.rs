@@ -165,9 +165,12 @@ fn cmd_cf(a: CfArgs) -> Result<(), Box<dyn std::error::Error>> {
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} cells, {elapsed} {msg}")
             .expect("template"),
     );
+    // A bar on a terminal; a line per cell otherwise (a log).
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut done = 0;
     let report = cf::run(&config, |c| {
-        bar.inc(1);
-        bar.set_message(format!(
+        done += 1;
+        let line = format!(
             "round {} {} writers x {} {}: {:.0} ops/s{}",
             c.round + 1,
             c.writers,
@@ -175,7 +178,13 @@ fn cmd_cf(a: CfArgs) -> Result<(), Box<dyn std::error::Error>> {
             c.engine.name(),
             c.ops_per_s,
             if c.hung { " (a writer hung)" } else { "" }
-        ));
+        );
+        if terminal {
+            bar.inc(1);
+            bar.set_message(line);
+        } else {
+            eprintln!("[{done}/{}] {line}", config.cells());
+        }
     });
     bar.finish_and_clear();
     let report = report?;
