@@ -44,6 +44,10 @@ pub enum Engine {
     /// LMDB named databases, one environment.
     #[cfg(feature = "peer-lmdb")]
     Lmdb,
+    /// RocksDB column families, one database.
+    #[cfg(feature = "peer-rocksdb")]
+    #[serde(rename = "rocksdb")]
+    RocksDb,
 }
 
 impl Engine {
@@ -62,6 +66,8 @@ impl Engine {
             Engine::ManifoldNoWal,
             #[cfg(feature = "peer-lmdb")]
             Engine::Lmdb,
+            #[cfg(feature = "peer-rocksdb")]
+            Engine::RocksDb,
         ]
     }
 
@@ -80,6 +86,8 @@ impl Engine {
             Engine::ManifoldNoWal => "manifold-no-wal",
             #[cfg(feature = "peer-lmdb")]
             Engine::Lmdb => "lmdb",
+            #[cfg(feature = "peer-rocksdb")]
+            Engine::RocksDb => "rocksdb",
         }
     }
 
@@ -113,6 +121,10 @@ impl Engine {
             #[cfg(feature = "peer-lmdb")]
             Engine::Lmdb => {
                 "LMDB (lmdb-rkv 0.14), a named database per writer in one environment: one write transaction at a time, fdatasync per commit (its default sync)"
+            }
+            #[cfg(feature = "peer-rocksdb")]
+            Engine::RocksDb => {
+                "RocksDB (rocksdb 0.25), a column family per writer: a WriteBatch with WriteOptions::set_sync(true); the write group's leader appends the group's batches to the one WAL and syncs it once"
             }
         }
     }
@@ -183,6 +195,8 @@ pub fn open(engine: Engine, dir: &Path, writers: usize) -> Result<Box<dyn Store>
         Engine::ManifoldNoWal => Box::new(peers::Manifold::open(dir, writers, false)?),
         #[cfg(feature = "peer-lmdb")]
         Engine::Lmdb => Box::new(peers::Lmdb::open(dir, writers)?),
+        #[cfg(feature = "peer-rocksdb")]
+        Engine::RocksDb => Box::new(peers::Rocks::open(dir, writers)?),
     })
 }
 
@@ -391,6 +405,45 @@ mod peers {
                 Err(lmdb::Error::NotFound) => Ok(false),
                 Err(e) => Err(err(e)),
             }
+        }
+    }
+
+    #[cfg(feature = "peer-rocksdb")]
+    pub struct Rocks {
+        db: rocksdb::DB,
+    }
+
+    #[cfg(feature = "peer-rocksdb")]
+    impl Rocks {
+        pub fn open(dir: &Path, writers: usize) -> Result<Self, String> {
+            let mut opts = rocksdb::Options::default();
+            opts.create_if_missing(true);
+            opts.create_missing_column_families(true);
+            let names = TABLES[..writers].iter().copied();
+            let db = rocksdb::DB::open_cf(&opts, dir.join("rocksdb"), names).map_err(err)?;
+            Ok(Rocks { db })
+        }
+    }
+
+    #[cfg(feature = "peer-rocksdb")]
+    impl Store for Rocks {
+        fn commit(&self, w: usize, keys: std::ops::Range<u64>, value: &[u8]) -> Result<(), String> {
+            let cf = self.db.cf_handle(TABLES[w]).ok_or("no column family")?;
+            let mut batch = rocksdb::WriteBatch::default();
+            for k in keys {
+                batch.put_cf(&cf, k.to_be_bytes(), value);
+            }
+            let mut wo = rocksdb::WriteOptions::default();
+            wo.set_sync(true);
+            self.db.write_opt(batch, &wo).map_err(err)
+        }
+        fn get(&self, w: usize, key: u64) -> Result<bool, String> {
+            let cf = self.db.cf_handle(TABLES[w]).ok_or("no column family")?;
+            Ok(self
+                .db
+                .get_pinned_cf(&cf, key.to_be_bytes())
+                .map_err(err)?
+                .is_some())
         }
     }
 }
