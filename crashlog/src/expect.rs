@@ -177,6 +177,19 @@ pub struct Expect {
     pub page_size: usize,
 }
 
+/// A replayed state without the page file: fine only if no commit
+/// (`acked`) was acknowledged before it.
+pub fn missing_file(acked: &[usize]) -> Result<(), String> {
+    if acked.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the file is missing after {} acknowledged commits",
+            acked.len()
+        ))
+    }
+}
+
 impl Expect {
     /// Checks `file` (the page file's bytes as reopened, `None` if it does
     /// not exist) against the commits `acked` (ids). `torn_ok`: sectors of
@@ -185,14 +198,7 @@ impl Expect {
     pub fn check(&self, file: Option<&[u8]>, acked: &[usize], torn_ok: bool) -> Result<(), String> {
         let ps = self.page_size;
         let Some(file) = file else {
-            return if acked.is_empty() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "the file is missing after {} acknowledged commits",
-                    acked.len()
-                ))
-            };
+            return missing_file(acked);
         };
         let mut floors: BTreeMap<u64, usize> = BTreeMap::new();
         for &a in acked {

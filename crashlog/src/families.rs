@@ -138,14 +138,7 @@ pub fn check(path: &Path, config: &Config, expect: &Expect, acked: &[usize]) -> 
         }
     }
     if !path.exists() {
-        return if acked.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "the file is missing after {} acknowledged commits",
-                acked.len()
-            ))
-        };
+        return crate::expect::missing_file(acked);
     }
     let cfs = ColumnFamilies::open_with(path, config.clone())
         .map_err(|e| format!("the column families do not open: {e}"))?;
