@@ -64,7 +64,8 @@ pub(crate) enum Command {
     PlotRounds(PlotRoundsArgs),
     /// Many writers, a database each: redb column families on pagewriter
     /// (one file) against redb on a file per writer, redb in one file, and
-    /// the peers this build has (features peer-fjall, peer-manifold);
+    /// the peers this build has (features peer-fjall, peer-manifold,
+    /// peer-lmdb, peer-rocksdb);
     /// batches of u64 keys -> 150-byte values, a durable commit per batch,
     /// readers doing point reads meanwhile.
     #[cfg(feature = "cf")]
@@ -100,7 +101,7 @@ pub(crate) struct CfArgs {
     pub(crate) readers: usize,
     /// Engines, comma separated: pw-cf, redb-files, pw-files,
     /// redb-one-file, and with their features fjall, manifold-wal,
-    /// manifold-no-wal. Default: every one this build has.
+    /// manifold-no-wal, lmdb, rocksdb. Default: every one this build has.
     #[arg(long, value_delimiter = ',')]
     pub(crate) engines: Vec<String>,
     /// Seconds each cell's writers run (its readers then run alone as long).

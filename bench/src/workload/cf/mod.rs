@@ -226,16 +226,67 @@ fn run_cell(
         committed: (0..writers).map(|_| AtomicU64::new(0)).collect(),
         stop: AtomicBool::new(false),
     });
+    let phase = run_writers(config, &shared, engine, batch)?;
+    let reads_per_s_alone = if phase.hung || config.readers == 0 {
+        0.0
+    } else {
+        run_readers_alone(config, &shared, engine)?
+    };
+    let bytes_on_disk = disk_bytes(scratch.path()).map_err(CfError::Scratch)?;
+    if !phase.hung {
+        // Closed before its directory goes; a hung engine keeps its store.
+        drop(shared);
+    }
+    crate::interrupt::forget(scratch.path());
+    drop(scratch);
+    let commits = phase.latencies.len() as f64;
+    Ok(Cell {
+        engine,
+        writers,
+        batch,
+        round: 0,
+        ops_per_s: commits * batch as f64 / phase.elapsed,
+        commits_per_s: commits / phase.elapsed,
+        p99_commit_us: phase.latencies.value_at_quantile(0.99) as f64,
+        bytes_on_disk,
+        reads_per_s: phase.reads as f64 / phase.elapsed,
+        reads_per_s_alone,
+        hung: phase.hung,
+    })
+}
+
+/// What a cell's writers (and the readers beside them) did.
+struct WritePhase {
+    /// Every writer's commit latencies (µs).
+    latencies: Histogram<u64>,
+    /// Point reads the readers made meanwhile.
+    reads: u64,
+    /// Seconds from the threads' start to the stop.
+    elapsed: f64,
+    /// Whether some thread had not finished [`HANG_AFTER`] past the stop.
+    hung: bool,
+}
+
+/// Runs one writer per entry of `shared.committed` and the configured
+/// readers for `config.seconds`, then gathers them. The first error of
+/// any thread is the phase's.
+fn run_writers(
+    config: &CfConfig,
+    shared: &Arc<Shared>,
+    engine: Engine,
+    batch: u64,
+) -> Result<WritePhase, CfError> {
+    let writers = shared.committed.len();
     let (tx, rx) = mpsc::channel();
     let started = Instant::now();
     for w in 0..writers {
-        let (s, tx) = (Arc::clone(&shared), tx.clone());
+        let (s, tx) = (Arc::clone(shared), tx.clone());
         std::thread::spawn(move || {
             let _ = tx.send(Done::Writer(write(&s, w, batch)));
         });
     }
     for r in 0..config.readers {
-        let (s, tx) = (Arc::clone(&shared), tx.clone());
+        let (s, tx) = (Arc::clone(shared), tx.clone());
         std::thread::spawn(move || {
             let _ = tx.send(Done::Reader(read(&s, engine, r as u64)));
         });
@@ -253,7 +304,10 @@ fn run_cell(
         match rx.recv_timeout(left) {
             Ok(Done::Writer(Ok(h))) => latencies.add(&h).expect("same bounds"),
             Ok(Done::Writer(Err(why))) => {
-                first_error.get_or_insert(failed(why));
+                first_error.get_or_insert(CfError::Engine {
+                    engine: engine.name(),
+                    why,
+                });
             }
             Ok(Done::Reader(Ok(n))) => reads += n,
             Ok(Done::Reader(Err(e))) => {
@@ -263,59 +317,47 @@ fn run_cell(
         }
         waiting -= 1;
     }
-    if let Some(e) = first_error {
-        return Err(e);
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(WritePhase {
+            latencies,
+            reads,
+            elapsed,
+            hung: waiting > 0,
+        }),
     }
-    let hung = waiting > 0;
-    let reads_per_s = reads as f64 / elapsed;
-    let mut reads_per_s_alone = 0.0;
-    if !hung && config.readers > 0 {
-        let alone = Arc::new(Shared {
-            store: Arc::clone(&shared.store),
-            committed: shared
-                .committed
-                .iter()
-                .map(|c| AtomicU64::new(c.load(Ordering::Acquire)))
-                .collect(),
-            stop: AtomicBool::new(false),
-        });
-        let started = Instant::now();
-        let handles: Vec<_> = (0..config.readers)
-            .map(|r| {
-                let s = Arc::clone(&alone);
-                std::thread::spawn(move || read(&s, engine, r as u64))
-            })
-            .collect();
-        std::thread::sleep(Duration::from_secs_f64(config.seconds));
-        alone.stop.store(true, Ordering::Relaxed);
-        let elapsed = started.elapsed().as_secs_f64();
-        let mut n = 0;
-        for h in handles {
-            n += h.join().map_err(|_| failed("a reader panicked".into()))??;
-        }
-        reads_per_s_alone = n as f64 / elapsed;
+}
+
+/// The configured readers alone on what the writers committed, for
+/// `config.seconds`: their reads per second.
+fn run_readers_alone(config: &CfConfig, shared: &Shared, engine: Engine) -> Result<f64, CfError> {
+    let alone = Arc::new(Shared {
+        store: Arc::clone(&shared.store),
+        committed: shared
+            .committed
+            .iter()
+            .map(|c| AtomicU64::new(c.load(Ordering::Acquire)))
+            .collect(),
+        stop: AtomicBool::new(false),
+    });
+    let started = Instant::now();
+    let handles: Vec<_> = (0..config.readers)
+        .map(|r| {
+            let s = Arc::clone(&alone);
+            std::thread::spawn(move || read(&s, engine, r as u64))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(config.seconds));
+    alone.stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut n = 0;
+    for h in handles {
+        n += h.join().map_err(|_| CfError::Engine {
+            engine: engine.name(),
+            why: "a reader panicked".into(),
+        })??;
     }
-    let bytes_on_disk = disk_bytes(scratch.path()).map_err(CfError::Scratch)?;
-    let commits = latencies.len() as f64;
-    if !hung {
-        // Closed before its directory goes; a hung engine keeps its store.
-        drop(shared);
-    }
-    crate::interrupt::forget(scratch.path());
-    drop(scratch);
-    Ok(Cell {
-        engine,
-        writers,
-        batch,
-        round: 0,
-        ops_per_s: commits * batch as f64 / elapsed,
-        commits_per_s: commits / elapsed,
-        p99_commit_us: latencies.value_at_quantile(0.99) as f64,
-        bytes_on_disk,
-        reads_per_s,
-        reads_per_s_alone,
-        hung,
-    })
+    Ok(n as f64 / elapsed)
 }
 
 /// Writer `w`: batches of `batch` keys from 0 until the stop; its commit
