@@ -36,7 +36,7 @@
 //! space at the end is written with zeros (up to [`MAX_ZEROED_EXTENT`])
 //! so that the families' writes overwrite allocated blocks.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -80,14 +80,17 @@ pub enum Error {
         /// What is wrong with it.
         why: &'static str,
     },
-    /// The column family has a live [`ColumnFamily`] handle: a second
-    /// handle, or a `delete`, is refused until it is dropped. Nothing was
-    /// changed.
+    /// The column family has a live [`ColumnFamily`] handle that excludes
+    /// the one asked for: a writable handle excludes every other handle,
+    /// read-only handles exclude a writable one (not each other), and any
+    /// handle excludes a `delete`. Refused until it is dropped; nothing
+    /// was changed.
     InUse {
         /// The column family.
         name: String,
     },
-    /// `delete` of a name the directory does not hold.
+    /// `delete` or a read-only handle of a name the directory does not
+    /// hold.
     NotFound {
         /// The name asked for.
         name: String,
@@ -375,8 +378,17 @@ struct Shared {
     /// Held across a directory write and its commit: one directory change
     /// commits at a time.
     dir: Mutex<Directory>,
-    /// Names with a live [`ColumnFamily`].
-    live: Mutex<HashSet<String>>,
+    /// Names with a live [`ColumnFamily`], and which kind.
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// The live handles of one family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Live {
+    /// One writable handle.
+    Writer,
+    /// This many read-only handles (at least one).
+    Readers(usize),
 }
 
 impl Shared {
@@ -384,7 +396,7 @@ impl Shared {
         self.dir.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn live(&self) -> MutexGuard<'_, HashSet<String>> {
+    fn live(&self) -> MutexGuard<'_, HashMap<String, Live>> {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -579,7 +591,7 @@ impl ColumnFamilies {
         let shared = Arc::new(Shared {
             file,
             dir: Mutex::new(dir),
-            live: Mutex::new(HashSet::new()),
+            live: Mutex::new(HashMap::new()),
         });
         if fresh {
             // The directory is the first write a new file sees (what
@@ -601,21 +613,57 @@ impl ColumnFamilies {
     /// handle keeps the file open on its own: it may outlive this value.
     ///
     /// Errors: [`Error::InvalidName`]; [`Error::InUse`] while another handle
-    /// on `name` lives; [`Error::DirectoryFull`]; the page writer's errors
-    /// (nothing created then).
+    /// on `name` lives (a read-only one included); [`Error::DirectoryFull`];
+    /// the page writer's errors (nothing created then).
     pub fn column_family(&self, name: &str) -> Result<ColumnFamily> {
         check_name(name)?;
         let s = &self.shared;
-        if !s.live().insert(name.to_string()) {
-            return Err(Error::InUse {
-                name: name.to_string(),
-            });
+        {
+            let mut live = s.live();
+            if live.contains_key(name) {
+                return Err(Error::InUse {
+                    name: name.to_string(),
+                });
+            }
+            live.insert(name.to_string(), Live::Writer);
         }
         let opened = self.open_family(name);
         if opened.is_err() {
             s.live().remove(name);
         }
         opened
+    }
+
+    /// A read-only handle on the existing column family `name`, for
+    /// `redb::Builder::open_read_only_with_backend`: it reads the family as
+    /// its last commit left it, and refuses `write_at` and `set_len`
+    /// (`PermissionDenied`); its `sync` has nothing to commit. Several
+    /// read-only handles on one family may live at once; none while a
+    /// writable one does. Nothing is created or written.
+    ///
+    /// Errors: [`Error::InvalidName`]; [`Error::NotFound`] where the
+    /// directory does not hold `name`; [`Error::InUse`] while a writable
+    /// handle on it lives.
+    pub fn column_family_read_only(&self, name: &str) -> Result<ColumnFamily> {
+        check_name(name)?;
+        let s = &self.shared;
+        let mut live = s.live();
+        let readers = match live.get(name) {
+            Some(Live::Writer) => {
+                return Err(Error::InUse {
+                    name: name.to_string(),
+                });
+            }
+            Some(Live::Readers(n)) => *n,
+            None => 0,
+        };
+        let Some(entry) = s.dir().families.get(name).cloned() else {
+            return Err(Error::NotFound {
+                name: name.to_string(),
+            });
+        };
+        live.insert(name.to_string(), Live::Readers(readers + 1));
+        Ok(self.handle(name, entry, true))
     }
 
     fn open_family(&self, name: &str) -> Result<ColumnFamily> {
@@ -632,10 +680,17 @@ impl ColumnFamilies {
             }
         };
         drop(dir);
+        Ok(self.handle(name, entry, false))
+    }
+
+    /// A handle on `name`, whose directory entry is `entry`.
+    fn handle(&self, name: &str, entry: Entry, read_only: bool) -> ColumnFamily {
+        let s = &self.shared;
         let capacity = entry.extents.iter().map(|e| e.bytes).sum();
-        Ok(ColumnFamily {
+        ColumnFamily {
             shared: Arc::clone(s),
             name: name.to_string(),
+            read_only,
             geometry: RwLock::new(Geometry {
                 len: entry.len,
                 extents: entry.extents,
@@ -649,7 +704,7 @@ impl ColumnFamilies {
                 // kept of later writes.
                 dirty_end: capacity,
             }),
-        })
+        }
     }
 
     /// The names of the column families, sorted.
@@ -668,7 +723,7 @@ impl ColumnFamilies {
         check_name(name)?;
         let s = &self.shared;
         let live = s.live();
-        if live.contains(name) {
+        if live.contains_key(name) {
             return Err(Error::InUse {
                 name: name.to_string(),
             });
@@ -754,11 +809,15 @@ struct Mine {
 ///
 /// Offsets are bounds-checked against the family's own length: a read past
 /// it is `UnexpectedEof`, a write past it grows the family first, and no
-/// offset reaches another family's space.
+/// offset reaches another family's space. A read-only handle
+/// ([`ColumnFamilies::column_family_read_only`]) refuses writes and
+/// `set_len` with `PermissionDenied`.
 #[derive(Debug)]
 pub struct ColumnFamily {
     shared: Arc<Shared>,
     name: String,
+    /// From [`ColumnFamilies::column_family_read_only`].
+    read_only: bool,
     geometry: RwLock<Geometry>,
     writer: Mutex<Mine>,
     /// `close` was called: the name is free, this handle refuses I/O.
@@ -824,7 +883,7 @@ impl ColumnFamily {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or(io::ErrorKind::InvalidInput)?;
-        let mut mine = self.mine_open()?;
+        let mut mine = self.mine_writable()?;
         if end > self.geometry().len {
             self.resize(&mut mine, end)?;
         }
@@ -842,10 +901,11 @@ impl ColumnFamily {
     /// reuse, bytes a shrink cut zeroed when it grows again). A shrink
     /// keeps the extents.
     ///
-    /// Errors: the page writer's (a full disk: `StorageFull`);
+    /// Errors: `PermissionDenied` on a read-only handle; the page writer's
+    /// (a full disk: `StorageFull`);
     /// [`Error::DirectoryFull`] as an `io::Error` of kind `StorageFull`.
     pub fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        let mut mine = self.mine_open()?;
+        let mut mine = self.mine_writable()?;
         self.resize(&mut mine, len)
     }
 
@@ -938,6 +998,9 @@ impl ColumnFamily {
     /// Errors: the page writer's (a failed `fdatasync` poisons the file
     /// for every family); [`Error::DirectoryFull`] as `StorageFull`.
     pub fn sync(&self) -> Result<(), io::Error> {
+        if self.read_only {
+            return self.check_open();
+        }
         let mut mine = self.mine_open()?;
         let (len, extents) = {
             let g = self.geometry();
@@ -972,7 +1035,13 @@ impl ColumnFamily {
     pub fn close(&self) {
         let _mine = self.mine();
         if !self.closed.swap(true, Ordering::AcqRel) {
-            self.shared.live().remove(&self.name);
+            let mut live = self.shared.live();
+            match live.get_mut(&self.name) {
+                Some(Live::Readers(n)) if *n > 1 => *n -= 1,
+                _ => {
+                    live.remove(&self.name);
+                }
+            }
         }
     }
 
@@ -983,6 +1052,17 @@ impl ColumnFamily {
         let mine = self.mine();
         self.check_open()?;
         Ok(mine)
+    }
+
+    /// [`mine_open`](Self::mine_open), refused on a read-only handle.
+    fn mine_writable(&self) -> Result<MutexGuard<'_, Mine>, io::Error> {
+        if self.read_only {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("column family {:?}: a read-only handle", self.name),
+            ));
+        }
+        self.mine_open()
     }
 
     /// Refuses a call on a closed handle.

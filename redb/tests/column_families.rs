@@ -725,3 +725,102 @@ fn a_close_racing_the_handles_own_writes_lets_no_write_land_after_it() {
         .unwrap();
     assert!(got.iter().all(|&b| b == 0xBB), "after reopen");
 }
+
+#[test]
+fn several_read_only_handles_read_one_family_at_once_and_keep_its_writers_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let db = Database::builder()
+        .create_with_backend(cfs.column_family("users").unwrap())
+        .unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut t = txn.open_table(T).unwrap();
+        for k in 0..500u64 {
+            t.insert(k, value(1, k).as_slice()).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+    // A live writable handle keeps read-only ones out.
+    assert!(matches!(
+        cfs.column_family_read_only("users"),
+        Err(cf::Error::InUse { .. })
+    ));
+    drop(db);
+    let names = cfs.names();
+    let len = std::fs::metadata(&path).unwrap().len();
+
+    let handles: Vec<ColumnFamily> = (0..3)
+        .map(|_| cfs.column_family_read_only("users").unwrap())
+        .collect();
+    // Read-only handles keep a writable handle and a delete out.
+    assert!(matches!(
+        cfs.column_family("users"),
+        Err(cf::Error::InUse { .. })
+    ));
+    assert!(matches!(cfs.delete("users"), Err(cf::Error::InUse { .. })));
+    // One of several going frees nothing.
+    drop(cfs.column_family_read_only("users").unwrap());
+    assert!(matches!(
+        cfs.column_family("users"),
+        Err(cf::Error::InUse { .. })
+    ));
+    let before = {
+        let mut b = vec![0u8; handles[0].len() as usize];
+        handles[0].read_at(0, &mut b).unwrap();
+        b
+    };
+    let refused = handles[0].write_at(0, &[7u8; 4096]).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
+    let refused = handles[0].set_len(0).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
+    handles[0].sync().unwrap();
+    std::thread::scope(|s| {
+        for h in handles {
+            s.spawn(move || {
+                let db = Database::builder().open_read_only_with_backend(h).unwrap();
+                let txn = db.begin_read().unwrap();
+                let t = txn.open_table(T).unwrap();
+                assert_eq!(t.len().unwrap(), 500);
+                for k in 0..500u64 {
+                    assert_eq!(t.get(k).unwrap().unwrap().value(), value(1, k).as_slice());
+                }
+            });
+        }
+    });
+    // Every read-only handle is gone: the writers' name is free again, and
+    // nothing the read-only handles saw was changed.
+    assert_eq!(cfs.names(), names);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    let family = cfs.column_family("users").unwrap();
+    let mut after = vec![0u8; before.len()];
+    family.read_at(0, &mut after).unwrap();
+    assert!(after == before, "a read-only handle changed the family");
+}
+
+#[test]
+fn a_read_only_handle_of_a_missing_or_badly_named_family_is_refused_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cf.pwcf");
+    let cfs = ColumnFamilies::open(&path).unwrap();
+    let _a = cfs.column_family("a").unwrap();
+    let image = std::fs::read(&path).unwrap();
+    assert!(matches!(
+        cfs.column_family_read_only("missing"),
+        Err(cf::Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        cfs.column_family_read_only(""),
+        Err(cf::Error::InvalidName { .. })
+    ));
+    assert!(matches!(
+        cfs.column_family_read_only("a\0b"),
+        Err(cf::Error::InvalidName { .. })
+    ));
+    assert_eq!(cfs.names(), ["a"]);
+    assert!(std::fs::read(&path).unwrap() == image, "the file changed");
+    // A refused read-only open leaves no claim on the name behind.
+    cfs.delete("missing").unwrap_err();
+    let _b = cfs.column_family("missing").unwrap();
+}

@@ -103,7 +103,8 @@ fn families() -> Option<&'static ColumnFamilies> {
     .as_ref()
 }
 
-/// The family of the file redb opened: its device, inode and birth time.
+/// The family of the file redb opened: its device, inode and birth time
+/// (a read-only handle where redb opened the file read-only).
 fn family_of(file: &File) -> Option<Result<ColumnFamily, crate::pw_backend::cf::Error>> {
     use std::os::unix::fs::MetadataExt;
     let cfs = families()?;
@@ -113,7 +114,16 @@ fn family_of(file: &File) -> Option<Result<ColumnFamily, crate::pw_backend::cf::
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
-    Some(cfs.column_family(&format!("{}-{}-{born}", m.dev(), m.ino())))
+    let name = format!("{}-{}-{born}", m.dev(), m.ino());
+    if opened_read_only(file.as_raw_fd()) {
+        // Several read-only handles may share a family; a family no
+        // writable open made yet is created as before.
+        match cfs.column_family_read_only(&name) {
+            Err(crate::pw_backend::cf::Error::NotFound { .. }) => {}
+            found => return Some(found),
+        }
+    }
+    Some(cfs.column_family(&name))
 }
 
 /// Whether the description behind `fd` was opened read-only, from
@@ -138,10 +148,11 @@ impl FileBackend {
     pub fn new(file: File) -> Result<Self, DatabaseError> {
         match family_of(&file) {
             Some(Ok(family)) => Ok(Self { inner: Inner::Family(family) }),
-            // A second live handle on the family: what redb reports for
-            // a second open of a file.
+            // A live handle excludes this one: every lock is held, so
+            // redb's open reports the database as open, as it does for a
+            // second open of a locked file.
             Some(Err(crate::pw_backend::cf::Error::InUse { .. })) => {
-                Err(DatabaseError::DatabaseAlreadyOpen)
+                Ok(Self { inner: Inner::Refused })
             }
             Some(Err(e)) => panic!("column family of the file redb opened: {e}"),
             None => Ok(Self::from_file(file)),
