@@ -40,8 +40,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+// The directory's and the handles' locks: std's, or with the `shuttle`
+// feature shuttle's, so `tests/shuttle_cf.rs` can model check directory
+// changes racing each other on the real code.
+#[cfg(feature = "shuttle")]
+use shuttle::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+#[cfg(not(feature = "shuttle"))]
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use pagewriter::{Config, PagedCachedFile, Writer};
 
@@ -849,7 +857,7 @@ impl ColumnFamily {
             .collect()
     }
 
-    fn geometry(&self) -> std::sync::RwLockReadGuard<'_, Geometry> {
+    fn geometry(&self) -> RwLockReadGuard<'_, Geometry> {
         self.geometry.read().unwrap_or_else(|e| e.into_inner())
     }
 
