@@ -643,8 +643,9 @@ impl ColumnFamilies {
     }
 
     /// A read-only handle on the existing column family `name`, for
-    /// `redb::Builder::open_read_only_with_backend`: it reads the family as
-    /// its last commit left it, and refuses `write_at` and `set_len`
+    /// `redb::Builder::open_read_only_with_backend`: it has the length the
+    /// family's last commit left (and reads the page writer's bytes, as
+    /// every handle does), and refuses `write_at` and `set_len`
     /// (`PermissionDenied`); its `sync` has nothing to commit. Several
     /// read-only handles on one family may live at once; none while a
     /// writable one does. Nothing is created or written.
