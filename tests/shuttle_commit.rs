@@ -13,21 +13,10 @@ use pagewriter::{Config, Error, PagedCachedFile};
 
 const PS: usize = 512;
 
-/// Runs `body` under uniform random schedules and under PCT schedules
-/// (depth 3, which finds bugs that need a few preemptions at the right
-/// steps: a uniform random schedule rarely makes one thread run a dozen
-/// steps while another waits between two of its own).
+/// 10,000 random and 10,000 PCT schedules (`SHUTTLE_ITERATIONS`
+/// overrides).
 fn check(body: fn()) {
-    shuttle::check_random(body, iterations());
-    shuttle::check_pct(body, iterations(), 3);
-}
-
-/// Schedules per test and scheduler; `SHUTTLE_ITERATIONS` overrides.
-fn iterations() -> usize {
-    std::env::var("SHUTTLE_ITERATIONS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000)
+    pagewriter::testing::shuttle_check(body, 10_000);
 }
 
 fn tag(page: u64, version: u64) -> u8 {

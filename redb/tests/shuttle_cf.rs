@@ -15,18 +15,10 @@ use pagewriter::{Config, PagedCachedFile};
 use pagewriter_redb::ColumnFamilies;
 use shuttle::sync::Mutex;
 
-/// Runs `body` under uniform random schedules and under PCT schedules
-/// (depth 3).
+/// 1,000 random and 1,000 PCT schedules (`SHUTTLE_ITERATIONS`
+/// overrides).
 fn check(body: fn()) {
-    shuttle::check_random(body, iterations());
-    shuttle::check_pct(body, iterations(), 3);
-}
-
-fn iterations() -> usize {
-    std::env::var("SHUTTLE_ITERATIONS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000)
+    pagewriter::testing::shuttle_check(body, 1_000);
 }
 
 /// Crash images taken at the power cut, each with its own seed (writes

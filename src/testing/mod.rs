@@ -9,6 +9,22 @@ mod scratch_fs;
 
 pub use scratch_fs::{FsKind, ScratchFs};
 
+/// Runs `body` under uniform random schedules and under PCT schedules
+/// (depth 3, which finds bugs that need a few preemptions at the right
+/// steps: a uniform random schedule rarely makes one thread run a dozen
+/// steps while another waits between two of its own), `schedules` of each
+/// unless `SHUTTLE_ITERATIONS` says otherwise. A failure panics with the
+/// schedule that reproduces it. `shuttle` feature only.
+#[cfg(feature = "shuttle")]
+pub fn shuttle_check(body: fn(), schedules: usize) {
+    let schedules = std::env::var("SHUTTLE_ITERATIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(schedules);
+    shuttle::check_random(body, schedules);
+    shuttle::check_pct(body, schedules, 3);
+}
+
 /// Whether this machine lets a process set up an io_uring ring (the kernel
 /// has it, `io_uring_disabled` allows it, seccomp does not refuse it), so
 /// tests can skip io_uring cases with a message instead of failing.
