@@ -386,7 +386,10 @@ struct Shared {
     /// Held across a directory write and its commit: one directory change
     /// commits at a time.
     dir: Mutex<Directory>,
-    /// Names with a live [`ColumnFamily`], and which kind.
+    /// Names with a live [`ColumnFamily`], and which kind. Taken before
+    /// `dir` where both are held (`delete`, `column_family_read_only`);
+    /// a handle's writer lock (`Mine`) comes before both, and neither is
+    /// held while taking it.
     live: Mutex<HashMap<String, Live>>,
 }
 

@@ -850,3 +850,55 @@ fn a_read_only_handle_of_a_missing_or_badly_named_family_is_refused_and_creates_
     cfs.delete("missing").unwrap_err();
     let _b = cfs.column_family("missing").unwrap();
 }
+
+#[test]
+fn racing_opens_never_leave_a_writable_handle_beside_another_handle() {
+    use std::sync::atomic::AtomicUsize;
+    let dir = tempfile::tempdir().unwrap();
+    let cfs = ColumnFamilies::open(dir.path().join("cf.pwcf")).unwrap();
+    drop(cfs.column_family("f").unwrap());
+    // Counted after a handle is taken and before it is dropped, so the
+    // counts never claim less than what is live.
+    let (writers, readers) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let start = std::sync::Barrier::new(6);
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let (cfs, writers, readers, start) = (&cfs, &writers, &readers, &start);
+            s.spawn(move || {
+                start.wait();
+                for _ in 0..20_000 {
+                    let writable = t % 2 == 0;
+                    let got = if writable {
+                        cfs.column_family("f")
+                    } else {
+                        cfs.column_family_read_only("f")
+                    };
+                    let h = match got {
+                        Ok(h) => h,
+                        Err(cf::Error::InUse { .. }) => continue,
+                        Err(e) => panic!("{e}"),
+                    };
+                    let (mine, other) = if writable {
+                        (writers, readers)
+                    } else {
+                        (readers, writers)
+                    };
+                    let before = mine.fetch_add(1, Ordering::SeqCst);
+                    assert_eq!(other.load(Ordering::SeqCst), 0, "a writer beside a reader");
+                    if writable {
+                        assert_eq!(before, 0, "two writable handles at once");
+                    }
+                    for _ in 0..8 {
+                        assert_eq!(h.len(), 0);
+                        std::thread::yield_now();
+                    }
+                    mine.fetch_sub(1, Ordering::SeqCst);
+                    drop(h);
+                }
+            });
+        }
+    });
+    // Every handle is gone: both kinds open again.
+    drop(cfs.column_family_read_only("f").unwrap());
+    drop(cfs.column_family("f").unwrap());
+}
