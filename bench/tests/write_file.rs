@@ -300,10 +300,10 @@ fn enospc_part_way_is_an_error_that_says_how_far_it_got() {
             other => panic!("{other:?}"),
         }
         let s = &err.stats;
-        assert!(
-            s.contiguous_bytes > 0 && s.contiguous_bytes <= 4 << 20,
-            "{s:?}"
-        );
+        // Writes complete out of offset order: the one at offset 0 may be
+        // the one that found the file system full, so the prefix known
+        // written may be empty; it never exceeds what fits.
+        assert!(s.contiguous_bytes <= 4 << 20, "{s:?}");
         assert!(s.bytes >= s.contiguous_bytes && s.bytes < size, "{s:?}");
         // The partial file is gone (the file system is not left full), and
         // the target was never created.
